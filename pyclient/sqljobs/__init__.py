@@ -1,0 +1,76 @@
+"""sqljobs: durable jobs, steps and schedules, with PostgreSQL as the engine.
+
+The public surface is what this module exports; modules starting with `_` are private.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from sqljobs.app import App
+from sqljobs.client import AsyncClient, Client
+from sqljobs.errors import (
+    ConfigurationError,
+    DatabaseError,
+    DuplicateJob,
+    InvalidArgument,
+    JobFinished,
+    JobLive,
+    JobNotFound,
+    JobNotRequeueable,
+    JobRunning,
+    LeaseLost,
+    PayloadTooLarge,
+    QueuesRequired,
+    SchemaError,
+    SqljobsError,
+)
+from sqljobs.models import (
+    BulkMoved,
+    ClaimedJob,
+    Enqueued,
+    JobRecord,
+    JobSpec,
+    JobState,
+    QueueStats,
+    Settled,
+)
+
+
+def fresh_key() -> str:
+    """A new random idempotency key, for a call that must always make a new job.
+
+    sqljobs never invents a key on its own: reach for this only where a retry of the
+    caller SHOULD make a second job.
+    """
+    return secrets.token_urlsafe(16)
+
+
+__all__ = [
+    "App",
+    "AsyncClient",
+    "BulkMoved",
+    "ClaimedJob",
+    "Client",
+    "ConfigurationError",
+    "DatabaseError",
+    "DuplicateJob",
+    "Enqueued",
+    "InvalidArgument",
+    "JobFinished",
+    "JobLive",
+    "JobNotFound",
+    "JobNotRequeueable",
+    "JobRecord",
+    "JobRunning",
+    "JobSpec",
+    "JobState",
+    "LeaseLost",
+    "PayloadTooLarge",
+    "QueueStats",
+    "QueuesRequired",
+    "SchemaError",
+    "Settled",
+    "SqljobsError",
+    "fresh_key",
+]

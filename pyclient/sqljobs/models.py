@@ -1,0 +1,158 @@
+"""Typed records mirroring the results of the jobs.* SQL functions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class JobState(StrEnum):
+    """SPEC §2's states; docs/reference/states.md draws the machine."""
+
+    READY = "ready"
+    RUNNING = "running"
+    PARKED = "parked"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def is_final(self) -> bool:
+        return self in _FINAL
+
+
+_FINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED})
+
+NackMode = Literal["retry", "fail", "park", "shed", "interrupt"]
+Jitter = Literal["none", "full", "equal"]
+Outcome = Literal["created", "deduped"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Enqueued(_Record):
+    """One enqueue's answer: the job's id and whether it was new."""
+
+    id: int
+    outcome: Outcome
+
+    @property
+    def deduped(self) -> bool:
+        return self.outcome == "deduped"
+
+
+class ClaimedJob(_Record):
+    """A job this worker now holds under `claim` until `lease_expires_at`."""
+
+    id: int
+    name: str
+    queue: str
+    tenant: str | None
+    key: str
+    payload: Any
+    priority: int
+    attempt: int
+    max_attempts: int
+    claim: int
+    lease_expires_at: datetime
+    timeout_s: float | None
+    progress: Any
+    traceparent: str | None
+    created_at: datetime
+
+
+class Settled(_Record):
+    """A batched settle's answer for one job; ok = False: the fence failed, no change."""
+
+    id: int
+    ok: bool
+    state: JobState | None = None
+
+
+class BulkMoved(_Record):
+    """A bulk operator verb's answer: rows moved now, rows a second call would move."""
+
+    moved: int
+    remaining: int
+
+
+class QueueStats(_Record):
+    queue: str
+    paused: bool
+    ready: int
+    running: int
+    parked: int
+    interrupted: int
+    succeeded: int
+    failed: int
+    dead: int
+    cancelled: int
+    oldest_ready_s: float
+
+
+class JobRecord(_Record):
+    """One row of `jobs.job_view` (no payload)."""
+
+    id: int
+    name: str
+    queue: str
+    tenant: str | None
+    key: str
+    state: JobState
+    priority: int
+    run_at: datetime
+    attempt: int
+    max_attempts: int
+    retry_base_s: float
+    retry_cap_s: float
+    retry_jitter: Jitter
+    dead_letter: bool
+    timeout_s: float | None
+    claim: int
+    lease_expires_at: datetime | None
+    worker: str | None
+    progress: Any
+    last_error: Any
+    result: Any
+    traceparent: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class JobSpec(BaseModel):
+    """One job to enqueue: what `jobs.enqueue_many` takes, field for field.
+
+    `name` and `key` are required: the idempotency key is never invented for you (use
+    `sqljobs.fresh_key()` when every call must make a new job).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    key: str
+    payload: Any = None
+    queue: str | None = None
+    tenant: str | None = None
+    priority: int | None = None
+    run_at: datetime | None = None
+    delay_s: float | None = None
+    max_attempts: int | None = None
+    retry_base_s: float | None = None
+    retry_cap_s: float | None = None
+    retry_jitter: Jitter | None = None
+    dead_letter: bool | None = None
+    timeout_s: float | None = None
+    traceparent: str | None = None
+    on_conflict: Literal["return", "error"] | None = None
+
+    def to_sql(self) -> dict[str, Any]:
+        """The jsonb object the SQL reads; absent fields take the SQL defaults."""
+        return self.model_dump(mode="json", exclude_none=True)

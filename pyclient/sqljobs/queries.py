@@ -1,0 +1,260 @@
+"""Every SQL statement the package sends, in one place.
+
+Each builder returns a `Call`: the statement, its parameters and how to decode its
+rows. The sync and async clients only run calls, so each operation is written once.
+Statements are `LiteralString` so psycopg's typing keeps them free of interpolation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, LiteralString, TypeVar
+
+from psycopg.types.json import Jsonb
+
+from sqljobs.models import (
+    BulkMoved,
+    ClaimedJob,
+    Enqueued,
+    JobRecord,
+    JobSpec,
+    NackMode,
+    QueueStats,
+    Settled,
+)
+
+T = TypeVar("T")
+Row = dict[str, Any]
+
+# Clients send enqueue_many in chunks of this many specs (one statement per chunk).
+ENQUEUE_CHUNK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One statement and the decoding of its rows."""
+
+    sql: LiteralString
+    params: Sequence[Any]
+    decode: Callable[[list[Row]], T]
+
+
+def _one(field: str) -> Callable[[list[Row]], Any]:
+    return lambda rows: rows[0][field] if rows else None
+
+
+def _none(rows: list[Row]) -> None:
+    return None
+
+
+def _json(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
+# -- version ------------------------------------------------------------------------
+
+def schema_version() -> Call[int | None]:
+    """The installed schema version, or None when no sqljobs schema is installed."""
+    # to_regproc guards the call: a missing function would abort a caller's transaction.
+    return Call(
+        "select case when pg_catalog.to_regprocedure('jobs.schema_version()') is null "
+        "then null else jobs.schema_version() end as version",
+        (),
+        _one("version"),
+    )
+
+
+# -- enqueue --------------------------------------------------------------------------
+
+
+def enqueue(name: str, key: str, payload: Any, options: Mapping[str, Any]) -> Call[Enqueued]:
+    return Call(
+        "select id, outcome from jobs.enqueue(%s, %s, %s, %s)",
+        (name, key, Jsonb(payload if payload is not None else {}), Jsonb(dict(options))),
+        lambda rows: Enqueued.model_validate(rows[0]),
+    )
+
+
+def enqueue_many(specs: Sequence[JobSpec]) -> Call[list[Enqueued]]:
+    """At most ENQUEUE_CHUNK specs; the clients chunk longer batches."""
+    if len(specs) > ENQUEUE_CHUNK:
+        raise ValueError(f"enqueue_many takes at most {ENQUEUE_CHUNK} specs per call")
+    return Call(
+        "select ord, id, outcome from jobs.enqueue_many(%s)",
+        (Jsonb([spec.to_sql() for spec in specs]),),
+        lambda rows: [Enqueued.model_validate(row) for row in rows],
+    )
+
+
+# -- claim and settle -----------------------------------------------------------------
+
+_CLAIMED_COLUMNS: LiteralString = (
+    "id, name, queue, tenant, key, payload, priority, attempt, max_attempts, claim, "
+    "lease_expires_at, timeout_s, progress, traceparent, created_at"
+)
+
+
+def claim(
+    queues: Sequence[str],
+    worker: str,
+    limit: int = 1,
+    lease_s: float = 30.0,
+    names: Sequence[str] | None = None,
+) -> Call[list[ClaimedJob]]:
+    options: dict[str, Any] = {} if names is None else {"names": list(names)}
+    return Call(
+        "select " + _CLAIMED_COLUMNS + " from jobs.claim(%s, %s, %s, %s, %s)",
+        (list(queues), worker, limit, lease_s, Jsonb(options)),
+        lambda rows: [ClaimedJob.model_validate(row) for row in rows],
+    )
+
+
+def ack(job_id: int, claim: int, result: Any = None) -> Call[None]:
+    return Call("select jobs.ack(%s, %s, %s)", (job_id, claim, _json(result)), _none)
+
+
+def ack_many(
+    ids: Sequence[int], claims: Sequence[int], results: Sequence[Any] | None = None
+) -> Call[list[Settled]]:
+    return Call(
+        "select id, ok from jobs.ack_many(%s, %s, %s::jsonb[])",
+        (list(ids), list(claims), None if results is None else [_json(r) for r in results]),
+        lambda rows: [Settled.model_validate(row) for row in rows],
+    )
+
+
+def nack(
+    job_id: int,
+    claim: int,
+    error: Any = None,
+    mode: NackMode = "retry",
+    delay_s: float | None = None,
+) -> Call[str]:
+    return Call(
+        "select jobs.nack(%s, %s, %s, %s, %s)::text as state",
+        (job_id, claim, _json(error), mode, delay_s),
+        _one("state"),
+    )
+
+
+def nack_many(
+    ids: Sequence[int],
+    claims: Sequence[int],
+    errors: Sequence[Any] | None = None,
+    modes: Sequence[NackMode] | None = None,
+    delays_s: Sequence[float | None] | None = None,
+) -> Call[list[Settled]]:
+    return Call(
+        "select id, ok, state::text as state "
+        "from jobs.nack_many(%s, %s, %s::jsonb[], %s::text[], %s::float8[])",
+        (
+            list(ids),
+            list(claims),
+            None if errors is None else [_json(e) for e in errors],
+            None if modes is None else list(modes),
+            None if delays_s is None else list(delays_s),
+        ),
+        lambda rows: [Settled.model_validate(row) for row in rows],
+    )
+
+
+def heartbeat(job_id: int, claim: int, lease_s: float = 30.0) -> Call[bool]:
+    return Call("select jobs.heartbeat(%s, %s, %s) as ok", (job_id, claim, lease_s), _one("ok"))
+
+
+def heartbeat_many(ids: Sequence[int], claims: Sequence[int], lease_s: float) -> Call[list[Settled]]:
+    return Call(
+        "select id, ok from jobs.heartbeat_many(%s, %s, %s)",
+        (list(ids), list(claims), lease_s),
+        lambda rows: [Settled.model_validate(row) for row in rows],
+    )
+
+
+def progress(job_id: int, claim: int, value: Any) -> Call[bool]:
+    return Call(
+        "select jobs.progress(%s, %s, %s) as ok", (job_id, claim, _json(value)), _one("ok")
+    )
+
+
+# -- operator verbs -------------------------------------------------------------------
+
+
+def cancel(job_id: int) -> Call[None]:
+    return Call("select jobs.cancel(%s)", (job_id,), _none)
+
+
+def requeue(job_ids: Sequence[int]) -> Call[None]:
+    return Call("select jobs.requeue(%s)", (list(job_ids),), _none)
+
+
+def promote(job_id: int) -> Call[None]:
+    return Call("select jobs.promote(%s)", (job_id,), _none)
+
+
+def remove(job_id: int) -> Call[None]:
+    return Call("select jobs.remove(%s)", (job_id,), _none)
+
+
+def _bulk(rows: list[Row]) -> BulkMoved:
+    return BulkMoved.model_validate(rows[0])
+
+
+def cancel_where(filter: Mapping[str, Any], max: int = 1000) -> Call[BulkMoved]:
+    return Call("select moved, remaining from jobs.cancel_where(%s, %s)",
+                (Jsonb(dict(filter)), max), _bulk)
+
+
+def requeue_where(filter: Mapping[str, Any], max: int = 1000) -> Call[BulkMoved]:
+    return Call("select moved, remaining from jobs.requeue_where(%s, %s)",
+                (Jsonb(dict(filter)), max), _bulk)
+
+
+def promote_where(filter: Mapping[str, Any], max: int = 1000) -> Call[BulkMoved]:
+    return Call("select moved, remaining from jobs.promote_where(%s, %s)",
+                (Jsonb(dict(filter)), max), _bulk)
+
+
+def remove_where(filter: Mapping[str, Any], max: int = 1000) -> Call[BulkMoved]:
+    return Call("select moved, remaining from jobs.remove_where(%s, %s)",
+                (Jsonb(dict(filter)), max), _bulk)
+
+
+def pause_queue(queue: str) -> Call[None]:
+    return Call("select jobs.pause_queue(%s)", (queue,), _none)
+
+
+def resume_queue(queue: str) -> Call[None]:
+    return Call("select jobs.resume_queue(%s)", (queue,), _none)
+
+
+# -- read side ------------------------------------------------------------------------
+
+
+def queue_stats() -> Call[list[QueueStats]]:
+    return Call(
+        "select queue, paused, ready, running, parked, interrupted, succeeded, failed, dead, "
+        "cancelled, oldest_ready_s from jobs.queue_stats()",
+        (),
+        lambda rows: [QueueStats.model_validate(row) for row in rows],
+    )
+
+
+_JOB_VIEW_COLUMNS: LiteralString = (
+    "id, name, queue, tenant, key, state::text as state, priority, run_at, attempt, "
+    "max_attempts, retry_base_s, retry_cap_s, retry_jitter, dead_letter, timeout_s, claim, "
+    "lease_expires_at, worker, progress, last_error, result, traceparent, created_at, "
+    "started_at, finished_at"
+)
+
+
+def get_job(job_id: int) -> Call[JobRecord | None]:
+    return Call(
+        "select " + _JOB_VIEW_COLUMNS + " from jobs.job_view where id = %s",
+        (job_id,),
+        lambda rows: JobRecord.model_validate(rows[0]) if rows else None,
+    )
+
+
+def job_payload(job_id: int) -> Call[Any]:
+    return Call("select jobs.job_payload(%s) as payload", (job_id,), _one("payload"))

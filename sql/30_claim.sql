@@ -1,0 +1,165 @@
+-- sqljobs: claim.
+--
+-- jobs.claim(queues, worker, limit, lease_s, options) -> up to `limit` running jobs.
+--
+-- One call, one autocommit statement from the client, three phases:
+--   RECOVER  running jobs in these queues whose lease lapsed (at most 100 per call, by
+--            job_lease_idx): back to ready with the attempt counted, or, when that was
+--            the final attempt, buried as dead (failed when dead_letter is off) and
+--            never returned. Parked jobs whose wake-up time passed become ready.
+--   PICK     per unpaused queue, the first `limit` claimable rows in (priority, run_at,
+--            id) order from job_claimable_idx, `for update skip locked`; then the first
+--            `limit` of those across queues. Finished rows are never read.
+--   CLAIM    each picked job: running, attempt + 1, claim + 1 (the new claim token),
+--            lease_expires_at = now + lease_s, worker recorded.
+--
+-- options: {"names": [..]} claims only those job names (a worker claims what it can
+--          run; others wait for a worker that knows them).
+-- Locks: row locks only, all taken with skip locked; no lock waits.
+-- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a missing
+--         worker, limit outside 1..1000, lease_s <= 0, or a bad option.
+
+create or replace function jobs.claim(
+  p_queues  text[],
+  p_worker  text,
+  p_limit   integer default 1,
+  p_lease_s double precision default 30,
+  p_options jsonb default '{}'
+)
+returns table (
+  id               bigint,
+  name             text,
+  queue            text,
+  tenant           text,
+  key              text,
+  payload          jsonb,
+  priority         smallint,
+  attempt          integer,
+  max_attempts     integer,
+  claim            bigint,
+  lease_expires_at timestamptz,
+  timeout_s        double precision,
+  progress         jsonb,
+  traceparent      text,
+  created_at       timestamptz
+)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now    timestamptz := jobs.now();
+  v_queues text[];
+  v_names  text[];
+begin
+  -- GUARD
+  if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
+    perform jobs.raise_error('queues_required', 'claim needs at least one queue',
+                             null, 'pass the queues this worker serves');
+  end if;
+  if p_worker is null or p_worker = '' then
+    perform jobs.raise_error('invalid_argument', 'worker is required');
+  end if;
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('limit must be between 1 and 1000, got %s', p_limit));
+  end if;
+  if p_lease_s is null or p_lease_s <= 0 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('lease_s must be positive, got %s', p_lease_s));
+  end if;
+  if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
+     or exists (select 1 from pg_catalog.jsonb_object_keys(p_options) k where k <> 'names') then
+    perform jobs.raise_error('invalid_argument', 'options takes only {"names": [...]}');
+  end if;
+  if p_options ? 'names' then
+    if pg_catalog.jsonb_typeof(p_options->'names') <> 'array' then
+      perform jobs.raise_error('invalid_argument', 'options.names must be an array of job names');
+    end if;
+    v_names := array(select pg_catalog.jsonb_array_elements_text(p_options->'names'));
+  end if;
+
+  -- RECOVER lapsed leases: bounded, by job_lease_idx.
+  update jobs.job as j
+     set state = case
+                   when j.attempt < j.max_attempts then 'ready'
+                   when j.dead_letter then 'dead'
+                   else 'failed'
+                 end::jobs.job_state,
+         run_at = v_now,
+         lease_expires_at = null,
+         finished_at = case when j.attempt < j.max_attempts then null else v_now end,
+         last_error = pg_catalog.jsonb_build_object(
+           'kind', 'lease_expired',
+           'message', pg_catalog.format('the lease of worker %s expired during attempt %s',
+                                        j.worker, j.attempt),
+           'attempt', j.attempt,
+           'at', v_now)
+    from (select l.id
+            from jobs.job l
+           where l.state = 'running' and l.lease_expires_at < v_now
+             and l.queue = any (p_queues)
+           order by l.lease_expires_at
+           limit 100
+             for update skip locked) as lapsed
+   where j.id = lapsed.id;
+
+  -- Wake parked jobs whose time came (durable sleeps, wait timeouts).
+  update jobs.job as j
+     set state = 'ready'
+    from (select p.id
+            from jobs.job p
+           where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
+           order by p.run_at
+           limit 100
+             for update skip locked) as due
+   where j.id = due.id;
+
+  -- PICK: paused queues are left out.
+  v_queues := array(
+    select q.name
+      from pg_catalog.unnest(p_queues) as q(name)
+     where not exists (select 1 from jobs.queue pq where pq.name = q.name and pq.paused));
+
+  -- CLAIM
+  return query
+    with picked as materialized (
+      select c.id, c.priority, c.run_at
+        from pg_catalog.unnest(v_queues) as q(name)
+        cross join lateral (
+          select r.id, r.priority, r.run_at
+            from jobs.job r
+           where r.state in ('ready', 'interrupted')
+             and r.queue = q.name
+             and r.run_at <= v_now
+             and (v_names is null or r.name = any (v_names))
+           order by r.priority, r.run_at, r.id
+           limit p_limit
+             for update skip locked) as c
+       order by c.priority, c.run_at, c.id
+       limit p_limit
+    ),
+    claimed as (
+      update jobs.job as j
+         set state = 'running',
+             attempt = j.attempt + 1,
+             claim = j.claim + 1,
+             worker = p_worker,
+             lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s),
+             started_at = v_now
+        from picked
+       where j.id = picked.id
+      returning j.id, j.name, j.queue, j.tenant, j.key, j.payload, j.priority, j.attempt,
+                j.max_attempts, j.claim, j.lease_expires_at, j.timeout_s, j.progress,
+                j.traceparent, j.created_at, picked.run_at as picked_run_at
+    )
+    select c.id, c.name, c.queue, c.tenant, c.key, c.payload, c.priority, c.attempt,
+           c.max_attempts, c.claim, c.lease_expires_at, c.timeout_s, c.progress,
+           c.traceparent, c.created_at
+      from claimed c
+     order by c.priority, c.picked_run_at, c.id;
+end
+$$;
+
+comment on function jobs.claim(text[], text, integer, double precision, jsonb) is
+  'Claim up to p_limit jobs from p_queues under a new claim token and a lease; recovers lapsed leases.';

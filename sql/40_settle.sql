@@ -1,0 +1,356 @@
+-- sqljobs: settle a claimed job — ack, nack, heartbeat, progress, and their batches.
+--
+-- FENCE: every function here changes a job only while state = 'running' AND its claim
+-- token equals the caller's. A stale caller (its lease lapsed and the job was
+-- recovered or re-claimed, or an operator cancelled it) changes nothing:
+--   * ack / nack raise lease_lost (SJ004);
+--   * ack_many / nack_many / heartbeat_many answer ok = false for that job;
+--   * heartbeat / progress answer false.
+-- Locks: one row lock per settled job, taken by the update; batches lock in id order.
+
+-- ---------------------------------------------------------------------------
+-- jobs.backoff_s(attempt, base_s, cap_s, jitter) -> seconds before the next attempt.
+-- delay = least(cap, base * 2^(attempt - 1));  none: delay;  full: uniform [0, delay];
+-- equal: delay/2 + uniform [0, delay/2]. Computed here so every client agrees.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.backoff_s(
+  p_attempt integer,
+  p_base_s  double precision,
+  p_cap_s   double precision,
+  p_jitter  text
+)
+returns double precision
+language sql
+volatile
+set search_path = ''
+as $$
+  select case p_jitter
+           when 'none'  then d.delay
+           when 'full'  then pg_catalog.random() * d.delay
+           when 'equal' then d.delay / 2 + pg_catalog.random() * d.delay / 2
+         end
+    from (select least(p_cap_s,
+                   p_base_s * pg_catalog.power(2::double precision,
+                                               greatest(p_attempt, 1) - 1)) as delay) d
+$$;
+
+comment on function jobs.backoff_s(integer, double precision, double precision, text) is
+  'Backoff in seconds after attempt p_attempt: exponential, capped, with jitter none|full|equal.';
+
+-- Shared argument check for the batched settlers: arrays present and of one length.
+create or replace function jobs.check_batch(p_ids bigint[], p_claims bigint[], p_other anyarray)
+returns void
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  if p_ids is null or p_claims is null then
+    perform jobs.raise_error('invalid_argument', 'ids and claims are required');
+  end if;
+  if pg_catalog.cardinality(p_ids) <> pg_catalog.cardinality(p_claims)
+     or (p_other is not null and pg_catalog.cardinality(p_other) <> pg_catalog.cardinality(p_ids)) then
+    perform jobs.raise_error('invalid_argument', 'ids, claims and values must have the same length');
+  end if;
+  if pg_catalog.array_position(p_ids, null) is not null
+     or pg_catalog.array_position(p_claims, null) is not null then
+    perform jobs.raise_error('invalid_argument', 'ids and claims must not contain null');
+  end if;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.ack_many(ids, claims, results) -> (id, ok) per input, in input order.
+-- running -> succeeded, storing the result (jsonb; null allowed). results may be
+-- null (no results at all). ok = false: the fence did not hold, nothing changed.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.ack_many(
+  p_ids     bigint[],
+  p_claims  bigint[],
+  p_results jsonb[] default null
+)
+returns table (id bigint, ok boolean)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now timestamptz := jobs.now();
+begin
+  perform jobs.check_batch(p_ids, p_claims, p_results);
+  return query
+    with input as (
+      select u.id, u.claim, u.result, u.ord
+        from unnest(p_ids, p_claims,
+                               coalesce(p_results, pg_catalog.array_fill(null::jsonb, array[pg_catalog.cardinality(p_ids)])))
+             with ordinality as u(id, claim, result, ord)
+    ),
+    done as (
+      update jobs.job as j
+         set state = 'succeeded',
+             result = i.result,
+             finished_at = v_now,
+             lease_expires_at = null
+        from (select input.id, input.claim, input.result from input order by input.id) as i
+       where j.id = i.id and j.claim = i.claim and j.state = 'running'
+      returning j.id
+    )
+    select input.id, done.id is not null
+      from input left join done on done.id = input.id
+     order by input.ord;
+end
+$$;
+
+comment on function jobs.ack_many(bigint[], bigint[], jsonb[]) is
+  'Settle running jobs as succeeded with their results; fenced per job, answers ok per job.';
+
+-- jobs.ack(id, claim, result): one job; raises lease_lost (SJ004) when the fence fails.
+create or replace function jobs.ack(p_id bigint, p_claim bigint, p_result jsonb default null)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  if not (select a.ok from jobs.ack_many(array[p_id], array[p_claim], array[p_result]) a) then
+    perform jobs.lease_lost(p_id, p_claim);
+  end if;
+end
+$$;
+
+comment on function jobs.ack(bigint, bigint, jsonb) is
+  'Settle one running job as succeeded; raises lease_lost (SJ004) when the fence fails.';
+
+-- jobs.lease_lost(id, claim): raise SJ004 describing where the job is now.
+create or replace function jobs.lease_lost(p_id bigint, p_claim bigint)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_state jobs.job_state;
+  v_claim bigint;
+begin
+  select j.state, j.claim into v_state, v_claim from jobs.job j where j.id = p_id;
+  perform jobs.raise_error('lease_lost',
+    pg_catalog.format('job %s is no longer held by claim %s', p_id, p_claim),
+    case when v_state is null then 'the job no longer exists'
+         else pg_catalog.format('the job is %s under claim %s', v_state, v_claim) end,
+    'another worker may have taken it over after the lease lapsed; this run must stop');
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.nack_many(ids, claims, errors, modes, delays_s) -> (id, ok, state) per input.
+--
+-- modes (null = 'retry'):
+--   retry      attempt counted. Next run_at = now + delay_s, or the job's backoff
+--              curve when delay_s is null. Attempts exhausted -> dead, or failed when
+--              dead_letter is off.
+--   fail       terminal now: failed.
+--   park       parked, not an attempt; wakes at now + delay_s (never when null) or
+--              when an event or child job wakes it.
+--   shed       back to ready at now + delay_s (default now), not an attempt
+--              (e.g. rate-limited).
+--   interrupt  interrupted (a drain cut-off stopped the run), not an attempt;
+--              claimed again like ready.
+-- errors: jsonb per job (null allowed), stored in last_error with attempt and time.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.nack_many(
+  p_ids      bigint[],
+  p_claims   bigint[],
+  p_errors   jsonb[] default null,
+  p_modes    text[] default null,
+  p_delays_s double precision[] default null
+)
+returns table (id bigint, ok boolean, state jobs.job_state)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now timestamptz := jobs.now();
+  v_n   integer;
+  v_bad text;
+begin
+  perform jobs.check_batch(p_ids, p_claims, p_errors);
+  v_n := pg_catalog.cardinality(p_ids);
+  if (p_modes is not null and pg_catalog.cardinality(p_modes) <> v_n)
+     or (p_delays_s is not null and pg_catalog.cardinality(p_delays_s) <> v_n) then
+    perform jobs.raise_error('invalid_argument', 'modes and delays_s must match ids in length');
+  end if;
+  select m into v_bad from pg_catalog.unnest(p_modes) m
+   where m not in ('retry', 'fail', 'park', 'shed', 'interrupt') limit 1;
+  if v_bad is not null then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('mode %s is not one of retry, fail, park, shed, interrupt',
+                        pg_catalog.quote_literal(v_bad)));
+  end if;
+  if exists (select 1 from pg_catalog.unnest(p_delays_s) d where d < 0 or d = 'NaN') then
+    perform jobs.raise_error('invalid_argument', 'delays_s must not be negative');
+  end if;
+
+  return query
+    with input as (
+      select u.id, u.claim, u.error, coalesce(u.mode, 'retry') as mode, u.delay_s, u.ord
+        from unnest(
+               p_ids, p_claims,
+               coalesce(p_errors, pg_catalog.array_fill(null::jsonb, array[v_n])),
+               coalesce(p_modes, pg_catalog.array_fill(null::text, array[v_n])),
+               coalesce(p_delays_s, pg_catalog.array_fill(null::double precision, array[v_n])))
+             with ordinality as u(id, claim, error, mode, delay_s, ord)
+    ),
+    target as (
+      select j.id, i.error, i.mode, i.delay_s, j.attempt,
+             case
+               when i.mode = 'fail' then 'failed'
+               when i.mode = 'park' then 'parked'
+               when i.mode = 'shed' then 'ready'
+               when i.mode = 'interrupt' then 'interrupted'
+               when j.attempt < j.max_attempts then 'ready'
+               when j.dead_letter then 'dead'
+               else 'failed'
+             end::jobs.job_state as next_state,
+             case
+               when i.mode = 'retry' then
+                 v_now + pg_catalog.make_interval(secs => coalesce(i.delay_s,
+                   jobs.backoff_s(j.attempt, j.retry_base_s, j.retry_cap_s, j.retry_jitter)))
+               when i.mode = 'park' then
+                 coalesce(v_now + pg_catalog.make_interval(secs => i.delay_s), 'infinity')
+               else v_now + pg_catalog.make_interval(secs => coalesce(i.delay_s, 0))
+             end as next_run_at
+        from input i
+        join jobs.job j on j.id = i.id and j.claim = i.claim and j.state = 'running'
+       order by j.id
+         for update of j
+    ),
+    done as (
+      update jobs.job as j
+         set state = t.next_state,
+             run_at = case when t.next_state in ('ready', 'parked', 'interrupted')
+                           then t.next_run_at else j.run_at end,
+             attempt = case when t.mode in ('park', 'shed', 'interrupt')
+                            then j.attempt - 1 else j.attempt end,
+             lease_expires_at = null,
+             finished_at = case when t.next_state in ('failed', 'dead') then v_now end,
+             last_error = case when t.error is null then j.last_error
+                               else t.error || pg_catalog.jsonb_build_object('attempt', t.attempt, 'at', v_now)
+                          end
+        from target t
+       where j.id = t.id
+      returning j.id, j.state
+    )
+    select input.id, done.id is not null, done.state
+      from input left join done on done.id = input.id
+     order by input.ord;
+end
+$$;
+
+comment on function jobs.nack_many(bigint[], bigint[], jsonb[], text[], double precision[]) is
+  'Settle running jobs that did not succeed (retry, fail, park, shed, interrupt); fenced per job.';
+
+-- jobs.nack(id, claim, error, mode, delay_s) -> the job's new state; raises lease_lost.
+create or replace function jobs.nack(
+  p_id      bigint,
+  p_claim   bigint,
+  p_error   jsonb default null,
+  p_mode    text default 'retry',
+  p_delay_s double precision default null
+)
+returns jobs.job_state
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_ok    boolean;
+  v_state jobs.job_state;
+begin
+  select n.ok, n.state into v_ok, v_state
+    from jobs.nack_many(array[p_id], array[p_claim], array[p_error], array[p_mode],
+                        array[p_delay_s]) n;
+  if not v_ok then
+    perform jobs.lease_lost(p_id, p_claim);
+  end if;
+  return v_state;
+end
+$$;
+
+comment on function jobs.nack(bigint, bigint, jsonb, text, double precision) is
+  'Settle one running job that did not succeed; answers its new state; raises lease_lost (SJ004).';
+
+-- ---------------------------------------------------------------------------
+-- jobs.heartbeat_many(ids, claims, lease_s) -> (id, ok): extend each held lease to
+-- now + lease_s. ok = false: the job is no longer this claim's (lost, cancelled); the
+-- worker must stop that run.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.heartbeat_many(
+  p_ids     bigint[],
+  p_claims  bigint[],
+  p_lease_s double precision
+)
+returns table (id bigint, ok boolean)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now timestamptz := jobs.now();
+begin
+  perform jobs.check_batch(p_ids, p_claims, null::text[]);
+  if p_lease_s is null or p_lease_s <= 0 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('lease_s must be positive, got %s', p_lease_s));
+  end if;
+  return query
+    with input as (
+      select u.id, u.claim, u.ord
+        from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
+    ),
+    held as (
+      update jobs.job as j
+         set lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s)
+        from (select input.id, input.claim from input order by input.id) as i
+       where j.id = i.id and j.claim = i.claim and j.state = 'running'
+      returning j.id
+    )
+    select input.id, held.id is not null
+      from input left join held on held.id = input.id
+     order by input.ord;
+end
+$$;
+
+comment on function jobs.heartbeat_many(bigint[], bigint[], double precision) is
+  'Extend the leases of running jobs still held under these claims; ok = false means lost.';
+
+-- jobs.heartbeat(id, claim, lease_s) -> true while the lease is still this claim's.
+create or replace function jobs.heartbeat(p_id bigint, p_claim bigint, p_lease_s double precision default 30)
+returns boolean
+language sql
+volatile
+set search_path = ''
+as $$
+  select h.ok from jobs.heartbeat_many(array[p_id], array[p_claim], p_lease_s) h
+$$;
+
+comment on function jobs.heartbeat(bigint, bigint, double precision) is
+  'Extend one lease; false when the job is no longer held under this claim.';
+
+-- jobs.progress(id, claim, progress) -> true when recorded; false when the fence failed.
+create or replace function jobs.progress(p_id bigint, p_claim bigint, p_progress jsonb)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  update jobs.job as j
+     set progress = p_progress
+   where j.id = p_id and j.claim = p_claim and j.state = 'running';
+  return found;
+end
+$$;
+
+comment on function jobs.progress(bigint, bigint, jsonb) is
+  'Record progress of a running job under its claim; false when the fence failed.';

@@ -1,0 +1,466 @@
+-- sqljobs: operator verbs and the read side.
+--
+-- One-job verbs refuse with a distinct code and change nothing; the bulk `*_where`
+-- forms move at most p_max matching rows (skip locked), and answer `remaining`: how
+-- many rows a second call would still move.
+--
+--   verb      from states                          to
+--   cancel    ready, running, parked, interrupted  cancelled (a running worker's next
+--                                                  heartbeat answers false)
+--   requeue   failed, dead, cancelled              ready, attempt 0, run now
+--   promote   ready, interrupted, parked           ready, run_at = now
+--   remove    every state but running              deleted
+--
+-- Filters (jsonb): {"queue", "name", "state", "tenant"}, each a string or an array of
+-- strings; an absent field matches everything. Unknown fields are refused.
+
+-- ---------------------------------------------------------------------------
+-- Filter plumbing.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.filter_values(p_filter jsonb, p_field text)
+returns text[]
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  case pg_catalog.jsonb_typeof(p_filter->p_field)
+    when null then return null;
+    when 'string' then return array[p_filter->>p_field];
+    when 'array' then
+      if exists (select 1 from pg_catalog.jsonb_array_elements(p_filter->p_field) e
+                  where pg_catalog.jsonb_typeof(e) <> 'string') then
+        perform jobs.raise_error('invalid_argument',
+          pg_catalog.format('filter.%s must hold strings', p_field));
+      end if;
+      return array(select pg_catalog.jsonb_array_elements_text(p_filter->p_field));
+    else
+      perform jobs.raise_error('invalid_argument',
+        pg_catalog.format('filter.%s must be a string or an array of strings', p_field));
+  end case;
+  return null;
+end
+$$;
+
+-- The ids of at most p_max jobs matching p_filter in p_states (only those still
+-- waiting when p_waiting), locked with skip locked, oldest first. Validates the filter.
+create or replace function jobs.ids_where(
+  p_filter  jsonb,
+  p_states  jobs.job_state[],
+  p_max     integer,
+  p_waiting boolean default false
+)
+returns bigint[]
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_states jobs.job_state[];
+begin
+  if p_filter is null or pg_catalog.jsonb_typeof(p_filter) <> 'object'
+     or exists (select 1 from pg_catalog.jsonb_object_keys(p_filter) k
+                 where k not in ('queue', 'name', 'state', 'tenant')) then
+    perform jobs.raise_error('invalid_argument',
+      'filter must be a JSON object with only queue, name, state, tenant');
+  end if;
+  if p_max is null or p_max not between 1 and 10000 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('max must be between 1 and 10000, got %s', p_max));
+  end if;
+  begin
+    v_states := jobs.filter_values(p_filter, 'state')::jobs.job_state[];
+  exception when invalid_text_representation then
+    perform jobs.raise_error('invalid_argument', 'filter.state names an unknown state',
+      null, 'states: ready, running, parked, succeeded, failed, dead, cancelled, interrupted');
+  end;
+  return array(
+    select j.id
+      from jobs.job j
+     where j.state = any (p_states)
+       and (v_states is null or j.state = any (v_states))
+       and (p_filter->'queue' is null or j.queue = any (jobs.filter_values(p_filter, 'queue')))
+       and (p_filter->'name' is null or j.name = any (jobs.filter_values(p_filter, 'name')))
+       and (p_filter->'tenant' is null or j.tenant = any (jobs.filter_values(p_filter, 'tenant')))
+       and (not p_waiting or j.state = 'parked' or j.run_at > jobs.now())
+     order by j.id
+     limit p_max
+       for update skip locked);
+end
+$$;
+
+create or replace function jobs.count_where(
+  p_filter  jsonb,
+  p_states  jobs.job_state[],
+  p_waiting boolean default false
+)
+returns bigint
+language sql
+stable
+set search_path = ''
+as $$
+  select pg_catalog.count(*)
+    from jobs.job j
+   where j.state = any (p_states)
+     and (p_filter->'state' is null or j.state = any (jobs.filter_values(p_filter, 'state')::jobs.job_state[]))
+     and (p_filter->'queue' is null or j.queue = any (jobs.filter_values(p_filter, 'queue')))
+     and (p_filter->'name' is null or j.name = any (jobs.filter_values(p_filter, 'name')))
+     and (p_filter->'tenant' is null or j.tenant = any (jobs.filter_values(p_filter, 'tenant')))
+     and (not p_waiting or j.state = 'parked' or j.run_at > jobs.now())
+$$;
+
+-- Refuse a one-job verb on a missing job or one in a refused state. Locks the row.
+create or replace function jobs.lock_for_verb(
+  p_id      bigint,
+  p_verb    text,
+  p_allowed jobs.job_state[]
+)
+returns jobs.job_state
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_state jobs.job_state;
+begin
+  select j.state into v_state from jobs.job j where j.id = p_id for update;
+  if v_state is null then
+    perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', p_id));
+  end if;
+  if v_state = any (p_allowed) then
+    return v_state;
+  end if;
+  if v_state = 'running' then
+    perform jobs.raise_error('job_running',
+      pg_catalog.format('cannot %s job %s: a worker is running it', p_verb, p_id),
+      null, 'cancel it first, or wait for it to finish');
+  end if;
+  perform jobs.raise_error('job_finished',
+    pg_catalog.format('cannot %s job %s: it is already %s', p_verb, p_id, v_state));
+  return v_state;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- The state changes, each written once and shared by the one-job and bulk forms.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.apply_cancel(p_ids bigint[])
+returns void
+language sql
+volatile
+set search_path = ''
+as $$
+  update jobs.job as j
+     set state = 'cancelled', finished_at = jobs.now(), lease_expires_at = null
+   where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
+$$;
+
+create or replace function jobs.apply_requeue(p_ids bigint[])
+returns void
+language sql
+volatile
+set search_path = ''
+as $$
+  update jobs.job as j
+     set state = 'ready', attempt = 0, run_at = jobs.now(), finished_at = null,
+         lease_expires_at = null, result = null
+   where j.id = any (p_ids) and j.state in ('failed', 'dead', 'cancelled')
+$$;
+
+create or replace function jobs.apply_promote(p_ids bigint[])
+returns void
+language sql
+volatile
+set search_path = ''
+as $$
+  update jobs.job as j
+     set state = case when j.state = 'parked' then 'ready' else j.state end,
+         run_at = jobs.now()
+   where j.id = any (p_ids) and j.state in ('ready', 'interrupted', 'parked')
+$$;
+
+create or replace function jobs.apply_remove(p_ids bigint[])
+returns void
+language sql
+volatile
+set search_path = ''
+as $$
+  delete from jobs.job as j where j.id = any (p_ids) and j.state <> 'running'
+$$;
+
+-- ---------------------------------------------------------------------------
+-- One-job verbs.
+-- ---------------------------------------------------------------------------
+
+-- jobs.cancel(id): a live job -> cancelled. Errors: job_not_found, job_finished.
+create or replace function jobs.cancel(p_id bigint)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.lock_for_verb(p_id, 'cancel', '{ready,running,parked,interrupted}');
+  perform jobs.apply_cancel(array[p_id]);
+end
+$$;
+
+comment on function jobs.cancel(bigint) is
+  'Cancel a live job (ready, running, parked, interrupted); SJ006 missing, SJ010 finished.';
+
+-- jobs.requeue(ids): failed/dead/cancelled jobs -> ready, attempt 0, now.
+-- Refuses the whole call, changing nothing, when any id is missing (job_not_found),
+-- succeeded (job_not_requeueable) or still live (job_live); then one statement.
+create or replace function jobs.requeue(p_ids bigint[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_id    bigint;
+  v_state jobs.job_state;
+begin
+  if p_ids is null or pg_catalog.cardinality(p_ids) = 0 then
+    perform jobs.raise_error('invalid_argument', 'requeue needs at least one job id');
+  end if;
+  -- LOCK in id order, then GUARD.
+  perform 1 from jobs.job j where j.id = any (p_ids) order by j.id for update;
+  select i.id into v_id from pg_catalog.unnest(p_ids) i(id)
+   where not exists (select 1 from jobs.job j where j.id = i.id) limit 1;
+  if v_id is not null then
+    perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', v_id));
+  end if;
+  select j.id, j.state into v_id, v_state from jobs.job j
+   where j.id = any (p_ids) and j.state = 'succeeded' order by j.id limit 1;
+  if v_id is not null then
+    perform jobs.raise_error('job_not_requeueable',
+      pg_catalog.format('job %s succeeded; a success is not run again', v_id),
+      null, 'enqueue a new job with a new key to run it again');
+  end if;
+  select j.id, j.state into v_id, v_state from jobs.job j
+   where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
+   order by j.id limit 1;
+  if v_id is not null then
+    perform jobs.raise_error('job_live',
+      pg_catalog.format('job %s is %s: it will run without a requeue', v_id, v_state));
+  end if;
+  -- WRITE
+  perform jobs.apply_requeue(p_ids);
+end
+$$;
+
+comment on function jobs.requeue(bigint[]) is
+  'Run failed, dead or cancelled jobs again (attempt 0, now); SJ006, SJ007, SJ008 refuse the whole call.';
+
+-- jobs.promote(id): run a waiting job now. Errors: job_not_found, job_running, job_finished.
+create or replace function jobs.promote(p_id bigint)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.lock_for_verb(p_id, 'promote', '{ready,interrupted,parked}');
+  perform jobs.apply_promote(array[p_id]);
+end
+$$;
+
+comment on function jobs.promote(bigint) is 'Make a waiting job runnable now.';
+
+-- jobs.remove(id): delete a job that is not running. Errors: job_not_found, job_running.
+create or replace function jobs.remove(p_id bigint)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.lock_for_verb(p_id, 'remove',
+    '{ready,parked,succeeded,failed,dead,cancelled,interrupted}');
+  perform jobs.apply_remove(array[p_id]);
+end
+$$;
+
+comment on function jobs.remove(bigint) is 'Delete a job that no worker is running.';
+
+-- ---------------------------------------------------------------------------
+-- Bulk verbs: at most p_max rows per call; `remaining` = what a second call would move.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.cancel_where(p_filter jsonb, p_max integer default 1000)
+returns table (moved integer, remaining bigint)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_live jobs.job_state[] := '{ready,running,parked,interrupted}';
+  v_ids  bigint[] := jobs.ids_where(p_filter, v_live, p_max);
+begin
+  perform jobs.apply_cancel(v_ids);
+  return query select pg_catalog.cardinality(v_ids), jobs.count_where(p_filter, v_live);
+end
+$$;
+
+create or replace function jobs.requeue_where(p_filter jsonb, p_max integer default 1000)
+returns table (moved integer, remaining bigint)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_from jobs.job_state[] := '{failed,dead,cancelled}';
+  v_ids  bigint[] := jobs.ids_where(p_filter, v_from, p_max);
+begin
+  perform jobs.apply_requeue(v_ids);
+  return query select pg_catalog.cardinality(v_ids), jobs.count_where(p_filter, v_from);
+end
+$$;
+
+-- A promoted row stays claimable, so promote moves (and counts) only rows still
+-- waiting: parked, or with run_at in the future.
+create or replace function jobs.promote_where(p_filter jsonb, p_max integer default 1000)
+returns table (moved integer, remaining bigint)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_from jobs.job_state[] := '{ready,interrupted,parked}';
+  v_ids  bigint[] := jobs.ids_where(p_filter, v_from, p_max, true);
+begin
+  perform jobs.apply_promote(v_ids);
+  return query select pg_catalog.cardinality(v_ids), jobs.count_where(p_filter, v_from, true);
+end
+$$;
+
+create or replace function jobs.remove_where(p_filter jsonb, p_max integer default 1000)
+returns table (moved integer, remaining bigint)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_from jobs.job_state[] := '{ready,parked,succeeded,failed,dead,cancelled,interrupted}';
+  v_ids  bigint[] := jobs.ids_where(p_filter, v_from, p_max);
+begin
+  perform jobs.apply_remove(v_ids);
+  return query select pg_catalog.cardinality(v_ids), jobs.count_where(p_filter, v_from);
+end
+$$;
+
+comment on function jobs.cancel_where(jsonb, integer) is 'Cancel at most p_max live jobs matching a filter.';
+comment on function jobs.requeue_where(jsonb, integer) is 'Requeue at most p_max failed/dead/cancelled jobs matching a filter.';
+comment on function jobs.promote_where(jsonb, integer) is 'Run now at most p_max waiting jobs matching a filter.';
+comment on function jobs.remove_where(jsonb, integer) is 'Delete at most p_max non-running jobs matching a filter.';
+
+-- ---------------------------------------------------------------------------
+-- Queues: pause / resume. A paused queue keeps accepting jobs; claims skip it.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.pause_queue(p_queue text)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  if p_queue is null or p_queue = '' then
+    perform jobs.raise_error('invalid_argument', 'queue is required');
+  end if;
+  insert into jobs.queue as q (name, paused, updated_at) values (p_queue, true, jobs.now())
+  on conflict (name) do update set paused = true, updated_at = excluded.updated_at;
+end
+$$;
+
+create or replace function jobs.resume_queue(p_queue text)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  if p_queue is null or p_queue = '' then
+    perform jobs.raise_error('invalid_argument', 'queue is required');
+  end if;
+  update jobs.queue as q set paused = false, updated_at = jobs.now() where q.name = p_queue;
+  if coalesce(pg_catalog.current_setting('jobs.notify', true), '') <> 'off' then
+    perform pg_catalog.pg_notify('jobs_wake', p_queue);
+  end if;
+end
+$$;
+
+comment on function jobs.pause_queue(text) is 'Stop claims from a queue (enqueue still works).';
+comment on function jobs.resume_queue(text) is 'Let claims take from a paused queue again.';
+
+-- ---------------------------------------------------------------------------
+-- Read side.
+-- ---------------------------------------------------------------------------
+create or replace view jobs.job_view as
+  select j.id, j.name, j.queue, j.tenant, j.key, j.state, j.priority, j.run_at, j.attempt,
+         j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.dead_letter,
+         j.timeout_s, j.claim, j.lease_expires_at, j.worker, j.progress, j.last_error,
+         j.result, j.traceparent, j.created_at, j.started_at, j.finished_at
+    from jobs.job j;
+
+comment on view jobs.job_view is
+  'Every job without its payload (read it with jobs.job_payload(id)).';
+
+create or replace function jobs.job_payload(p_id bigint)
+returns jsonb
+language sql
+stable
+set search_path = ''
+as $$ select j.payload from jobs.job j where j.id = p_id $$;
+
+comment on function jobs.job_payload(bigint) is 'The payload of one job (null when it does not exist).';
+
+-- jobs.queue_stats(): one row per queue that has jobs or a pause switch.
+create or replace function jobs.queue_stats()
+returns table (
+  queue           text,
+  paused          boolean,
+  ready           bigint,
+  running         bigint,
+  parked          bigint,
+  interrupted     bigint,
+  succeeded       bigint,
+  failed          bigint,
+  dead            bigint,
+  cancelled       bigint,
+  oldest_ready_s  double precision
+)
+language sql
+stable
+set search_path = ''
+as $$
+  with counts as (
+    select j.queue,
+           pg_catalog.count(*) filter (where j.state = 'ready') as ready,
+           pg_catalog.count(*) filter (where j.state = 'running') as running,
+           pg_catalog.count(*) filter (where j.state = 'parked') as parked,
+           pg_catalog.count(*) filter (where j.state = 'interrupted') as interrupted,
+           pg_catalog.count(*) filter (where j.state = 'succeeded') as succeeded,
+           pg_catalog.count(*) filter (where j.state = 'failed') as failed,
+           pg_catalog.count(*) filter (where j.state = 'dead') as dead,
+           pg_catalog.count(*) filter (where j.state = 'cancelled') as cancelled,
+           pg_catalog.min(j.run_at) filter (where j.state in ('ready', 'interrupted')
+                                              and j.run_at <= jobs.now()) as oldest_ready_at
+      from jobs.job j
+     group by j.queue
+  ),
+  names as (
+    select c.queue from counts c union select q.name from jobs.queue q
+  )
+  select n.queue, coalesce(q.paused, false),
+         coalesce(c.ready, 0), coalesce(c.running, 0), coalesce(c.parked, 0),
+         coalesce(c.interrupted, 0), coalesce(c.succeeded, 0), coalesce(c.failed, 0),
+         coalesce(c.dead, 0), coalesce(c.cancelled, 0),
+         coalesce(extract(epoch from jobs.now() - c.oldest_ready_at)::double precision, 0)
+    from names n
+    left join counts c on c.queue = n.queue
+    left join jobs.queue q on q.name = n.queue
+   order by n.queue
+$$;
+
+comment on function jobs.queue_stats() is
+  'Per queue: paused, counts by state, age in seconds of the oldest runnable job.';

@@ -1,0 +1,2 @@
+def test_version(conn):
+    assert conn.execute("select jobs.schema_version()").fetchone()[0] == 1
