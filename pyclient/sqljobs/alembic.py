@@ -2,10 +2,13 @@
 
 Either list our version location in your `alembic.ini` beside your own::
 
+    path_separator = space
     version_locations = %(here)s/migrations/versions sqljobs:_migrations/versions
 
-(`sqljobs.alembic.version_location()` prints the path), or call this from one
-revision of your own::
+(`sqljobs.alembic.version_location()` answers the same directory as a path;
+`path_separator = os` would split `sqljobs:_migrations/versions` at its colon, `space`
+or `newline` keep it whole, and without the line Alembic warns and splits on spaces),
+or call this from one revision of your own::
 
     import sqljobs.alembic
 

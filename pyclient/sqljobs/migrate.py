@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import TextIO
 
 from alembic import command
 from alembic.config import Config
@@ -23,7 +24,7 @@ def sqlalchemy_url(dsn: str) -> str:
     return url.render_as_string(hide_password=False)
 
 
-def alembic_config(dsn: str, output: io.TextIOBase | None = None) -> Config:
+def alembic_config(dsn: str, output: TextIO | None = None) -> Config:
     config = Config(output_buffer=output) if output is not None else Config()
     config.set_main_option("script_location", str(migrations_dir()))
     # Alembic reads the ini-style options with %-interpolation.

@@ -1,0 +1,33 @@
+# sqljobs developer tasks. `make` (or `make help`) lists them.
+#
+# PYTHON is the interpreter of your development virtualenv (pip install -e '.[test,dev]').
+# The tests use $SQLJOBS_TEST_DSN when set, else find a server themselves (see README.md).
+
+PYTHON ?= python
+PYTEST ?= $(PYTHON) -m pytest
+
+.DEFAULT_GOAL := help
+.PHONY: help test sqltest lint bench docs
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+test: ## run every test: pytest and the pgTAP files in sqltests/
+	$(PYTEST)
+
+sqltest: ## run only the pgTAP files in sqltests/
+	$(PYTEST) sqltests/
+
+lint: ## ruff and mypy (strict on pyclient/)
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m mypy
+
+bench: ## run the benchmark suite (bench/)
+	$(PYTHON) -m bench
+
+docs: ## build the documentation site (mkdocs, strict)
+	@if [ -f mkdocs.yml ]; then \
+		$(PYTHON) -m mkdocs build --strict; \
+	else \
+		echo "no mkdocs.yml: the docs are plain Markdown under docs/ (nothing to build)"; \
+	fi

@@ -1,0 +1,72 @@
+"""The client checks the installed schema when it opens (DESIGN §2).
+
+Missing or older than this client needs: `SchemaError`, naming the command to run
+(`sqljobs migrate`). Current: the app opens. Sync and async alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import psycopg
+import pytest
+
+import sqljobs
+from sqljobs import migrate
+
+OLD_SCHEMA = """
+create or replace function jobs.schema_version() returns integer
+language sql immutable set search_path = '' as $$ select 0 $$
+"""
+
+
+def open_sync(dsn: str) -> None:
+    app = sqljobs.App(dsn, min_size=1, max_size=1)
+    app.open()
+    app.close()
+
+
+def open_async(dsn: str) -> None:
+    async def scenario() -> None:
+        app = sqljobs.App(dsn, min_size=1, max_size=1)
+        await app.open_async()
+        await app.close_async()
+
+    asyncio.run(scenario())
+
+
+OPENERS = pytest.mark.parametrize("open_app", [open_sync, open_async], ids=["sync", "async"])
+Opener = Callable[[str], None]
+
+
+@OPENERS
+def test_empty_database_says_to_install(empty_db: str, open_app: Opener) -> None:
+    with pytest.raises(sqljobs.SchemaError) as raised:
+        open_app(empty_db)
+    message = str(raised.value)
+    assert "sqljobs migrate" in message
+    assert "install" in message
+    assert "password" not in message
+
+
+@OPENERS
+def test_old_schema_says_to_upgrade(empty_db: str, open_app: Opener) -> None:
+    migrate.upgrade(empty_db)
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        conn.execute(OLD_SCHEMA)
+    with pytest.raises(sqljobs.SchemaError) as raised:
+        open_app(empty_db)
+    message = str(raised.value)
+    assert "sqljobs migrate" in message
+    assert "upgrade" in message
+    assert "version 0" in message
+
+
+@OPENERS
+def test_current_schema_opens(db_dsn: str, open_app: Opener) -> None:
+    open_app(db_dsn)
+
+
+def test_schema_error_is_a_sqljobs_error() -> None:
+    assert issubclass(sqljobs.SchemaError, sqljobs.SqljobsError)
