@@ -60,11 +60,19 @@ begin
     raise exception 'sqljobs.invalid_argument: unknown error name %', p_name
       using errcode = 'SJ001';
   end if;
-  raise exception using
-    errcode = v_state,
-    message = 'sqljobs.' || p_name || ': ' || p_message,
-    detail  = coalesce(p_detail, ''),
-    hint    = coalesce(p_hint, '');
+  -- RAISE refuses a null DETAIL or HINT, and an empty one prints as a blank line.
+  if p_detail is null and p_hint is null then
+    raise exception using errcode = v_state, message = 'sqljobs.' || p_name || ': ' || p_message;
+  elsif p_hint is null then
+    raise exception using errcode = v_state, message = 'sqljobs.' || p_name || ': ' || p_message,
+      detail = p_detail;
+  elsif p_detail is null then
+    raise exception using errcode = v_state, message = 'sqljobs.' || p_name || ': ' || p_message,
+      hint = p_hint;
+  else
+    raise exception using errcode = v_state, message = 'sqljobs.' || p_name || ': ' || p_message,
+      detail = p_detail, hint = p_hint;
+  end if;
 end
 $$;
 

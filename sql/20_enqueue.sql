@@ -21,6 +21,8 @@
 --   on_conflict   text     'return' (default): answer the existing job as deduped;
 --                          'error': raise duplicate_job (SJ003)
 --
+-- Text fields must be JSON strings and numbers finite; anything else is invalid_argument.
+--
 -- Idempotency namespace: (name, coalesce(tenant, ''), key). A second enqueue in it
 -- answers the existing job, live or finished, with outcome 'deduped'.
 --
@@ -55,6 +57,8 @@ returns text
 language plpgsql
 stable
 set search_path = ''
+-- Generic plans: re-planning these statements on every call cost more than running them.
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_problem text;
@@ -63,10 +67,12 @@ begin
     return 'specs must be a JSON array of job specs';
   end if;
 
-  -- Shape: each spec an object with known fields only.
+  -- Shape: each spec an object with known fields only; text fields hold JSON strings
+  -- (the text cast below would turn {"a": 1} into a job named '{"a": 1}').
   select pg_catalog.format('spec %s: %s', e.ord, case
            when pg_catalog.jsonb_typeof(e.spec) <> 'object' then 'must be a JSON object'
-           else 'unknown field ' || pg_catalog.quote_literal(k.field) end)
+           when k.field is not null then 'unknown field ' || pg_catalog.quote_literal(k.field)
+           else pg_catalog.quote_literal(t.field) || ' must be a string' end)
     into v_problem
     from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
     left join lateral (
@@ -77,7 +83,14 @@ begin
                                    'retry_cap_s', 'retry_jitter', 'dead_letter', 'timeout_s',
                                    'traceparent', 'on_conflict'])
        limit 1) k on true
-   where pg_catalog.jsonb_typeof(e.spec) <> 'object' or k.field is not null
+    left join lateral (
+      select f.key as field from pg_catalog.jsonb_each(
+               case when pg_catalog.jsonb_typeof(e.spec) = 'object' then e.spec else '{}' end) as f
+       where f.key = any (array['name', 'key', 'queue', 'tenant', 'retry_jitter', 'traceparent',
+                                'on_conflict'])
+         and pg_catalog.jsonb_typeof(f.value) not in ('string', 'null')
+       limit 1) t on true
+   where pg_catalog.jsonb_typeof(e.spec) <> 'object' or k.field is not null or t.field is not null
    order by e.ord
    limit 1;
   if v_problem is not null then
@@ -92,6 +105,10 @@ begin
              when s.queue = '' then 'queue must not be empty'
              when s.priority not between -32768 and 32767 then 'priority must be between -32768 and 32767'
              when s.max_attempts < 1 then 'max_attempts must be at least 1'
+             -- 'NaN' and 'Infinity' arrive as strings; NaN sorts above Infinity.
+             when greatest(@ s.delay_s, @ s.retry_base_s, @ s.retry_cap_s, @ s.timeout_s)
+                  >= 'Infinity'::double precision
+               then 'delay_s, retry_base_s, retry_cap_s and timeout_s must be finite'
              when s.retry_base_s <= 0 then 'retry_base_s must be positive'
              when s.retry_cap_s < coalesce(s.retry_base_s, 1) then 'retry_cap_s must be at least retry_base_s'
              when s.retry_jitter not in ('none', 'full', 'equal') then 'retry_jitter must be none, full or equal'
@@ -105,6 +122,8 @@ begin
     cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec, e.spec) as s
      where s.name is null or s.name = '' or s.key is null or s.key = '' or s.queue = ''
         or s.priority not between -32768 and 32767 or s.max_attempts < 1
+        or greatest(@ s.delay_s, @ s.retry_base_s, @ s.retry_cap_s, @ s.timeout_s)
+           >= 'Infinity'::double precision
         or s.retry_base_s <= 0 or s.retry_cap_s < coalesce(s.retry_base_s, 1)
         or s.retry_jitter not in ('none', 'full', 'equal') or s.timeout_s <= 0
         or s.delay_s < 0 or (s.delay_s is not null and s.run_at is not null)
@@ -122,12 +141,39 @@ comment on function jobs.spec_problem(jsonb) is
   'The first problem in a jsonb array of job specs, or null when all are valid. Reads no table.';
 
 -- ---------------------------------------------------------------------------
+-- jobs.wake(queues): one pg_notify('jobs_wake', queue) per queue, unless the session
+-- set jobs.notify = off. PostgreSQL delivers them at commit and folds repeats within
+-- a transaction, so a transaction wakes each queue once however many calls it makes.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.wake(p_queues text[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_queue text;
+begin
+  if coalesce(pg_catalog.current_setting('jobs.notify', true), '') = 'off' then
+    return;
+  end if;
+  foreach v_queue in array coalesce(p_queues, '{}') loop
+    perform pg_catalog.pg_notify('jobs_wake', v_queue);
+  end loop;
+end
+$$;
+
+comment on function jobs.wake(text[]) is
+  'Notify jobs_wake once per queue (off when the session sets jobs.notify = off).';
+
+-- ---------------------------------------------------------------------------
 -- jobs.enqueue_many(specs jsonb) -> (ord, id, outcome), one row per spec, in input order.
 --
 -- Contract:
 --   * Refuses the whole call before the first write when any spec is invalid
 --     (invalid_argument SJ001, payload_too_large SJ002) or when a spec with
---     on_conflict = 'error' meets an existing key (duplicate_job SJ003).
+--     on_conflict = 'error' meets an existing key, or a key an earlier spec of the
+--     same batch takes (duplicate_job SJ003).
 --   * Inserts every new job as ready in one statement; a key already present (also a
 --     key repeated inside the batch) answers the existing job with outcome 'deduped'.
 --   * Notifies 'jobs_wake' once per queue that received a job runnable now.
@@ -140,15 +186,17 @@ returns table (ord integer, id bigint, outcome text)
 language plpgsql
 volatile
 set search_path = ''
+-- Generic plans: re-planning these statements on every call cost more than running them.
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_now      timestamptz := jobs.now();
   v_problem  text;
   v_max      integer := jobs.max_payload_bytes();
   v_dup      text;
+  v_strict   boolean;
   v_created  bigint[];
   v_wake     text[];
-  v_queue    text;
 begin
   -- GUARD: every refusal happens here, before the first write.
   v_problem := jobs.spec_problem(p_specs);
@@ -168,13 +216,34 @@ begin
                              'store large data elsewhere and pass a reference in the payload');
   end if;
 
+  v_strict := p_specs @? '$[*] ? (@.on_conflict == "error")';
   select pg_catalog.format('spec %s: job %s already exists for key %s', e.ord, j.id,
                            pg_catalog.quote_literal(s.key))
     into v_dup
     from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
     cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec, e.spec) as s
-    join jobs.job j on j.name = s.name and coalesce(j.tenant, '') = coalesce(s.tenant, '') and j.key = s.key
-   where s.on_conflict = 'error'
+    cross join lateral (select k.id from jobs.job k
+                         where k.name = s.name and coalesce(k.tenant, '') = coalesce(s.tenant, '')
+                           and k.key = s.key) as j
+   where v_strict and s.on_conflict = 'error'
+   order by e.ord
+   limit 1;
+  if v_dup is not null then
+    perform jobs.raise_error('duplicate_job', v_dup);
+  end if;
+  -- A strict spec whose key an earlier spec of the same batch already takes.
+  select pg_catalog.format('spec %s: key %s is already taken by spec %s of this batch',
+                           e.ord, pg_catalog.quote_literal(s.key), f.ord)
+    into v_dup
+    from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+    cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec, e.spec) as s
+    cross join lateral (
+      select p.ord
+        from pg_catalog.jsonb_array_elements(p_specs) with ordinality as p(spec, ord)
+       where p.ord < e.ord and p.spec->>'name' = s.name and p.spec->>'key' = s.key
+         and coalesce(p.spec->>'tenant', '') = coalesce(s.tenant, '')
+       limit 1) as f
+   where v_strict and s.on_conflict = 'error'
    order by e.ord
    limit 1;
   if v_dup is not null then
@@ -193,9 +262,10 @@ begin
            coalesce(s.retry_cap_s, greatest(3600, coalesce(s.retry_base_s, 1))),
            coalesce(s.retry_jitter, 'full'), coalesce(s.dead_letter, true), s.timeout_s,
            s.traceparent, v_now
-      from pg_catalog.jsonb_array_elements(p_specs) as e(spec)
+      from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
      cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec, e.spec) as s
-     order by s.name, coalesce(s.tenant, ''), s.key
+     -- ord breaks ties: a key repeated in the batch is inserted from its first spec.
+     order by s.name, coalesce(s.tenant, ''), s.key, e.ord
     on conflict (name, (coalesce(tenant, '')), key) do nothing
     returning j.id, j.queue, j.run_at
   )
@@ -210,8 +280,10 @@ begin
     into v_dup
     from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
     cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec, e.spec) as s
-    join jobs.job j on j.name = s.name and coalesce(j.tenant, '') = coalesce(s.tenant, '') and j.key = s.key
-   where s.on_conflict = 'error' and j.id <> all (coalesce(v_created, '{}'))
+    cross join lateral (select k.id from jobs.job k
+                         where k.name = s.name and coalesce(k.tenant, '') = coalesce(s.tenant, '')
+                           and k.key = s.key) as j
+   where v_strict and s.on_conflict = 'error' and j.id <> all (coalesce(v_created, '{}'))
    order by e.ord
    limit 1;
   if v_dup is not null then
@@ -219,11 +291,7 @@ begin
   end if;
 
   -- WAKE: once per queue.
-  if coalesce(pg_catalog.current_setting('jobs.notify', true), '') <> 'off' then
-    foreach v_queue in array coalesce(v_wake, '{}') loop
-      perform pg_catalog.pg_notify('jobs_wake', v_queue);
-    end loop;
-  end if;
+  perform jobs.wake(v_wake);
 
   -- ANSWER: one row per spec, in input order. A key repeated inside the batch was
   -- created by its first spec; the repeats are deduped.
@@ -235,8 +303,9 @@ begin
                    pg_catalog.row_number() over (partition by j.id order by e.ord) = 1 as first
               from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
              cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec, e.spec) as s
-              join jobs.job j on j.name = s.name and coalesce(j.tenant, '') = coalesce(s.tenant, '')
-                             and j.key = s.key) a
+             cross join lateral (select k.id from jobs.job k
+                                  where k.name = s.name and coalesce(k.tenant, '') = coalesce(s.tenant, '')
+                                    and k.key = s.key) as j) a
      order by a.ord;
 end
 $$;
@@ -259,6 +328,8 @@ returns table (id bigint, outcome text)
 language plpgsql
 volatile
 set search_path = ''
+-- Generic plans: re-planning these statements on every call cost more than running them.
+set plan_cache_mode = force_generic_plan
 as $$
 begin
   if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object' then

@@ -29,9 +29,17 @@ as $$
            when 'full'  then pg_catalog.random() * d.delay
            when 'equal' then d.delay / 2 + pg_catalog.random() * d.delay / 2
          end
-    from (select least(p_cap_s,
-                   p_base_s * pg_catalog.power(2::double precision,
-                                               greatest(p_attempt, 1) - 1)) as delay) d
+    from (select case
+                   -- At the cap already? Asked in logs, because 2^(attempt - 1) overflows a
+                   -- double from attempt 1025 on (a job may have max_attempts > 1024).
+                   when p_base_s > 0 and p_cap_s > 0
+                        and (greatest(p_attempt, 1) - 1) * pg_catalog.ln(2::double precision)
+                            >= pg_catalog.ln(p_cap_s) - pg_catalog.ln(p_base_s)
+                     then p_cap_s
+                   else least(p_cap_s,
+                              p_base_s * pg_catalog.power(2::double precision,
+                                                          greatest(p_attempt, 1) - 1))
+                 end as delay) d
 $$;
 
 comment on function jobs.backoff_s(integer, double precision, double precision, text) is
@@ -60,6 +68,38 @@ end
 $$;
 
 -- ---------------------------------------------------------------------------
+-- jobs.notify_settled(ids): one pg_notify('jobs_settled', payload) per call, so a
+-- caller awaiting a job's result (app.result) wakes without polling. The payload is
+-- the ids, comma-separated; when that would pass NOTIFY's 8000-byte limit it is '*'
+-- (re-check everything you wait for). The ids may include jobs that did not reach a
+-- final state (a retry, a failed fence): a waiter always re-reads the job.
+-- Skipped when the session sets jobs.notify = off (as the wake notifies are).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.notify_settled(p_ids bigint[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_payload text;
+begin
+  if p_ids is null or pg_catalog.cardinality(p_ids) = 0
+     or coalesce(pg_catalog.current_setting('jobs.notify', true), '') = 'off' then
+    return;
+  end if;
+  v_payload := pg_catalog.array_to_string(p_ids, ',');
+  if pg_catalog.octet_length(v_payload) > 7900 then
+    v_payload := '*';
+  end if;
+  perform pg_catalog.pg_notify('jobs_settled', v_payload);
+end
+$$;
+
+comment on function jobs.notify_settled(bigint[]) is
+  'Notify jobs_settled once with the settled ids (or * when too many); off with jobs.notify = off.';
+
+-- ---------------------------------------------------------------------------
 -- jobs.ack_many(ids, claims, results) -> (id, ok) per input, in input order.
 -- running -> succeeded, storing the result (jsonb; null allowed). results may be
 -- null (no results at all). ok = false: the fence did not hold, nothing changed.
@@ -73,6 +113,8 @@ returns table (id bigint, ok boolean)
 language plpgsql
 volatile
 set search_path = ''
+-- Generic plans: re-planning these statements on every call cost more than running them.
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_now timestamptz := jobs.now();
@@ -98,6 +140,8 @@ begin
     select input.id, done.id is not null
       from input left join done on done.id = input.id
      order by input.ord;
+  -- NOTIFY result waiters (once per call).
+  perform jobs.notify_settled(p_ids);
 end
 $$;
 
@@ -110,6 +154,8 @@ returns void
 language plpgsql
 volatile
 set search_path = ''
+-- Generic plans: re-planning these statements on every call cost more than running them.
+set plan_cache_mode = force_generic_plan
 as $$
 begin
   if not (select a.ok from jobs.ack_many(array[p_id], array[p_claim], array[p_result]) a) then
@@ -155,7 +201,9 @@ $$;
 --              (e.g. rate-limited).
 --   interrupt  interrupted (a drain cut-off stopped the run), not an attempt;
 --              claimed again like ready.
--- errors: jsonb per job (null allowed), stored in last_error with attempt and time.
+-- errors: jsonb per job (null allowed), stored in last_error with attempt and time; an
+--         error that is not an object is stored as {"message": error, ...}. A null error
+--         leaves last_error as it was.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.nack_many(
   p_ids      bigint[],
@@ -168,6 +216,8 @@ returns table (id bigint, ok boolean, state jobs.job_state)
 language plpgsql
 volatile
 set search_path = ''
+-- Generic plans: re-planning these statements on every call cost more than running them.
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_now timestamptz := jobs.now();
@@ -187,8 +237,8 @@ begin
       pg_catalog.format('mode %s is not one of retry, fail, park, shed, interrupt',
                         pg_catalog.quote_literal(v_bad)));
   end if;
-  if exists (select 1 from pg_catalog.unnest(p_delays_s) d where d < 0 or d = 'NaN') then
-    perform jobs.raise_error('invalid_argument', 'delays_s must not be negative');
+  if exists (select 1 from pg_catalog.unnest(p_delays_s) d where d < 0 or d >= 'Infinity') then
+    perform jobs.raise_error('invalid_argument', 'delays_s must be finite and not negative');
   end if;
 
   return query
@@ -235,7 +285,9 @@ begin
              lease_expires_at = null,
              finished_at = case when t.next_state in ('failed', 'dead') then v_now end,
              last_error = case when t.error is null then j.last_error
-                               else t.error || pg_catalog.jsonb_build_object('attempt', t.attempt, 'at', v_now)
+                               else case when pg_catalog.jsonb_typeof(t.error) = 'object' then t.error
+                                         else pg_catalog.jsonb_build_object('message', t.error) end
+                                    || pg_catalog.jsonb_build_object('attempt', t.attempt, 'at', v_now)
                           end
         from target t
        where j.id = t.id
@@ -244,6 +296,8 @@ begin
     select input.id, done.id is not null, done.state
       from input left join done on done.id = input.id
      order by input.ord;
+  -- NOTIFY result waiters (once per call; a waiter re-reads the job's state).
+  perform jobs.notify_settled(p_ids);
 end
 $$;
 
@@ -262,6 +316,8 @@ returns jobs.job_state
 language plpgsql
 volatile
 set search_path = ''
+-- Generic plans: re-planning these statements on every call cost more than running them.
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_ok    boolean;
@@ -294,6 +350,8 @@ returns table (id bigint, ok boolean)
 language plpgsql
 volatile
 set search_path = ''
+-- Generic plans: re-planning these statements on every call cost more than running them.
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_now timestamptz := jobs.now();

@@ -24,8 +24,11 @@ immutable
 set search_path = ''
 as $$
 begin
+  -- An absent field matches everything. (Not `case ... when null`: null never equals.)
+  if p_filter->p_field is null then
+    return null;
+  end if;
   case pg_catalog.jsonb_typeof(p_filter->p_field)
-    when null then return null;
     when 'string' then return array[p_filter->>p_field];
     when 'array' then
       if exists (select 1 from pg_catalog.jsonb_array_elements(p_filter->p_field) e
@@ -155,16 +158,21 @@ as $$
    where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
 $$;
 
+-- Requeue and promote make jobs runnable now, so they wake their queues' workers.
 create or replace function jobs.apply_requeue(p_ids bigint[])
 returns void
 language sql
 volatile
 set search_path = ''
 as $$
-  update jobs.job as j
-     set state = 'ready', attempt = 0, run_at = jobs.now(), finished_at = null,
-         lease_expires_at = null, result = null
-   where j.id = any (p_ids) and j.state in ('failed', 'dead', 'cancelled')
+  with moved as (
+    update jobs.job as j
+       set state = 'ready', attempt = 0, run_at = jobs.now(), finished_at = null,
+           lease_expires_at = null, result = null
+     where j.id = any (p_ids) and j.state in ('failed', 'dead', 'cancelled')
+    returning j.queue
+  )
+  select jobs.wake(array(select distinct moved.queue from moved))
 $$;
 
 create or replace function jobs.apply_promote(p_ids bigint[])
@@ -173,10 +181,14 @@ language sql
 volatile
 set search_path = ''
 as $$
-  update jobs.job as j
-     set state = case when j.state = 'parked' then 'ready' else j.state end,
-         run_at = jobs.now()
-   where j.id = any (p_ids) and j.state in ('ready', 'interrupted', 'parked')
+  with moved as (
+    update jobs.job as j
+       set state = case when j.state = 'parked' then 'ready' else j.state end,
+           run_at = jobs.now()
+     where j.id = any (p_ids) and j.state in ('ready', 'interrupted', 'parked')
+    returning j.queue
+  )
+  select jobs.wake(array(select distinct moved.queue from moved))
 $$;
 
 create or replace function jobs.apply_remove(p_ids bigint[])
@@ -383,9 +395,7 @@ begin
     perform jobs.raise_error('invalid_argument', 'queue is required');
   end if;
   update jobs.queue as q set paused = false, updated_at = jobs.now() where q.name = p_queue;
-  if coalesce(pg_catalog.current_setting('jobs.notify', true), '') <> 'off' then
-    perform pg_catalog.pg_notify('jobs_wake', p_queue);
-  end if;
+  perform jobs.wake(array[p_queue]);
 end
 $$;
 

@@ -9,11 +9,14 @@ import secrets
 
 from sqljobs.app import App
 from sqljobs.client import AsyncClient, Client
+from sqljobs.context import JobContext, RunCancelled
+from sqljobs.control import Retry, Snooze
 from sqljobs.errors import (
     ConfigurationError,
     DatabaseError,
     DuplicateJob,
     InvalidArgument,
+    InvalidPayload,
     JobFinished,
     JobLive,
     JobNotFound,
@@ -24,7 +27,9 @@ from sqljobs.errors import (
     QueuesRequired,
     SchemaError,
     SqljobsError,
+    UnknownJob,
 )
+from sqljobs.jobs import JobHandle, RetryPolicy
 from sqljobs.models import (
     BulkMoved,
     ClaimedJob,
@@ -35,6 +40,8 @@ from sqljobs.models import (
     QueueStats,
     Settled,
 )
+from sqljobs.results import JobCancelled, JobDead, JobError, JobFailed, ResultTimeout
+from sqljobs.worker import Worker
 
 
 def fresh_key() -> str:
@@ -57,7 +64,14 @@ __all__ = [
     "DuplicateJob",
     "Enqueued",
     "InvalidArgument",
+    "InvalidPayload",
+    "JobCancelled",
+    "JobContext",
+    "JobDead",
+    "JobError",
+    "JobFailed",
     "JobFinished",
+    "JobHandle",
     "JobLive",
     "JobNotFound",
     "JobNotRequeueable",
@@ -69,8 +83,15 @@ __all__ = [
     "PayloadTooLarge",
     "QueueStats",
     "QueuesRequired",
+    "ResultTimeout",
+    "Retry",
+    "RetryPolicy",
+    "RunCancelled",
     "SchemaError",
     "Settled",
+    "Snooze",
     "SqljobsError",
+    "UnknownJob",
+    "Worker",
     "fresh_key",
 ]

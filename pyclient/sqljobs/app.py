@@ -7,18 +7,23 @@ schema version this client needs. The runtime (declarations, worker) builds on i
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from pydantic import BaseModel
 
 from sqljobs import queries
 from sqljobs._version import SCHEMA_VERSION
 from sqljobs.client import AsyncClient, Client
-from sqljobs.errors import ConfigurationError, SchemaError
+from sqljobs.errors import ConfigurationError, SchemaError, UnknownJob
+from sqljobs.jobs import JobDefinition, JobHandle, RetryPolicy, payload_model_of
 
 DSN_VARIABLES = ("SQLJOBS_DSN", "DATABASE_URL")
+
+
 
 
 def resolve_dsn(dsn: str | None) -> str:
@@ -31,6 +36,11 @@ def resolve_dsn(dsn: str | None) -> str:
     raise ConfigurationError(
         "no database given: pass dsn=..., or set SQLJOBS_DSN or DATABASE_URL"
     )
+
+
+# What running `queries.schema_version()` raises when there is no sqljobs schema, or one
+# without jobs.schema_version(): names are resolved when the statement is parsed.
+SCHEMA_MISSING = (psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedFunction)
 
 
 def check_schema_version(installed: int | None, dsn_hint: str = "<dsn>") -> None:
@@ -70,6 +80,61 @@ class App:
         self._max_size = max_size
         self._pool: ConnectionPool[Any] | None = None
         self._async_pool: AsyncConnectionPool[Any] | None = None
+        self._jobs: dict[str, JobHandle[Any]] = {}
+
+    # -- declarations -----------------------------------------------------------------
+
+    def job(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        priority: int = 0,
+        dead_letter: bool | None = None,
+        terminal: tuple[type[BaseException], ...] = (),
+        payload: type[BaseModel] | None = None,
+    ) -> Callable[[Callable[..., Any]], JobHandle[Any]]:
+        """Declare a job: `@app.job(queue="mail", retry=RetryPolicy(max_attempts=5))`.
+
+        The handler takes `(ctx, payload)`, sync or async; the payload's pydantic model
+        comes from its annotation (or `payload=`). `terminal` exceptions fail the job at
+        once; any other exception is retried by the policy. A second job with the same
+        name is refused here.
+        """
+        policy = retry or RetryPolicy()
+        if dead_letter is not None:
+            policy = RetryPolicy(policy.max_attempts, policy.base_s, policy.cap_s,
+                                 policy.jitter, dead_letter)
+        if timeout is not None and timeout <= 0:
+            raise ConfigurationError("timeout must be positive seconds")
+
+        def declare(fn: Callable[..., Any]) -> JobHandle[Any]:
+            job_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            if job_name in self._jobs:
+                raise ConfigurationError(f"a job named {job_name!r} is already declared")
+            definition: JobDefinition[Any] = JobDefinition(
+                name=job_name, fn=fn, payload_model=payload or payload_model_of(fn),
+                queue=queue, retry=policy, timeout_s=timeout, priority=priority,
+                terminal=terminal,
+            )
+            handle: JobHandle[Any] = JobHandle(self, definition)
+            self._jobs[job_name] = handle
+            return handle
+
+        return declare
+
+    @property
+    def jobs(self) -> dict[str, JobHandle[Any]]:
+        """Declared jobs by name."""
+        return dict(self._jobs)
+
+    def job_handle(self, name: str) -> JobHandle[Any]:
+        try:
+            return self._jobs[name]
+        except KeyError:
+            raise UnknownJob(f"no job named {name!r} is declared on this app") from None
 
     @property
     def dsn(self) -> str:
@@ -89,8 +154,11 @@ class App:
             )
             pool.open(wait=True)
             try:
-                check_schema_version(Client(pool).run(queries.schema_version()),
-                                     _redacted(self.dsn))
+                try:
+                    installed = Client(pool).run(queries.schema_version())
+                except SCHEMA_MISSING:
+                    installed = None
+                check_schema_version(installed, _redacted(self.dsn))
             except BaseException:
                 pool.close()
                 raise
@@ -127,8 +195,11 @@ class App:
             )
             await pool.open(wait=True)
             try:
-                check_schema_version(await AsyncClient(pool).run(queries.schema_version()),
-                                     _redacted(self.dsn))
+                try:
+                    installed = await AsyncClient(pool).run(queries.schema_version())
+                except SCHEMA_MISSING:
+                    installed = None
+                check_schema_version(installed, _redacted(self.dsn))
             except BaseException:
                 await pool.close()
                 raise
@@ -153,3 +224,41 @@ class App:
         if self._async_pool is None:
             raise ConfigurationError("the async pool is not open: await app.open_async() first")
         return AsyncClient(self._async_pool)
+
+    # -- worker -----------------------------------------------------------------------
+
+    def run_worker(self, queues: list[str] | None = None, concurrency: int = 10,
+                   **options: Any) -> int:
+        """Run a worker for this app's jobs until SIGTERM/SIGINT (see `sqljobs.worker`).
+
+        `queues` defaults to every queue the declared jobs use. Answers the exit code:
+        0 after a drain, 1 after a forced stop.
+        """
+        from sqljobs.worker import Worker
+
+        return Worker(self, queues, concurrency, **options).run_sync()
+
+    async def run_worker_async(self, queues: list[str] | None = None, concurrency: int = 10,
+                               **options: Any) -> int:
+        """`run_worker` inside a running event loop."""
+        from sqljobs.worker import Worker
+
+        return await Worker(self, queues, concurrency, **options).run()
+
+    # -- results ----------------------------------------------------------------------
+
+    def result(self, job_id: int, timeout: float | None = None) -> Any:
+        """Wait for job `job_id` to finish and answer its result (see `sqljobs.results`).
+
+        Raises JobFailed / JobDead / JobCancelled when it ended without succeeding,
+        ResultTimeout when `timeout` seconds pass first, JobNotFound for an unknown id.
+        """
+        from sqljobs.results import wait_result
+
+        return wait_result(self.dsn, job_id, timeout)
+
+    async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
+        """`result` for asyncio code."""
+        from sqljobs.results import wait_result_async
+
+        return await wait_result_async(self.dsn, job_id, timeout)

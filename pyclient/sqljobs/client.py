@@ -50,9 +50,17 @@ class Client:
         return call.decode(rows)
 
     def run_all(self, calls: list[Call[T]]) -> list[T]:
-        """Run calls in one transaction: all take effect, or none."""
-        with self._connection() as conn, conn.transaction():
-            return [Client(conn).run(call) for call in calls]
+        """Run calls in one transaction: all take effect, or none.
+
+        On an autocommit connection (the pool's) the calls get a transaction of their
+        own; on a caller's connection they join the caller's transaction, which the
+        caller commits or rolls back (psycopg's transaction() would commit it here).
+        """
+        with self._connection() as conn:
+            if not conn.autocommit:
+                return [Client(conn).run(call) for call in calls]
+            with conn.transaction():
+                return [Client(conn).run(call) for call in calls]
 
 
 class AsyncClient:
@@ -80,6 +88,9 @@ class AsyncClient:
         return call.decode(rows)
 
     async def run_all(self, calls: list[Call[T]]) -> list[T]:
-        """Run calls in one transaction: all take effect, or none."""
-        async with self._connection() as conn, conn.transaction():
-            return [await AsyncClient(conn).run(call) for call in calls]
+        """Run calls in one transaction: all take effect, or none (see Client.run_all)."""
+        async with self._connection() as conn:
+            if not conn.autocommit:
+                return [await AsyncClient(conn).run(call) for call in calls]
+            async with conn.transaction():
+                return [await AsyncClient(conn).run(call) for call in calls]

@@ -25,6 +25,21 @@ class ConfigurationError(SqljobsError):
     """The application or a declaration is set up wrongly (found before any I/O)."""
 
 
+class InvalidPayload(SqljobsError, ValueError):
+    """A payload does not validate as its job's declared model (nothing was written).
+
+    In a worker, the job fails terminally with `last_error.kind = "invalid_payload"`.
+    """
+
+    def __init__(self, message: str, *, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+class UnknownJob(SqljobsError, LookupError):
+    """No job of that name is declared on this app."""
+
+
 class DatabaseError(SqljobsError):
     """A coded error raised by the sqljobs SQL functions.
 

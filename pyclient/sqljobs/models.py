@@ -107,7 +107,7 @@ class JobRecord(_Record):
     key: str
     state: JobState
     priority: int
-    run_at: datetime
+    run_at: datetime | None  # None: parked with no wake-up time (run_at = 'infinity')
     attempt: int
     max_attempts: int
     retry_base_s: float
@@ -156,3 +156,36 @@ class JobSpec(BaseModel):
     def to_sql(self) -> dict[str, Any]:
         """The jsonb object the SQL reads; absent fields take the SQL defaults."""
         return self.model_dump(mode="json", exclude_none=True)
+
+
+class WorkerRecord(_Record):
+    """One live worker from `jobs.workers()`."""
+
+    id: str
+    started_at: datetime
+    heartbeat_at: datetime
+    expires_at: datetime
+    queues: list[str]
+    names: list[str]
+    concurrency: int
+    host: str | None
+    pid: int | None
+    running: int
+
+
+class UnservedJobs(_Record):
+    """Waiting jobs of one (queue, name) that no live worker can run (`jobs.unserved_jobs()`)."""
+
+    queue: str
+    name: str
+    waiting: int
+    oldest_s: float
+
+
+class JobOutcome(_Record):
+    """Where a job stands, for a caller awaiting its result."""
+
+    id: int
+    state: JobState
+    result: Any
+    last_error: Any

@@ -17,11 +17,14 @@ from sqljobs.models import (
     BulkMoved,
     ClaimedJob,
     Enqueued,
+    JobOutcome,
     JobRecord,
     JobSpec,
     NackMode,
     QueueStats,
     Settled,
+    UnservedJobs,
+    WorkerRecord,
 )
 
 T = TypeVar("T")
@@ -55,11 +58,15 @@ def _json(value: Any) -> Jsonb | None:
 # -- version ------------------------------------------------------------------------
 
 def schema_version() -> Call[int | None]:
-    """The installed schema version, or None when no sqljobs schema is installed."""
-    # to_regproc guards the call: a missing function would abort a caller's transaction.
+    """The installed schema version.
+
+    With no sqljobs schema (or one without jobs.schema_version()) the statement fails to
+    parse: InvalidSchemaName or UndefinedFunction (`sqljobs.app.SCHEMA_MISSING`), which
+    App.open turns into SchemaError. No guard inside one statement can avoid that, since
+    names are resolved before anything runs; run it outside a transaction you care about.
+    """
     return Call(
-        "select case when pg_catalog.to_regprocedure('jobs.schema_version()') is null "
-        "then null else jobs.schema_version() end as version",
+        "select jobs.schema_version() as version",
         (),
         _one("version"),
     )
@@ -85,6 +92,11 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Call[list[Enqueued]]:
         (Jsonb([spec.to_sql() for spec in specs]),),
         lambda rows: [Enqueued.model_validate(row) for row in rows],
     )
+
+
+def enqueue_chunks(specs: Sequence[JobSpec]) -> list[Call[list[Enqueued]]]:
+    """One enqueue_many call per chunk of ENQUEUE_CHUNK specs; run them in one transaction."""
+    return [enqueue_many(specs[i:i + ENQUEUE_CHUNK]) for i in range(0, len(specs), ENQUEUE_CHUNK)]
 
 
 # -- claim and settle -----------------------------------------------------------------
@@ -163,7 +175,9 @@ def heartbeat(job_id: int, claim: int, lease_s: float = 30.0) -> Call[bool]:
     return Call("select jobs.heartbeat(%s, %s, %s) as ok", (job_id, claim, lease_s), _one("ok"))
 
 
-def heartbeat_many(ids: Sequence[int], claims: Sequence[int], lease_s: float) -> Call[list[Settled]]:
+def heartbeat_many(
+    ids: Sequence[int], claims: Sequence[int], lease_s: float
+) -> Call[list[Settled]]:
     return Call(
         "select id, ok from jobs.heartbeat_many(%s, %s, %s)",
         (list(ids), list(claims), lease_s),
@@ -241,7 +255,10 @@ def queue_stats() -> Call[list[QueueStats]]:
 
 
 _JOB_VIEW_COLUMNS: LiteralString = (
-    "id, name, queue, tenant, key, state::text as state, priority, run_at, attempt, "
+    # A job parked with no wake-up time has run_at = 'infinity', which no Python
+    # datetime can hold: it reads as None.
+    "id, name, queue, tenant, key, state::text as state, priority, "
+    "nullif(run_at, 'infinity') as run_at, attempt, "
     "max_attempts, retry_base_s, retry_cap_s, retry_jitter, dead_letter, timeout_s, claim, "
     "lease_expires_at, worker, progress, last_error, result, traceparent, created_at, "
     "started_at, finished_at"
@@ -258,3 +275,58 @@ def get_job(job_id: int) -> Call[JobRecord | None]:
 
 def job_payload(job_id: int) -> Call[Any]:
     return Call("select jobs.job_payload(%s) as payload", (job_id,), _one("payload"))
+
+
+# -- workers registry (sql/45_workers.sql) ----------------------------------------------
+
+
+def worker_heartbeat(
+    worker_id: str,
+    queues: Sequence[str],
+    names: Sequence[str],
+    concurrency: int,
+    ttl_s: float,
+    host: str | None = None,
+    pid: int | None = None,
+    info: Mapping[str, Any] | None = None,
+) -> Call[Any]:
+    return Call(
+        "select jobs.worker_heartbeat(%s, %s, %s, %s, %s, %s, %s, %s) as expires_at",
+        (worker_id, list(queues), list(names), concurrency, ttl_s, host, pid,
+         Jsonb(dict(info or {}))),
+        _one("expires_at"),
+    )
+
+
+def worker_stop(worker_id: str) -> Call[bool]:
+    return Call("select jobs.worker_stop(%s) as ok", (worker_id,), _one("ok"))
+
+
+def workers() -> Call[list[WorkerRecord]]:
+    return Call(
+        "select id, started_at, heartbeat_at, expires_at, queues, names, concurrency, host, "
+        "pid, running from jobs.workers()",
+        (),
+        lambda rows: [WorkerRecord.model_validate(row) for row in rows],
+    )
+
+
+def unserved_jobs() -> Call[list[UnservedJobs]]:
+    return Call(
+        "select queue, name, waiting, oldest_s from jobs.unserved_jobs()",
+        (),
+        lambda rows: [UnservedJobs.model_validate(row) for row in rows],
+    )
+
+
+# -- results ------------------------------------------------------------------------------
+
+SETTLED_CHANNEL: LiteralString = "jobs_settled"
+
+
+def job_outcome(job_id: int) -> Call[JobOutcome | None]:
+    return Call(
+        "select id, state::text as state, result, last_error from jobs.job_view where id = %s",
+        (job_id,),
+        lambda rows: JobOutcome.model_validate(rows[0]) if rows else None,
+    )

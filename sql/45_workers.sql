@@ -1,0 +1,192 @@
+-- sqljobs: the workers table — who is serving which queues and job names.
+--
+-- A worker registers on start and then heartbeats (jobs.worker_heartbeat, an upsert),
+-- and removes its row on a clean exit (jobs.worker_stop). A worker that dies without
+-- stopping simply stops heartbeating: its row is LIVE while expires_at > jobs.now()
+-- and is forgotten (deleted) by any later heartbeat once it has been expired for an
+-- hour, so the table stays as small as the fleet.
+--
+-- This registry is advisory: it answers "who is out there" (`sqljobs workers`) and
+-- "which ready jobs can no live worker run" (jobs.unserved_jobs). Job safety never
+-- depends on it — leases and claim tokens on jobs.job do that.
+
+create table if not exists jobs.worker (
+  id           text primary key,            -- the id the worker claims under (jobs.job.worker)
+  started_at   timestamptz not null,
+  heartbeat_at timestamptz not null,
+  expires_at   timestamptz not null,        -- live while expires_at > jobs.now()
+  queues       text[] not null,
+  names        text[] not null,             -- the job names it can run (its claim filter)
+  concurrency  integer not null,
+  host         text,
+  pid          integer,
+  info         jsonb not null default '{}', -- free-form: client version, lease, poll interval
+  constraint worker_concurrency_positive check (concurrency >= 1)
+);
+
+comment on table jobs.worker is
+  'Private: live workers and their last heartbeat; use jobs.worker_heartbeat/worker_stop/workers.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.worker_heartbeat(id, queues, names, concurrency, ttl_s, host, pid, info)
+--   -> the worker's expires_at.
+-- Inserts the worker's row on first call (started_at = now), updates it afterwards
+-- (started_at kept), and sets expires_at = now + ttl_s. Then forgets rows that have
+-- been expired for more than an hour (at most 100 per call).
+-- Idempotent: repeating a call changes only the times.
+-- Locks: the worker's own row (upsert); expired rows with skip locked.
+-- Errors: invalid_argument (SJ001) for a missing id, no queue, null names,
+--         concurrency < 1, or ttl_s <= 0.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.worker_heartbeat(
+  p_id          text,
+  p_queues      text[],
+  p_names       text[],
+  p_concurrency integer,
+  p_ttl_s       double precision default 60,
+  p_host        text default null,
+  p_pid         integer default null,
+  p_info        jsonb default '{}'
+)
+returns timestamptz
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now     timestamptz := jobs.now();
+  v_expires timestamptz;
+begin
+  -- GUARD
+  if p_id is null or p_id = '' then
+    perform jobs.raise_error('invalid_argument', 'worker id is required');
+  end if;
+  if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
+    perform jobs.raise_error('invalid_argument', 'a worker serves at least one queue');
+  end if;
+  if p_names is null then
+    perform jobs.raise_error('invalid_argument', 'names is required (an empty array for none)');
+  end if;
+  if p_concurrency is null or p_concurrency < 1 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('concurrency must be at least 1, got %s', p_concurrency));
+  end if;
+  if p_ttl_s is null or p_ttl_s <= 0 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('ttl_s must be positive, got %s', p_ttl_s));
+  end if;
+
+  -- UPSERT
+  v_expires := v_now + pg_catalog.make_interval(secs => p_ttl_s);
+  insert into jobs.worker as w
+         (id, started_at, heartbeat_at, expires_at, queues, names, concurrency, host, pid, info)
+  values (p_id, v_now, v_now, v_expires, p_queues, p_names, p_concurrency, p_host, p_pid,
+          coalesce(p_info, '{}'))
+  on conflict (id) do update
+     set heartbeat_at = excluded.heartbeat_at,
+         expires_at   = excluded.expires_at,
+         queues       = excluded.queues,
+         names        = excluded.names,
+         concurrency  = excluded.concurrency,
+         host         = excluded.host,
+         pid          = excluded.pid,
+         info         = excluded.info;
+
+  -- FORGET rows expired for more than an hour (bounded, never waits).
+  delete from jobs.worker as w
+   using (select o.id from jobs.worker o
+           where o.expires_at < v_now - interval '1 hour'
+           limit 100
+             for update skip locked) as old
+   where w.id = old.id;
+
+  return v_expires;
+end
+$$;
+
+comment on function jobs.worker_heartbeat(text, text[], text[], integer, double precision, text, integer, jsonb) is
+  'Register or refresh a worker (upsert); live until now + ttl_s. Answers expires_at.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.worker_stop(id) -> true when a row was removed.
+-- A cleanly exiting worker deregisters. Jobs it still held are not touched here (the
+-- worker settles them first; a lapsed lease recovers anything it could not).
+-- Idempotent: a second call answers false. Locks: the worker's row.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.worker_stop(p_id text)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  delete from jobs.worker w where w.id = p_id;
+  return found;
+end
+$$;
+
+comment on function jobs.worker_stop(text) is
+  'Deregister a worker; true when it was registered.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.workers() -> live workers (expires_at > now), oldest first, each with the
+-- number of jobs it holds in state running right now.
+-- Read-only; takes no locks.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.workers()
+returns table (
+  id           text,
+  started_at   timestamptz,
+  heartbeat_at timestamptz,
+  expires_at   timestamptz,
+  queues       text[],
+  names        text[],
+  concurrency  integer,
+  host         text,
+  pid          integer,
+  running      bigint
+)
+language sql
+stable
+set search_path = ''
+as $$
+  select w.id, w.started_at, w.heartbeat_at, w.expires_at, w.queues, w.names,
+         w.concurrency, w.host, w.pid,
+         (select pg_catalog.count(*) from jobs.job j
+           where j.state = 'running' and j.worker = w.id) as running
+    from jobs.worker w
+   where w.expires_at > jobs.now()
+   order by w.started_at, w.id
+$$;
+
+comment on function jobs.workers() is
+  'Live workers (heartbeat not expired) with their queues, job names and running count.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.unserved_jobs() -> (queue, name, waiting, oldest_s) for waiting jobs (ready or
+-- interrupted) that NO live worker can run: no live worker serves both the job's queue
+-- and its name. During a rolling deploy these are the jobs that only newer workers
+-- know; they wait rather than fail.
+-- Read-only; reads the claimable rows only (job_claimable_idx), takes no locks.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.unserved_jobs()
+returns table (queue text, name text, waiting bigint, oldest_s double precision)
+language sql
+stable
+set search_path = ''
+as $$
+  select j.queue, j.name, pg_catalog.count(*) as waiting,
+         extract(epoch from jobs.now() - pg_catalog.min(j.created_at))::double precision
+           as oldest_s
+    from jobs.job j
+   where j.state in ('ready', 'interrupted')
+     and not exists (select 1 from jobs.worker w
+                      where w.expires_at > jobs.now()
+                        and j.queue = any (w.queues)
+                        and j.name = any (w.names))
+   group by j.queue, j.name
+   order by j.queue, j.name
+$$;
+
+comment on function jobs.unserved_jobs() is
+  'Waiting jobs, per queue and name, that no live worker declares (so none will claim them).';

@@ -1,0 +1,76 @@
+-- jobs.cancel(id): a live job (ready, running, parked, interrupted) -> cancelled,
+-- finished now. A running worker's heartbeat then answers false and its ack raises
+-- lease_lost. Errors: job_not_found (SJ006), job_finished (SJ010); both change nothing.
+begin;
+select plan(17);
+
+set local jobs.fake_now = '2030-01-01 00:00:00+00';
+create schema jobs_test;
+create function jobs_test.job(p_key text) returns jobs.job language sql as $$
+  select j from jobs.job j where j.name = 'cancel.job' and j.key = p_key
+$$;
+create function jobs_test.start(p_key text) returns void language plpgsql as $$
+begin
+  perform jobs.enqueue('cancel.job', p_key, '{}', pg_catalog.jsonb_build_object('queue', 'q_cancel_' || p_key));
+  perform from jobs.claim(array['q_cancel_' || p_key], 'w', 1, 30);
+end $$;
+
+do $$ begin
+  perform jobs.enqueue('cancel.job', 'ready', '{}', '{"queue": "q_cancel_ready", "delay_s": 60}');
+  perform jobs_test.start('running');
+  perform jobs_test.start('parked');
+  perform jobs.nack((jobs_test.job('parked')).id, 1, null, 'park');
+  perform jobs_test.start('int');
+  perform jobs.nack((jobs_test.job('int')).id, 1, null, 'interrupt');
+  perform jobs_test.start('done');
+  perform jobs.ack((jobs_test.job('done')).id, 1, '{"r": 1}');
+end $$;
+set local jobs.fake_now = '2030-01-01 00:00:05+00';
+
+select lives_ok(format('select jobs.cancel(%s)', (jobs_test.job('ready')).id), 'cancel a ready job');
+select lives_ok(format('select jobs.cancel(%s)', (jobs_test.job('parked')).id), 'cancel a parked job');
+select lives_ok(format('select jobs.cancel(%s)', (jobs_test.job('int')).id), 'cancel an interrupted job');
+select lives_ok(format('select jobs.cancel(%s)', (jobs_test.job('running')).id), 'cancel a running job');
+select results_eq(
+  $$ select key, state::text, finished_at, lease_expires_at from jobs.job
+      where name = 'cancel.job' and key in ('ready', 'parked', 'int', 'running') order by key $$,
+  $$ values ('int', 'cancelled', '2030-01-01 00:00:05+00'::timestamptz, null::timestamptz),
+            ('parked', 'cancelled', '2030-01-01 00:00:05+00'::timestamptz, null::timestamptz),
+            ('ready', 'cancelled', '2030-01-01 00:00:05+00'::timestamptz, null::timestamptz),
+            ('running', 'cancelled', '2030-01-01 00:00:05+00'::timestamptz, null::timestamptz) $$,
+  'each is cancelled, finished now, with no lease');
+
+-- the worker of the cancelled running job
+select is(jobs.heartbeat((jobs_test.job('running')).id, 1, 30), false,
+          'the running worker''s next heartbeat answers false');
+select is(jobs.progress((jobs_test.job('running')).id, 1, '{"p": 1}'), false, 'its progress answers false');
+select throws_ok(format('select jobs.ack(%s, 1)', (jobs_test.job('running')).id), 'SJ004', null,
+                 'its ack raises lease_lost');
+select is((jobs_test.job('running')).state, 'cancelled'::jobs.job_state, 'the job stays cancelled');
+
+select is((select count(*)::int from jobs.claim('{q_cancel_ready,q_cancel_parked,q_cancel_int,q_cancel_running}', 'w', 10, 30)),
+          0, 'cancelled jobs are never claimed');
+
+-- ---------------------------------------------------------------- refusals
+select throws_ok(format('select jobs.cancel(%s)', (jobs_test.job('done')).id), 'SJ010', null,
+                 'cancel of a succeeded job raises job_finished');
+select throws_ok(format('select jobs.cancel(%s)', (jobs_test.job('ready')).id), 'SJ010', null,
+                 'cancel of a cancelled job raises job_finished');
+select results_eq($$ select state::text, result, finished_at from jobs.job where name = 'cancel.job' and key = 'done' $$,
+                  $$ values ('succeeded', '{"r": 1}'::jsonb, '2030-01-01 00:00:00+00'::timestamptz) $$,
+                  'the refused cancel changed nothing');
+select is((jobs_test.job('ready')).finished_at, '2030-01-01 00:00:05+00'::timestamptz,
+          'a second cancel does not move finished_at');
+select throws_ok('select jobs.cancel(-1)', 'SJ006', null, 'cancel of a missing job raises job_not_found');
+
+select lives_ok($$ select * from jobs.enqueue('cancel.job', 'dead', '{}', '{"queue": "q_cancel_dead", "max_attempts": 1}') $$,
+                'setup: a job...');
+do $$ begin
+  perform from jobs.claim('{q_cancel_dead}', 'w', 1, 30);
+  perform jobs.nack((jobs_test.job('dead')).id, 1);
+end $$;
+select throws_ok(format('select jobs.cancel(%s)', (jobs_test.job('dead')).id), 'SJ010', null,
+                 '...that is dead: cancel raises job_finished');
+
+select * from finish();
+rollback;

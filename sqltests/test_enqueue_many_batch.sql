@@ -1,0 +1,132 @@
+-- jobs.enqueue_many: one (ord, id, outcome) per spec in input order; keys repeated in
+-- the batch (first created, rest deduped); a refusal anywhere writes nothing.
+begin;
+select plan(26);
+
+set local jobs.fake_now = '2030-01-01 00:00:00+00';
+create schema jobs_test;
+create function jobs_test.jid(p_key text) returns bigint language sql as $$
+  select j.id from jobs.job j where j.name = 'batch.job' and j.key = p_key
+$$;
+-- The sequence behind job ids is not transactional: a refused call that reached its
+-- INSERT would have moved it even though the error rolled the rows back.
+create function jobs_test.seq() returns bigint language sql as $$
+  select s.last_value from jobs.job_id_seq s
+$$;
+
+-- ---------------------------------------------------------------- input order
+-- keys out of sort order, so the (name, tenant, key)-ordered insert differs from input
+create temp table b1 as
+  select pg_catalog.row_number() over () as pos, r.*
+    from jobs.enqueue_many('[{"name": "batch.job", "key": "c"},
+                             {"name": "batch.job", "key": "a", "queue": "q_batch_2"},
+                             {"name": "batch.job", "key": "b"}]') r;
+select results_eq($$ select pos::int, ord from b1 order by pos $$,
+                  $$ values (1, 1), (2, 2), (3, 3) $$,
+                  'one answer per spec, returned in input order');
+select results_eq($$ select ord, id, outcome from b1 order by ord $$,
+                  $$ values (1, jobs_test.jid('c'), 'created'), (2, jobs_test.jid('a'), 'created'),
+                            (3, jobs_test.jid('b'), 'created') $$,
+                  'each ord answers the id of its own spec, created');
+select is((select queue from jobs.job where id = jobs_test.jid('a')), 'q_batch_2',
+          'each spec''s own fields are stored');
+
+-- ---------------------------------------------------------------- mixed created / deduped
+create temp table b2 as
+  select * from jobs.enqueue_many('[{"name": "batch.job", "key": "d"},
+                                    {"name": "batch.job", "key": "a"},
+                                    {"name": "batch.job", "key": "e"}]');
+select results_eq($$ select ord, id, outcome from b2 order by ord $$,
+                  $$ values (1, jobs_test.jid('d'), 'created'), (2, jobs_test.jid('a'), 'deduped'),
+                            (3, jobs_test.jid('e'), 'created') $$,
+                  'an existing key in a batch is deduped, the new ones created');
+
+-- ---------------------------------------------------------------- key repeated in the batch
+create temp table b3 as
+  select * from jobs.enqueue_many('[{"name": "batch.job", "key": "r", "payload": {"n": 1}},
+                                    {"name": "batch.job", "key": "s"},
+                                    {"name": "batch.job", "key": "r", "payload": {"n": 3}},
+                                    {"name": "batch.job", "key": "r", "payload": {"n": 4}}]');
+select results_eq($$ select ord, outcome from b3 order by ord $$,
+                  $$ values (1, 'created'), (2, 'created'), (3, 'deduped'), (4, 'deduped') $$,
+                  'a key repeated in one batch: the first spec is created, the repeats deduped');
+select is((select count(distinct id)::int from b3 where ord in (1, 3, 4)), 1,
+          'the repeats answer the same id');
+select is((select id from b3 where ord = 1), jobs_test.jid('r'), 'which is the one row with that key');
+select is((select payload from jobs.job where id = jobs_test.jid('r')), '{"n": 1}'::jsonb,
+          'the stored job is the first spec''s');
+
+-- A larger batch that must really be sorted: keys k40..k01 descending, with key 'dup'
+-- repeated at ords 5, 17, 23, 38 carrying different payloads.
+create temp table b4 as
+  select * from jobs.enqueue_many((
+    select pg_catalog.jsonb_agg(
+             case when g in (5, 17, 23, 38)
+                  then pg_catalog.jsonb_build_object('name', 'batch.job', 'key', 'dup',
+                                                     'payload', pg_catalog.jsonb_build_object('ord', g))
+                  else pg_catalog.jsonb_build_object('name', 'batch.job',
+                                                     'key', 'k' || pg_catalog.lpad((41 - g)::text, 2, '0'))
+             end order by g)
+      from pg_catalog.generate_series(1, 40) g));
+select is((select payload from jobs.job where id = jobs_test.jid('dup')), '{"ord": 5}'::jsonb,
+          'in a sorted batch too, the stored job is the first spec''s');
+select results_eq($$ select ord, outcome from b4 where ord in (5, 17, 23, 38) order by ord $$,
+                  $$ values (5, 'created'), (17, 'deduped'), (23, 'deduped'), (38, 'deduped') $$,
+                  'and the first spec is the one answered created');
+
+-- the null / '' tenant namespace inside one batch
+select results_eq(
+  $$ select ord, outcome from jobs.enqueue_many('[{"name": "batch.job", "key": "t", "tenant": null},
+                                                  {"name": "batch.job", "key": "t", "tenant": ""},
+                                                  {"name": "batch.job", "key": "t", "tenant": "x"}]')
+      order by ord $$,
+  $$ values (1, 'created'), (2, 'deduped'), (3, 'created') $$,
+  'in a batch, tenant '''' repeats tenant null; tenant x is another job');
+
+-- ---------------------------------------------------------------- empty and large batches
+select is((select count(*)::int from jobs.enqueue_many('[]')), 0, 'an empty batch answers nothing');
+
+create temp table big as
+  select pg_catalog.row_number() over () as pos, r.*
+    from jobs.enqueue_many((
+      select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'name', 'batch.big', 'key', 'b' || (1001 - g), 'queue', 'q_batch_big') order by g)
+        from pg_catalog.generate_series(1, 1000) g)) r;
+select is((select count(*)::int from big where outcome = 'created'), 1000,
+          'a batch of 1,000 specs creates 1,000 jobs');
+select is((select count(*)::int from big where pos = ord), 1000, 'answered in input order');
+select is((select count(*)::int from big b join jobs.job j on j.id = b.id
+            where j.key = 'b' || (1001 - b.ord)), 1000, 'each ord answers its own spec''s id');
+
+-- ---------------------------------------------------------------- refusals write nothing
+create temp table seq0 as select jobs_test.seq() as v;
+select throws_ok(
+  $$ select * from jobs.enqueue_many('[{"name": "batch.job", "key": "new1"},
+                                       {"name": "batch.job", "key": "a", "on_conflict": "error"}]') $$,
+  'SJ003', null, 'on_conflict = error meeting an existing key refuses the whole batch');
+select is(jobs_test.jid('new1'), null, 'the valid spec of the refused batch was not written');
+select is(jobs_test.seq(), (select v from seq0), 'the refusal came before the insert (no id drawn)');
+select throws_ok(
+  $$ select * from jobs.enqueue_many('[{"name": "batch.job", "key": "new2"},
+                                       {"name": "batch.job", "key": "new3", "priority": 99999}]') $$,
+  'SJ001', null, 'one invalid spec refuses the whole batch');
+select is(jobs_test.jid('new2'), null, 'its valid spec was not written');
+select is(jobs_test.seq(), (select v from seq0), 'no id was drawn');
+select throws_ok(
+  $$ select * from jobs.enqueue_many('[{"name": "batch.job", "key": "new4"},
+                                       {"name": "batch.job", "key": "new4", "on_conflict": "error"}]') $$,
+  'SJ003', null, 'on_conflict = error on a key an earlier spec of the same batch takes refuses the batch');
+select is(jobs_test.jid('new4'), null, 'and writes nothing');
+select is(jobs_test.seq(), (select v from seq0), 'no id was drawn');
+select is((select count(*)::int from jobs.job where name = 'batch.job'),
+          (select count(distinct id)::int from (select id from b1 union all select id from b2
+                                                union all select id from b3 union all select id from b4) x) + 2,
+          'only the accepted batches wrote rows');
+select results_eq(
+  $$ select ord, outcome from jobs.enqueue_many('[{"name": "batch.job", "key": "new5", "on_conflict": "error"},
+                                                  {"name": "batch.job", "key": "new5"}]') order by ord $$,
+  $$ values (1, 'created'), (2, 'deduped') $$,
+  'a strict spec that comes first takes its key; a later lenient repeat is deduped');
+
+select * from finish();
+rollback;

@@ -1,0 +1,60 @@
+-- jobs.queue_stats(): one row per queue that has jobs or a pause switch: paused, counts
+-- by state, and the age in seconds (by jobs.now()) of the oldest runnable job.
+begin;
+select plan(8);
+
+set local jobs.fake_now = '2030-01-01 00:00:00+00';
+create schema jobs_test;
+-- claim the one job named p_name in q_qs_a
+create function jobs_test.take(p_name text) returns table (id bigint, claim bigint) language sql as $$
+  select c.id, c.claim from jobs.claim('{q_qs_a}', 'w', 1, 30, pg_catalog.jsonb_build_object('names', array[p_name])) c
+$$;
+
+do $$ begin
+  perform jobs.enqueue_many('[
+    {"name": "qs.ready", "key": "r1", "queue": "q_qs_a", "run_at": "2029-12-31T23:58:20Z"},
+    {"name": "qs.ready", "key": "r2", "queue": "q_qs_a", "run_at": "2029-12-31T23:59:30Z"},
+    {"name": "qs.ready", "key": "fut", "queue": "q_qs_a", "delay_s": 600},
+    {"name": "qs.run", "key": "x", "queue": "q_qs_a"}, {"name": "qs.park", "key": "x", "queue": "q_qs_a"},
+    {"name": "qs.int", "key": "x", "queue": "q_qs_a"}, {"name": "qs.ok", "key": "x", "queue": "q_qs_a"},
+    {"name": "qs.fail", "key": "x", "queue": "q_qs_a"},
+    {"name": "qs.dead", "key": "x", "queue": "q_qs_a", "max_attempts": 1},
+    {"name": "qs.cancel", "key": "x", "queue": "q_qs_a"},
+    {"name": "qs.later", "key": "x", "queue": "q_qs_c", "delay_s": 60}
+  ]');
+  perform from jobs_test.take('qs.run');
+  perform jobs.nack(t.id, t.claim, null, 'park') from jobs_test.take('qs.park') t;
+  perform jobs.nack(t.id, t.claim, null, 'interrupt') from jobs_test.take('qs.int') t;
+  perform jobs.ack(t.id, t.claim) from jobs_test.take('qs.ok') t;
+  perform jobs.nack(t.id, t.claim, null, 'fail') from jobs_test.take('qs.fail') t;
+  perform jobs.nack(t.id, t.claim) from jobs_test.take('qs.dead') t;
+  perform jobs.cancel(j.id) from jobs.job j where j.name = 'qs.cancel';
+  perform jobs.pause_queue('q_qs_b');
+end $$;
+set local jobs.fake_now = '2030-01-01 00:00:10+00';
+
+select results_eq(
+  $$ select queue, paused, ready, running, parked, interrupted, succeeded, failed, dead, cancelled
+       from jobs.queue_stats() where queue like 'q\_qs\_%' $$,
+  $$ values ('q_qs_a', false, 3::bigint, 1::bigint, 1::bigint, 1::bigint, 1::bigint, 1::bigint, 1::bigint, 1::bigint),
+            ('q_qs_b', true, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint),
+            ('q_qs_c', false, 1::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint) $$,
+  'counts by state per queue, ordered by queue; a paused queue with no jobs is listed');
+select is((select oldest_ready_s from jobs.queue_stats() where queue = 'q_qs_a'), 110::float8,
+          'oldest_ready_s: the age of the oldest runnable job by jobs.now() (110 s)');
+select is((select oldest_ready_s from jobs.queue_stats() where queue = 'q_qs_c'), 0::float8,
+          'a queue whose only ready job is in the future: 0');
+select is((select oldest_ready_s from jobs.queue_stats() where queue = 'q_qs_b'), 0::float8, 'an empty queue: 0');
+
+set local jobs.fake_now = '2030-01-01 00:01:40+00';
+select is((select oldest_ready_s from jobs.queue_stats() where queue = 'q_qs_a'), 200::float8,
+          'the age grows with jobs.now()');
+set local jobs.fake_now = '2030-01-01 00:02:00+00';
+select is((select oldest_ready_s from jobs.queue_stats() where queue = 'q_qs_c'), 60::float8,
+          'a job becomes runnable at its run_at and ages from there');
+
+select lives_ok($$ select jobs.pause_queue('q_qs_a') $$, 'setup: pause q_qs_a');
+select is((select paused from jobs.queue_stats() where queue = 'q_qs_a'), true, 'the paused flag shows');
+
+select * from finish();
+rollback;

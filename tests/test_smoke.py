@@ -1,2 +1,0 @@
-def test_version(conn):
-    assert conn.execute("select jobs.schema_version()").fetchone()[0] == 1
