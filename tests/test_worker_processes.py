@@ -1,0 +1,274 @@
+"""The worker as real processes: SIGKILL mid-run, SIGTERM drains, a lost LISTEN connection.
+
+Each worker is `sqljobs worker tests.worker_example_app:app` in a subprocess; its
+handlers record every run's start and end with the claim token and the process id in
+`public.worker_runs`, and the assertions read those records and the jobs table. Leases
+are short (2 s) and polls fast so the whole file stays within seconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from sqljobs import App, fresh_key
+from tests.worker_example_app import QUEUE, RUNS_TABLE, make_app
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+LEASE_S = 2.0
+POLL_S = 0.5
+
+
+class WorkerProcess:
+    def __init__(self, dsn: str, log: Path, *args: str, env: dict[str, str] | None = None):
+        self.log = log
+        self._out = log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from sqljobs.cli import main; main()", "worker",
+             "tests.worker_example_app:app", "--queue", QUEUE, "--lease", str(LEASE_S), *args],
+            cwd=REPO, env={**os.environ, "SQLJOBS_DSN": dsn, **(env or {})},
+            stdout=self._out, stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        if not self._out.closed:
+            self._out.flush()
+        return self.log.read_text()
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._out.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._out.close()
+
+
+@pytest.fixture
+def spawn(db_dsn: str, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        worker = WorkerProcess(db_dsn, tmp_path / f"worker{len(started)}.log", *args, env=env)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.kill()
+
+
+@pytest.fixture
+def app(db_dsn: str, conn: psycopg.Connection[Any]) -> Iterator[App]:
+    conn.execute(RUNS_TABLE)
+    conn.execute("truncate public.worker_runs")
+    example = make_app(db_dsn)
+    yield example
+    example.close()
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def scalar(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] = ()) -> Any:
+    row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
+    assert row is not None
+    return row[0]
+
+
+def registered(conn: psycopg.Connection[Any], worker: WorkerProcess) -> Callable[[], Any]:
+    def check() -> Any:
+        assert worker.proc.poll() is None, worker.output()
+        return scalar(conn, "select count(*) from jobs.workers() where pid = %s", (worker.pid,))
+    return check
+
+
+def test_a_sigkilled_workers_jobs_are_finished_by_another_within_lease_and_a_poll(
+        app: App, conn: psycopg.Connection[Any], spawn: Callable[..., WorkerProcess]) -> None:
+    ids = [e.id for e in app.job_handle("example.slow").enqueue_many(
+        [({"seconds": 0.3}, fresh_key()) for _ in range(200)])]
+    first = spawn("--concurrency", "10", "--poll-interval", str(POLL_S))
+    wait_for(lambda: scalar(conn, "select count(*) >= 30 from public.worker_runs "
+                                  "where event = 'end'"), "30 jobs to finish on the first worker")
+    first.proc.kill()
+    first.proc.wait(10)
+    killed_at: datetime = scalar(conn, "select clock_timestamp()")
+    in_flight = {r[0] for r in conn.execute(
+        "select s.job_id from public.worker_runs s where s.event = 'start' and s.pid = %s "
+        "and not exists (select 1 from public.worker_runs e where e.event = 'end' "
+        "and e.job_id = s.job_id and e.claim = s.claim)", (first.pid,))}
+    assert in_flight, "the kill must land while jobs run"
+    done_before = scalar(conn, "select count(*) from jobs.job where state = 'succeeded'")
+    assert done_before < 200
+
+    second = spawn("--concurrency", "50", "--poll-interval", str(POLL_S))
+    wait_for(lambda: scalar(conn, "select count(*) = 200 from jobs.job where id = any(%s) "
+                                  "and state = 'succeeded'", (ids,)),
+             "every job to succeed", timeout=30)
+    second.proc.send_signal(signal.SIGTERM)
+    assert second.wait(15) == 0, second.output()
+
+    runs: dict[tuple[int, int], dict[str, Any]] = {}
+    for job_id, claim, pid, event, at in conn.execute(
+            "select job_id, claim, pid, event, at from public.worker_runs order by at"):
+        run = runs.setdefault((job_id, claim), {"pid": pid, "start": None, "end": None})
+        assert run[event] is None, f"claim {claim} of job {job_id} ran twice: {event}"
+        assert run["pid"] == pid, f"claim {claim} of job {job_id} ran in two processes"
+        run[event] = at
+    final = dict(conn.execute("select id, claim from jobs.job where id = any(%s)", (ids,)))
+    by_job: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for (job_id, claim), run in runs.items():
+        by_job[job_id].append({"claim": claim, **run})
+
+    for job_id in ids:
+        job_runs = sorted(by_job[job_id], key=lambda r: r["start"])
+        # Exactly one successful end: the run under the claim the job was acked with.
+        winners = [r for r in job_runs if r["claim"] == final[job_id] and r["end"] is not None]
+        assert len(winners) == 1, (job_id, job_runs)
+        # No two runs at once: a later run starts after the earlier one ended, or after
+        # the earlier one's lease lapsed (its process was killed mid-run).
+        for earlier, later in itertools.pairwise(job_runs):
+            if earlier["end"] is not None:
+                assert later["start"] >= earlier["end"], (job_id, job_runs)
+            else:
+                assert earlier["pid"] == first.pid, (job_id, job_runs)
+                gap = (later["start"] - earlier["start"]).total_seconds()
+                assert gap >= LEASE_S - 0.5, (job_id, job_runs)
+
+    # The killed worker's in-flight jobs ran again within lease TTL + one poll (+ the
+    # second worker's start-up and the claim's round trips).
+    for job_id in in_flight:
+        rerun = max(r["start"] for r in by_job[job_id])
+        delay = (rerun - killed_at).total_seconds()
+        assert delay <= LEASE_S + POLL_S + 1.5, (job_id, delay)
+    recovered = conn.execute(
+        "select attempt, last_error->>'kind' from jobs.job where id = any(%s)",
+        (list(in_flight),)).fetchall()
+    assert all(row == (2, "lease_expired") for row in recovered), recovered
+
+
+def test_sigterm_drains_then_sends_the_rest_back_interrupted(
+        app: App, conn: psycopg.Connection[Any], spawn: Callable[..., WorkerProcess]) -> None:
+    slow, slow_sync = app.job_handle("example.slow"), app.job_handle("example.slow_sync")
+    short = [slow.enqueue({"seconds": 1.0}, key=fresh_key()).id,
+             slow_sync.enqueue({"seconds": 1.0}, key=fresh_key()).id]
+    long = [slow.enqueue({"seconds": 60}, key=fresh_key()).id,
+            slow_sync.enqueue({"seconds": 60}, key=fresh_key()).id]
+    worker = spawn("--concurrency", "4", "--poll-interval", "0.2", "--drain-timeout", "2.5")
+    wait_for(lambda: scalar(conn, "select count(*) = 4 from public.worker_runs "
+                                  "where event = 'start'"), "four runs to start")
+    signalled = time.monotonic()
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.wait(15) == 0, worker.output()
+    elapsed = time.monotonic() - signalled
+    assert 2.5 <= elapsed < 6, elapsed
+
+    states = dict(conn.execute(
+        "select id, state::text from jobs.job where id = any(%s)", (short + long,)))
+    assert [states[i] for i in short] == ["succeeded", "succeeded"]
+    assert [states[i] for i in long] == ["interrupted", "interrupted"]
+    rows = conn.execute("select attempt, last_error->>'kind' from jobs.job where id = any(%s)",
+                        (long,)).fetchall()
+    assert rows == [(0, "interrupted"), (0, "interrupted")]  # not counted as an attempt
+    output = worker.output()
+    assert "draining" in output and "drain cut-off: 2 job(s)" in output
+
+    # They run later, on the next worker.
+    again = spawn("--concurrency", "4", "--poll-interval", "0.2", env={"EXAMPLE_FAST": "1"})
+    wait_for(lambda: scalar(conn, "select count(*) = 2 from jobs.job where id = any(%s) "
+                                  "and state = 'succeeded'", (long,)), "the interrupted jobs")
+    assert conn.execute("select attempt from jobs.job where id = any(%s)",
+                        (long,)).fetchall() == [(1,), (1,)]
+    again.proc.send_signal(signal.SIGTERM)
+    assert again.wait(15) == 0
+
+
+def test_a_second_signal_stops_at_once(
+        app: App, conn: psycopg.Connection[Any], spawn: Callable[..., WorkerProcess]) -> None:
+    job_id = app.job_handle("example.slow").enqueue({"seconds": 60}, key=fresh_key()).id
+    worker = spawn("--concurrency", "2", "--poll-interval", "0.2", "--drain-timeout", "30")
+    wait_for(lambda: scalar(conn, "select count(*) from public.worker_runs"), "the run to start")
+    signalled = time.monotonic()
+    worker.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    worker.proc.send_signal(signal.SIGINT)
+    assert worker.wait(15) == 1, worker.output()
+    assert time.monotonic() - signalled < 5
+    assert scalar(conn, "select state::text from jobs.job where id = %s",
+                  (job_id,)) == "interrupted"
+
+
+def listen_backends(conn: psycopg.Connection[Any]) -> list[int]:
+    return [r[0] for r in conn.execute(
+        "select pid from pg_stat_activity where datname = current_database() "
+        "and application_name like 'sqljobs-listen%%'")]
+
+
+def latency_s(app: App, conn: psycopg.Connection[Any], timeout: float = 10.0) -> float:
+    job_id = app.job_handle("example.echo").enqueue({"n": 1}, key=fresh_key()).id
+    wait_for(lambda: scalar(conn, "select state = 'succeeded' from jobs.job where id = %s",
+                            (job_id,)), "the echo job", timeout)
+    return float(scalar(conn, "select extract(epoch from started_at - created_at) "
+                              "from jobs.job where id = %s", (job_id,)))
+
+
+def test_a_lost_listen_connection_degrades_to_polling_and_reconnects(
+        app: App, conn: psycopg.Connection[Any], spawn: Callable[..., WorkerProcess]) -> None:
+    poll_s, retry_s = 2.0, 4.0
+    worker = spawn("--concurrency", "2", "--poll-interval", str(poll_s),
+                   "--listen-retry", str(retry_s))
+    wait_for(registered(conn, worker), "the worker to register")
+    first_listener = wait_for(lambda: listen_backends(conn), "the LISTEN connection")
+    assert latency_s(app, conn) < 0.3  # woken by NOTIFY, not by the 2 s poll
+
+    # `sqljobs workers` lists it.
+    listing = subprocess.run(
+        [sys.executable, "-c", "from sqljobs.cli import main; main()", "workers", "--dsn",
+         conn.info.dsn], capture_output=True, text=True, check=True, env={
+             **os.environ, "COLUMNS": "250"})
+    assert "1 live worker(s)" in listing.stdout and str(worker.pid) in listing.stdout
+
+    conn.execute("select pg_terminate_backend(pid) from pg_stat_activity "
+                 "where pid = any(%s)", (first_listener,))
+    lost_at = time.monotonic()
+    # LISTEN is down for retry_s; jobs keep flowing by polling.
+    assert latency_s(app, conn) <= poll_s + 0.5
+    assert not listen_backends(conn) and time.monotonic() - lost_at < retry_s
+
+    wait_for(lambda: listen_backends(conn), "the LISTEN connection to come back", timeout=10)
+    time.sleep(0.2)
+    assert max(latency_s(app, conn) for _ in range(3)) < 0.3  # NOTIFY latency is back
+
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    output = worker.output()
+    assert "LISTEN connection lost" in output and "LISTEN jobs_wake reconnected" in output
+    assert f"queues={QUEUE} concurrency=2" in output  # the start banner

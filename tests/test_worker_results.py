@@ -1,0 +1,130 @@
+"""`app.result(job_id, timeout=...)`: wait for a job's outcome, woken by NOTIFY on settle."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from sqljobs import (
+    App,
+    JobCancelled,
+    JobDead,
+    JobFailed,
+    JobNotFound,
+    ResultTimeout,
+    fresh_key,
+)
+from tests.worker_example_app import make_app
+from tests.worker_helpers import running
+
+
+@pytest.fixture
+def app(db_dsn: str, conn: psycopg.Connection[Any]) -> Iterator[App]:
+    example = make_app(db_dsn)
+    yield example
+    example.close()
+
+
+def enqueue(app: App, name: str, payload: dict[str, Any]) -> int:
+    return app.job_handle(name).enqueue(payload, key=fresh_key()).id
+
+
+def test_result_answers_the_stored_return_value(app: App) -> None:
+    job_id = enqueue(app, "example.echo", {"n": 5})
+    with running(app):
+        assert app.result(job_id, timeout=10) == {"n": 5, "attempt": 1, "queue": "example",
+                                                  "tenant": None}
+        # A finished job answers at once.
+        assert app.result(job_id, timeout=0.01)["n"] == 5
+
+
+def test_result_async(app: App) -> None:
+    job_id = enqueue(app, "example.echo", {"n": 6})
+    with running(app):
+        value = asyncio.run(app.result_async(job_id, timeout=10))
+    assert value["n"] == 6
+
+
+def test_result_raises_the_jobs_error_class(app: App, conn: psycopg.Connection[Any]) -> None:
+    failed = enqueue(app, "example.terminal", {})
+    dead = enqueue(app, "example.not_json", {})
+    cancelled = enqueue(app, "example.echo", {"n": 1})
+    conn.execute("select jobs.cancel(%s)", (cancelled,))
+    with running(app):
+        with pytest.raises(JobFailed) as failure:
+            app.result(failed, timeout=10)
+        with pytest.raises(JobDead) as death:
+            asyncio.run(app.result_async(dead, timeout=10))
+    assert failure.value.kind == "terminal" and failure.value.job_id == failed
+    assert "the account is closed" in str(failure.value)
+    assert death.value.kind == "result_not_json"
+    with pytest.raises(JobCancelled):
+        app.result(cancelled, timeout=1)
+
+
+def test_result_times_out_while_the_job_waits(app: App) -> None:
+    job_id = enqueue(app, "example.echo", {"n": 1})  # no worker runs
+    started = time.monotonic()
+    with pytest.raises(ResultTimeout) as timeout:
+        app.result(job_id, timeout=0.4)
+    assert 0.4 <= time.monotonic() - started < 1.5
+    assert timeout.value.state == "ready"
+    assert isinstance(timeout.value, TimeoutError)
+    with pytest.raises(ResultTimeout):
+        asyncio.run(app.result_async(job_id, timeout=0.2))
+
+
+def test_result_of_an_unknown_job(app: App) -> None:
+    with pytest.raises(JobNotFound):
+        app.result(10**12, timeout=1)
+
+
+def _ack_later(dsn: str, job_id: int, delay: float) -> threading.Thread:
+    def ack() -> None:
+        time.sleep(delay)
+        with psycopg.connect(dsn, autocommit=True) as other:
+            claim = other.execute("select claim from jobs.claim(array['example'], 'w', 1, 30)"
+                                  ).fetchone()
+            assert claim is not None
+            other.execute("select jobs.ack(%s, %s, '\"done\"')", (job_id, claim[0]))
+
+    thread = threading.Thread(target=ack)
+    thread.start()
+    return thread
+
+
+def test_result_wakes_on_the_settle_notification_not_the_poll(app: App, db_dsn: str) -> None:
+    # Polls alone read at 0, 0.25, 0.75, 1.75 s: an ack at 0.9 s would be seen at 1.75 s.
+    job_id = enqueue(app, "example.echo", {"n": 1})
+    thread = _ack_later(db_dsn, job_id, 0.9)
+    started = time.monotonic()
+    assert app.result(job_id, timeout=10) == "done"
+    elapsed = time.monotonic() - started
+    thread.join()
+    assert 0.9 <= elapsed < 1.4, elapsed
+
+
+def test_settles_notify_once_per_call_with_the_ids(conn: psycopg.Connection[Any],
+                                                   db_dsn: str) -> None:
+    with psycopg.connect(db_dsn, autocommit=True) as listener:
+        listener.execute("listen jobs_settled")
+        ids = [conn.execute("select id from jobs.enqueue('n.x', %s, '{}', '{\"queue\": \"qn\"}')",
+                            (fresh_key(),)).fetchone()[0] for _ in range(3)]  # type: ignore[index]
+        claims = conn.execute("select id, claim from jobs.claim(array['qn'], 'w', 3, 30)"
+                              ).fetchall()
+        conn.execute("select * from jobs.ack_many(%s, %s)",
+                     ([c[0] for c in claims[:2]], [c[1] for c in claims[:2]]))
+        conn.execute("select * from jobs.nack_many(%s, %s)", ([claims[2][0]], [claims[2][1]]))
+        conn.execute("select jobs.notify_settled(array(select generate_series(1, 2000)::bigint))")
+        conn.execute("set jobs.notify = off")
+        conn.execute("select jobs.notify_settled(array[1::bigint])")
+        conn.execute("reset jobs.notify")
+        got = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert got == [",".join(str(c[0]) for c in claims[:2]), str(claims[2][0]), "*"]
+    assert sorted(c[0] for c in claims) == sorted(ids)
