@@ -1,0 +1,1 @@
+"""Runnable examples; tests/test_examples.py runs each of them in CI."""

@@ -1,0 +1,1 @@
+"""A FastAPI app that enqueues a job inside its request's transaction."""

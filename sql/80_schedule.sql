@@ -1,0 +1,462 @@
+-- sqljobs: schedules (cron tasks) and the scheduler's leader lease (SPEC §6).
+--
+-- A schedule names a job type, a cron expression in a time zone, a catch-up policy and
+-- the enqueue options and payload of each occurrence. The database stores schedules
+-- and what has been fired; the scheduler role (sqljobs/scheduler.py) evaluates cron
+-- (PostgreSQL has no cron arithmetic) and calls jobs.schedule_fire.
+--
+-- Exactly once: an occurrence is enqueued with the key '<schedule>@<occurrence in UTC,
+-- ISO 8601>' through jobs.enqueue_many, so a second scheduler, a restart or a skewed
+-- clock that fires it again gets the same job back (deduped), never a second one. The
+-- watermark ("every occurrence at or before this instant is done: fired or skipped")
+-- moves in the same transaction as the fire and never moves back.
+--
+-- One leader at a time: jobs.leader is a lease table (one row per role) with a fencing
+-- token that moves on every change of holder. jobs.schedule_fire is fenced on that
+-- token and on the lease being live, and holds the leader row FOR SHARE while it fires,
+-- so a takeover waits for a fire in flight and a deposed leader's fire changes nothing.
+--
+-- Lock order everywhere: jobs.leader row, then the jobs.schedule row, then job rows.
+
+create table if not exists jobs.schedule (
+  name          text primary key,             -- the schedule's name (a task: its job's name)
+  job_name      text not null,                -- the job type each occurrence enqueues
+  cron          text not null,                -- 5 fields, or 6 with seconds first
+  timezone      text not null default 'UTC',  -- IANA zone the cron is read in
+  catch_up      text not null default 'latest',
+  options       jsonb not null default '{}',  -- enqueue options: queue, priority, retry...
+  payload       jsonb not null default '{}',
+  paused        boolean not null default false,
+  origin        text not null default 'api',  -- declared (@app.task) | api (added at run time)
+  watermark     timestamptz not null,         -- occurrences <= this are done
+  last_fired_at timestamptz,                  -- the latest occurrence fired
+  created_at    timestamptz not null,
+  updated_at    timestamptz not null,
+  constraint schedule_catch_up check (catch_up in ('all', 'latest', 'none')),
+  constraint schedule_origin check (origin in ('declared', 'api'))
+);
+
+comment on table jobs.schedule is
+  'Private: cron schedules; use jobs.schedule_put / pause / resume / remove / schedules().';
+
+create table if not exists jobs.leader (
+  role             text primary key,          -- e.g. 'scheduler'
+  holder           text,                      -- who holds the lease (null: released)
+  token            bigint not null default 0, -- fencing token: moved by every new holder
+  lease_expires_at timestamptz,
+  acquired_at      timestamptz
+);
+
+comment on table jobs.leader is 'Private: leader leases; use jobs.leader_acquire / leader_release.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.leader_acquire(role, holder, lease_s) -> the fencing token, or null.
+--
+-- Contract: the holder of a live lease renews it (same token) and gets its token; a
+-- free, released or lapsed lease is taken (token + 1, acquired_at = now); a live lease
+-- of another holder answers null and changes nothing. A holder whose lease lapsed and
+-- was not taken renews with its old token (nobody held it meanwhile).
+-- Locks: the role's leader row (insert or update); waits for a fire in flight.
+-- Refuses (invalid_argument): empty role or holder, non-positive or infinite lease.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.leader_acquire(
+  p_role    text,
+  p_holder  text,
+  p_lease_s double precision
+)
+returns bigint
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now   timestamptz := jobs.now();
+  v_token bigint;
+begin
+  if p_role is null or p_role = '' or p_holder is null or p_holder = '' then
+    perform jobs.raise_error('invalid_argument', 'role and holder are required');
+  end if;
+  if p_lease_s is null or not (p_lease_s > 0 and p_lease_s < 'Infinity'::double precision) then
+    perform jobs.raise_error('invalid_argument', 'lease_s must be positive and finite');
+  end if;
+  insert into jobs.leader as l (role, holder, token, lease_expires_at, acquired_at)
+  values (p_role, p_holder, 1, v_now + pg_catalog.make_interval(secs => p_lease_s), v_now)
+  on conflict (role) do update
+     set holder = excluded.holder,
+         token = case when l.holder = excluded.holder then l.token else l.token + 1 end,
+         acquired_at = case when l.holder = excluded.holder then l.acquired_at
+                            else excluded.acquired_at end,
+         lease_expires_at = excluded.lease_expires_at
+   where l.holder = excluded.holder or l.holder is null or l.lease_expires_at <= v_now
+  returning l.token into v_token;
+  return v_token;
+end
+$$;
+
+comment on function jobs.leader_acquire(text, text, double precision) is
+  'Take or renew the role''s leader lease; answers the fencing token, or null when another holds it.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.leader_release(role, holder, token) -> true when the lease was released.
+-- Fenced on holder and token: a deposed holder releases nothing. The token is kept, so
+-- the next holder's token is higher.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.leader_release(p_role text, p_holder text, p_token bigint)
+returns boolean
+language sql
+volatile
+set search_path = ''
+as $$
+  with released as (
+    update jobs.leader l
+       set holder = null, lease_expires_at = null
+     where l.role = p_role and l.holder = p_holder and l.token = p_token
+    returning l.role
+  )
+  select exists (select 1 from released)
+$$;
+
+comment on function jobs.leader_release(text, text, bigint) is
+  'Give up a leader lease (fenced on holder and token).';
+
+-- ---------------------------------------------------------------------------
+-- jobs.leaders() -> the leases: role, holder, token, lease_expires_at, acquired_at, live.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.leaders()
+returns table (role text, holder text, token bigint, lease_expires_at timestamptz,
+               acquired_at timestamptz, live boolean)
+language sql
+stable
+set search_path = ''
+as $$
+  select l.role, l.holder, l.token, l.lease_expires_at, l.acquired_at,
+         l.holder is not null and l.lease_expires_at > jobs.now()
+    from jobs.leader l
+   order by l.role
+$$;
+
+comment on function jobs.leaders() is 'Leader leases and whether each is live.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.schedule_definition_problem(definition) -> the first thing wrong, or null.
+-- Private. Cron syntax is checked by the client (which evaluates it); here: required
+-- fields, known fields, a known time zone, the catch-up policy, and options that make a
+-- valid enqueue spec.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.schedule_definition_problem(p_definition jsonb)
+returns text
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_field text;
+begin
+  if p_definition is null or pg_catalog.jsonb_typeof(p_definition) <> 'object' then
+    return 'the definition must be a JSON object';
+  end if;
+  select f.key into v_field
+    from pg_catalog.jsonb_each(p_definition) f
+   where f.key <> all (array['job', 'cron', 'timezone', 'catch_up', 'options', 'payload',
+                             'origin'])
+   limit 1;
+  if v_field is not null then
+    return 'unknown field ' || pg_catalog.quote_literal(v_field);
+  end if;
+  select f.key into v_field
+    from pg_catalog.jsonb_each(p_definition) f
+   where f.key = any (array['job', 'cron', 'timezone', 'catch_up', 'origin'])
+     and pg_catalog.jsonb_typeof(f.value) <> 'string'
+   limit 1;
+  if v_field is not null then
+    return pg_catalog.quote_literal(v_field) || ' must be a string';
+  end if;
+  if coalesce(p_definition->>'job', '') = '' then
+    return 'job is required (the job type each occurrence enqueues)';
+  end if;
+  if pg_catalog.btrim(coalesce(p_definition->>'cron', '')) = '' then
+    return 'cron is required';
+  end if;
+  if p_definition ? 'timezone' and not exists (
+       select 1 from pg_catalog.pg_timezone_names z where z.name = p_definition->>'timezone') then
+    return 'unknown time zone ' || pg_catalog.quote_literal(p_definition->>'timezone');
+  end if;
+  if coalesce(p_definition->>'catch_up', 'latest') not in ('all', 'latest', 'none') then
+    return 'catch_up must be all, latest or none';
+  end if;
+  if coalesce(p_definition->>'origin', 'api') not in ('declared', 'api') then
+    return 'origin must be declared or api';
+  end if;
+  if p_definition ? 'options' then
+    if pg_catalog.jsonb_typeof(p_definition->'options') <> 'object' then
+      return 'options must be a JSON object';
+    end if;
+    if p_definition->'options' ?| array['name', 'key', 'payload', 'run_at', 'delay_s',
+                                        'on_conflict'] then
+      return 'options must not carry name, key, payload, run_at, delay_s or on_conflict';
+    end if;
+  end if;
+  return jobs.spec_problem(pg_catalog.jsonb_build_array(
+    coalesce(p_definition->'options', '{}')
+    || pg_catalog.jsonb_build_object('name', p_definition->>'job', 'key', 'check',
+                                     'payload', coalesce(p_definition->'payload', '{}'))));
+end
+$$;
+
+comment on function jobs.schedule_definition_problem(jsonb) is
+  'The first problem in a schedule definition, or null. Cron syntax is the client''s to check.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.schedule_put(name, definition) -> true when the schedule is new.
+--
+-- definition: {job, cron, timezone = 'UTC', catch_up = 'latest', options = {},
+-- payload = {}, origin = 'api'}. A new schedule's watermark is now: it fires the first
+-- occurrence after it was added, never the past. Updating keeps paused, the watermark
+-- and last_fired_at. Refuses (invalid_argument) an empty name or a bad definition.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.schedule_put(p_name text, p_definition jsonb)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now     timestamptz := jobs.now();
+  v_problem text;
+  v_new     boolean;
+begin
+  if p_name is null or p_name = '' then
+    perform jobs.raise_error('invalid_argument', 'a schedule needs a name');
+  end if;
+  v_problem := jobs.schedule_definition_problem(p_definition);
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_argument', 'schedule ' || p_name || ': ' || v_problem);
+  end if;
+  insert into jobs.schedule as s (name, job_name, cron, timezone, catch_up, options, payload,
+                                  origin, watermark, created_at, updated_at)
+  values (p_name, p_definition->>'job', pg_catalog.btrim(p_definition->>'cron'),
+          coalesce(p_definition->>'timezone', 'UTC'),
+          coalesce(p_definition->>'catch_up', 'latest'),
+          coalesce(p_definition->'options', '{}'), coalesce(p_definition->'payload', '{}'),
+          coalesce(p_definition->>'origin', 'api'), v_now, v_now, v_now)
+  on conflict (name) do update
+     set job_name = excluded.job_name, cron = excluded.cron, timezone = excluded.timezone,
+         catch_up = excluded.catch_up, options = excluded.options, payload = excluded.payload,
+         origin = excluded.origin,
+         updated_at = case when (s.job_name, s.cron, s.timezone, s.catch_up, s.options,
+                                 s.payload, s.origin)
+                                is distinct from
+                                (excluded.job_name, excluded.cron, excluded.timezone,
+                                 excluded.catch_up, excluded.options, excluded.payload,
+                                 excluded.origin)
+                           then v_now else s.updated_at end
+  returning (xmax = 0) into v_new;
+  return v_new;
+end
+$$;
+
+comment on function jobs.schedule_put(text, jsonb) is
+  'Add a schedule (watermark now) or update its definition (keeps paused and watermark).';
+
+-- ---------------------------------------------------------------------------
+-- jobs.schedule_pause(name) / jobs.schedule_resume(name) / jobs.schedule_remove(name).
+-- Refuse schedule_not_found (SJ031) for an unknown name. Resuming moves the watermark
+-- to now: occurrences missed while paused are skipped, whatever the catch-up policy.
+-- Pausing or resuming twice is harmless.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.schedule_pause(p_name text)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  update jobs.schedule s set paused = true, updated_at = jobs.now()
+   where s.name = p_name and not s.paused;
+  if not found and not exists (select 1 from jobs.schedule s where s.name = p_name) then
+    perform jobs.raise_error('schedule_not_found', pg_catalog.format('no schedule named %L', p_name));
+  end if;
+end
+$$;
+
+comment on function jobs.schedule_pause(text) is 'Stop firing a schedule until it is resumed.';
+
+create or replace function jobs.schedule_resume(p_name text)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  update jobs.schedule s
+     set paused = false, updated_at = jobs.now(), watermark = greatest(s.watermark, jobs.now())
+   where s.name = p_name and s.paused;
+  if not found and not exists (select 1 from jobs.schedule s where s.name = p_name) then
+    perform jobs.raise_error('schedule_not_found', pg_catalog.format('no schedule named %L', p_name));
+  end if;
+end
+$$;
+
+comment on function jobs.schedule_resume(text) is
+  'Fire a paused schedule again, from now (what it missed while paused is skipped).';
+
+create or replace function jobs.schedule_remove(p_name text)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  delete from jobs.schedule s where s.name = p_name;
+  if not found then
+    perform jobs.raise_error('schedule_not_found', pg_catalog.format('no schedule named %L', p_name));
+  end if;
+end
+$$;
+
+comment on function jobs.schedule_remove(text) is
+  'Delete a schedule (jobs it already enqueued stay).';
+
+-- ---------------------------------------------------------------------------
+-- jobs.schedules() -> every schedule, by name.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.schedules()
+returns table (name text, job_name text, cron text, timezone text, catch_up text,
+               options jsonb, payload jsonb, paused boolean, origin text,
+               watermark timestamptz, last_fired_at timestamptz, created_at timestamptz,
+               updated_at timestamptz)
+language sql
+stable
+set search_path = ''
+as $$
+  select s.name, s.job_name, s.cron, s.timezone, s.catch_up, s.options, s.payload, s.paused,
+         s.origin, s.watermark, s.last_fired_at, s.created_at, s.updated_at
+    from jobs.schedule s
+   order by s.name
+$$;
+
+comment on function jobs.schedules() is 'Every schedule with its watermark.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.occurrence_key(schedule, occurrence) -> '<schedule>@YYYY-MM-DDTHH:MI:SSZ'
+-- (the occurrence in UTC, to the second; fractions are kept when present).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.occurrence_key(p_schedule text, p_occurrence timestamptz)
+returns text
+language sql
+immutable
+set search_path = ''
+as $$
+  select p_schedule || '@'
+         || pg_catalog.to_char(p_occurrence at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+         || case when pg_catalog.date_part('microseconds', p_occurrence)::bigint % 1000000 = 0
+                 then ''
+                 else pg_catalog.rtrim(pg_catalog.to_char(p_occurrence at time zone 'UTC', '.US'), '0')
+            end
+         || 'Z'
+$$;
+
+comment on function jobs.occurrence_key(text, timestamptz) is
+  'The idempotency key of one occurrence of a schedule.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.schedule_fire(name, occurrences, watermark, token) -> (occurrence, job_id, outcome)
+--
+-- Contract (one transaction; the watermark moves with the fire):
+--   GUARD    p_token must be the live 'scheduler' lease's token, else not_leader (SJ030),
+--            nothing written. An unknown schedule is schedule_not_found (SJ031). The
+--            watermark must be given, not in the future, and not before any occurrence
+--            given; occurrences must not be in the future (invalid_argument SJ001).
+--   SKIP     a paused schedule fires nothing and keeps its watermark (answers no row).
+--            Occurrences at or before the current watermark are already done: not fired,
+--            not answered (a repeat, a restart or a skewed clock).
+--   FIRE     the other occurrences, oldest first, through jobs.enqueue_many with the key
+--            jobs.occurrence_key(name, occurrence), the schedule's options and payload,
+--            run_at = the occurrence: created, or deduped when it was fired before.
+--   MOVE     watermark = greatest(current, p_watermark); last_fired_at = the latest fired.
+-- Locks: the 'scheduler' leader row FOR SHARE (a takeover waits), then the schedule row
+--   FOR UPDATE (one fire per schedule at a time), then job rows by enqueue_many.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.schedule_fire(
+  p_name        text,
+  p_occurrences timestamptz[],
+  p_watermark   timestamptz,
+  p_token       bigint
+)
+returns table (occurrence timestamptz, job_id bigint, outcome text)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now     timestamptz := jobs.now();
+  v_live    boolean;
+  v_s       record;
+  v_due     timestamptz[];
+  v_specs   jsonb;
+begin
+  -- GUARD: the leader lease, held for share until commit.
+  select l.holder is not null and l.lease_expires_at > v_now and l.token = p_token
+    into v_live
+    from jobs.leader l
+   where l.role = 'scheduler'
+     for share;
+  if not coalesce(v_live, false) then
+    perform jobs.raise_error('not_leader',
+      pg_catalog.format('token %s does not hold the live scheduler lease', p_token),
+      null, 'stop dispatching and acquire the lease again (jobs.leader_acquire)');
+  end if;
+  if p_watermark is null or p_watermark > v_now then
+    perform jobs.raise_error('invalid_argument', 'the watermark must be given and not in the future');
+  end if;
+  if exists (select 1 from pg_catalog.unnest(p_occurrences) o(at)
+              where o.at is null or o.at > p_watermark) then
+    perform jobs.raise_error('invalid_argument',
+      'occurrences must be given, and at or before the watermark (never in the future)');
+  end if;
+
+  -- LOCK: the schedule.
+  select s.name, s.job_name, s.options, s.payload, s.paused, s.watermark
+    into v_s
+    from jobs.schedule s
+   where s.name = p_name
+     for update;
+  if not found then
+    perform jobs.raise_error('schedule_not_found', pg_catalog.format('no schedule named %L', p_name));
+  end if;
+  if v_s.paused then
+    return;
+  end if;
+
+  -- FIRE: occurrences after the watermark, oldest first.
+  select pg_catalog.array_agg(distinct o.at order by o.at)
+    into v_due
+    from pg_catalog.unnest(p_occurrences) o(at)
+   where o.at > v_s.watermark;
+  if v_due is not null then
+    select pg_catalog.jsonb_agg(
+             v_s.options || pg_catalog.jsonb_build_object(
+               'name', v_s.job_name, 'key', jobs.occurrence_key(v_s.name, d.at),
+               'payload', v_s.payload, 'run_at', d.at)
+             order by d.at)
+      into v_specs
+      from pg_catalog.unnest(v_due) d(at);
+  end if;
+
+  -- MOVE: the watermark, in this transaction.
+  update jobs.schedule s
+     set watermark = greatest(s.watermark, p_watermark),
+         last_fired_at = coalesce(v_due[pg_catalog.array_length(v_due, 1)], s.last_fired_at)
+   where s.name = p_name;
+
+  if v_specs is not null then
+    return query
+      select v_due[e.ord], e.id, e.outcome
+        from jobs.enqueue_many(v_specs) e
+       order by e.ord;
+  end if;
+end
+$$;
+
+comment on function jobs.schedule_fire(text, timestamptz[], timestamptz, bigint) is
+  'Fire occurrences of a schedule (exactly once per occurrence key) and move its watermark, fenced on the leader token.';
