@@ -6,12 +6,15 @@
 --   RECOVER  running jobs in these queues whose lease lapsed (at most 100 per call, by
 --            job_lease_idx): back to ready with the attempt counted, or, when that was
 --            the final attempt, buried as dead (failed when dead_letter is off) and
---            never returned. Parked jobs whose wake-up time passed become ready.
+--            never returned (a compensating job always goes back to ready: its saga
+--            unwind must finish). Parked jobs whose wake-up time passed become ready.
 --   PICK     per unpaused queue, the first `limit` claimable rows in (priority, run_at,
 --            id) order from job_claimable_idx, `for update skip locked`; then the first
 --            `limit` of those across queues. Finished rows are never read.
 --   CLAIM    each picked job: running, attempt + 1, claim + 1 (the new claim token),
---            lease_expires_at = now + lease_s, worker recorded.
+--            lease_expires_at = now + lease_s, worker recorded; first_started_at set
+--            on the first claim (the event-wait cursor, sql/60_events.sql). Answers
+--            the claim time (started_at) and the job's stored steps (sql/50_steps.sql).
 --
 -- options: {"names": [..]} claims only those job names (a worker claims what it can
 --          run; others wait for a worker that knows them).
@@ -41,7 +44,9 @@ returns table (
   timeout_s        double precision,
   progress         jsonb,
   traceparent      text,
-  created_at       timestamptz
+  created_at       timestamptz,
+  started_at       timestamptz,  -- this claim's time on the database clock
+  steps            jsonb         -- stored durable steps {name: value}; null when none
 )
 language plpgsql
 volatile
@@ -84,13 +89,15 @@ begin
   -- RECOVER lapsed leases: bounded, by job_lease_idx.
   update jobs.job as j
      set state = case
-                   when j.attempt < j.max_attempts then 'ready'
+                   -- a compensating job (a saga unwinding, sql/50_steps.sql) is never buried
+                   when j.attempt < j.max_attempts or j.compensating then 'ready'
                    when j.dead_letter then 'dead'
                    else 'failed'
                  end::jobs.job_state,
          run_at = v_now,
          lease_expires_at = null,
-         finished_at = case when j.attempt < j.max_attempts then null else v_now end,
+         finished_at = case when j.attempt < j.max_attempts or j.compensating then null
+                            else v_now end,
          last_error = pg_catalog.jsonb_build_object(
            'kind', 'lease_expired',
            'message', pg_catalog.format('the lease of worker %s expired during attempt %s',
@@ -148,16 +155,22 @@ begin
              claim = j.claim + 1,
              worker = p_worker,
              lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s),
-             started_at = v_now
+             started_at = v_now,
+             first_started_at = coalesce(j.first_started_at, v_now)
         from picked
        where j.id = picked.id
       returning j.id, j.name, j.queue, j.tenant, j.key, j.payload, j.priority, j.attempt,
                 j.max_attempts, j.claim, j.lease_expires_at, j.timeout_s, j.progress,
-                j.traceparent, j.created_at, picked.run_at as picked_run_at
+                j.traceparent, j.created_at, picked.run_at as picked_run_at, j.step_seq
     )
     select c.id, c.name, c.queue, c.tenant, c.key, c.payload, c.priority, c.attempt,
            c.max_attempts, c.claim, c.lease_expires_at, c.timeout_s, c.progress,
-           c.traceparent, c.created_at
+           c.traceparent, c.created_at, v_now,
+           -- Stored steps (sql/50_steps.sql), read only for jobs that ever wrote one.
+           case when c.step_seq > 0 then
+             (select pg_catalog.jsonb_object_agg(s.name, s.value)
+                from jobs.step s where s.job_id = c.id)
+           end
       from claimed c
      order by c.priority, c.picked_run_at, c.id;
 end

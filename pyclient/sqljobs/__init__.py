@@ -23,8 +23,10 @@ from sqljobs.errors import (
     JobNotRequeueable,
     JobRunning,
     LeaseLost,
+    NotLeader,
     PayloadTooLarge,
     QueuesRequired,
+    ScheduleNotFound,
     SchemaError,
     SqljobsError,
     UnknownJob,
@@ -39,8 +41,12 @@ from sqljobs.models import (
     JobState,
     QueueStats,
     Settled,
+    Staged,
 )
+from sqljobs.relay import Relay
 from sqljobs.results import JobCancelled, JobDead, JobError, JobFailed, ResultTimeout
+from sqljobs.scheduler import Scheduler
+from sqljobs.steps import Event, EventTimeout, StepNameReused, Steps, StepTimeout, SyncSteps
 from sqljobs.worker import Worker
 
 
@@ -63,6 +69,8 @@ __all__ = [
     "DatabaseError",
     "DuplicateJob",
     "Enqueued",
+    "Event",
+    "EventTimeout",
     "InvalidArgument",
     "InvalidPayload",
     "JobCancelled",
@@ -80,17 +88,26 @@ __all__ = [
     "JobSpec",
     "JobState",
     "LeaseLost",
+    "NotLeader",
     "PayloadTooLarge",
     "QueueStats",
     "QueuesRequired",
+    "Relay",
     "ResultTimeout",
     "Retry",
     "RetryPolicy",
     "RunCancelled",
+    "ScheduleNotFound",
+    "Scheduler",
     "SchemaError",
     "Settled",
     "Snooze",
     "SqljobsError",
+    "Staged",
+    "StepNameReused",
+    "StepTimeout",
+    "Steps",
+    "SyncSteps",
     "UnknownJob",
     "Worker",
     "fresh_key",

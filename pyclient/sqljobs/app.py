@@ -7,9 +7,9 @@ schema version this client needs. The runtime (declarations, worker) builds on i
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -20,6 +20,10 @@ from sqljobs._version import SCHEMA_VERSION
 from sqljobs.client import AsyncClient, Client
 from sqljobs.errors import ConfigurationError, SchemaError, UnknownJob
 from sqljobs.jobs import JobDefinition, JobHandle, RetryPolicy, payload_model_of
+from sqljobs.tasks import TaskDefinition
+
+if TYPE_CHECKING:
+    from sqljobs.schedules import Schedules
 
 DSN_VARIABLES = ("SQLJOBS_DSN", "DATABASE_URL")
 
@@ -81,6 +85,7 @@ class App:
         self._pool: ConnectionPool[Any] | None = None
         self._async_pool: AsyncConnectionPool[Any] | None = None
         self._jobs: dict[str, JobHandle[Any]] = {}
+        self._tasks: dict[str, TaskDefinition] = {}
 
     # -- declarations -----------------------------------------------------------------
 
@@ -135,6 +140,64 @@ class App:
             return self._jobs[name]
         except KeyError:
             raise UnknownJob(f"no job named {name!r} is declared on this app") from None
+
+    def task(
+        self,
+        *,
+        cron: str,
+        timezone: str = "UTC",
+        catch_up: str = "latest",
+        name: str | None = None,
+        payload: BaseModel | Mapping[str, Any] | None = None,
+        queue: str = "default",
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        priority: int = 0,
+        dead_letter: bool | None = None,
+        terminal: tuple[type[BaseException], ...] = (),
+    ) -> Callable[[Callable[..., Any]], JobHandle[Any]]:
+        """Declare a task, a job with a schedule: `@app.task(cron="*/5 * * * *")`.
+
+        `cron` has five fields, or six with seconds first; it is read in `timezone` (an
+        IANA name). `catch_up` says what the scheduler fires after downtime: "all" the
+        missed occurrences, the "latest" one only, or "none". A bad cron expression, time
+        zone, policy or payload is refused here (ConfigurationError / InvalidPayload).
+        The other arguments are `app.job`'s; see `sqljobs.tasks`.
+        """
+        from sqljobs.cron import Cron
+        from sqljobs.tasks import adapt_handler, check_catch_up
+
+        schedule = Cron(cron, timezone)
+        policy = check_catch_up(catch_up)
+
+        def declare(fn: Callable[..., Any]) -> JobHandle[Any]:
+            handler, model = adapt_handler(fn)
+            task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            if task_name in self._tasks:
+                raise ConfigurationError(f"a task named {task_name!r} is already declared")
+            handle = self.job(name=task_name, queue=queue, retry=retry, timeout=timeout,
+                              priority=priority, dead_letter=dead_letter, terminal=terminal,
+                              payload=model)(handler)
+            spec = handle.spec(payload if payload is not None else {}, key="-").to_sql()
+            options = {k: v for k, v in spec.items() if k not in ("name", "key", "payload")}
+            self._tasks[task_name] = TaskDefinition(
+                name=task_name, job=task_name, cron=schedule, catch_up=policy,
+                payload=spec.get("payload") or {}, options=options)
+            return handle
+
+        return declare
+
+    @property
+    def tasks(self) -> dict[str, TaskDefinition]:
+        """Declared tasks (schedules) by name."""
+        return dict(self._tasks)
+
+    @property
+    def schedules(self) -> Schedules:
+        """Manage the schedules stored in the database (see `sqljobs.schedules`)."""
+        from sqljobs.schedules import Schedules
+
+        return Schedules(self)
 
     @property
     def dsn(self) -> str:
@@ -262,3 +325,23 @@ class App:
         from sqljobs.results import wait_result_async
 
         return await wait_result_async(self.dsn, job_id, timeout)
+
+    # -- events -----------------------------------------------------------------------
+
+    def emit_event(self, name: str, payload: Mapping[str, Any] | None = None, *,
+                   conn: Any = None) -> int:
+        """Emit an event (`jobs.emit_event`): wakes every job waiting for a matching one.
+
+        With `conn` (psycopg, or a SQLAlchemy Session/Connection) it is emitted inside
+        that transaction and counts only if it commits. Answers the event id.
+        """
+        from sqljobs.transactions import run_in
+
+        return run_in(self, conn, [queries.emit_event(name, payload)])[0]
+
+    async def emit_event_async(self, name: str, payload: Mapping[str, Any] | None = None, *,
+                               conn: Any = None) -> int:
+        """`emit_event` for asyncio code."""
+        from sqljobs.transactions import run_in_async
+
+        return (await run_in_async(self, conn, [queries.emit_event(name, payload)]))[0]

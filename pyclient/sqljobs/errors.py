@@ -122,6 +122,14 @@ class JobFinished(DatabaseError, sqlstate="SJ010", name="job_finished"):
     """The job already reached a final state."""
 
 
+class NotLeader(DatabaseError, sqlstate="SJ030", name="not_leader"):
+    """A scheduler fire whose leader token no longer holds the live lease: stop dispatching."""
+
+
+class ScheduleNotFound(DatabaseError, LookupError, sqlstate="SJ031", name="schedule_not_found"):
+    """No schedule has that name."""
+
+
 def translate(error: psycopg.Error) -> Exception:
     """Our exception for a psycopg error: the coded class when the SQLSTATE is ours."""
     diag = error.diag

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from sqljobs import queries
 from sqljobs.errors import ConfigurationError, InvalidPayload
-from sqljobs.models import Enqueued, Jitter, JobSpec
+from sqljobs.models import Enqueued, Jitter, JobSpec, Staged
 from sqljobs.transactions import run_in, run_in_async
 
 if TYPE_CHECKING:
@@ -168,3 +168,37 @@ class JobHandle(Generic[P]):
         specs = [self.spec(payload, key=key, **options) for payload, key in items]
         chunks = await run_in_async(self.app, conn, queries.enqueue_chunks(specs))
         return [e for chunk in chunks for e in chunk]
+
+    # -- transactional outbox (sql/70_outbox.sql, sqljobs.relay) ----------------------
+
+    def _staged_spec(self, payload: P | Mapping[str, Any], key: str,
+                     ordering_key: str | None, options: dict[str, Any]) -> dict[str, Any]:
+        spec = self.spec(payload, key=key, **options).to_sql()
+        if ordering_key is not None:
+            spec["ordering_key"] = ordering_key
+        return spec
+
+    def stage(self, payload: P | Mapping[str, Any], *, key: str, conn: Any = None,
+              ordering_key: str | None = None, **options: Any) -> Staged:
+        """Stage one job in the outbox: written in `conn`'s transaction (or on the pool),
+        published as a job by a relay (`sqljobs relay`) once that transaction commits.
+
+        The answer's id IS the future job's id. A key that already has a job or a staged
+        row answers that id as `deduped`. Rows sharing an `ordering_key` are published
+        in the order they were staged. Takes enqueue's options but `on_conflict`.
+        """
+        call = queries.stage_many([self._staged_spec(payload, key, ordering_key, options)])
+        return run_in(self.app, conn, [call])[0][0]
+
+    def stage_many(self, items: Sequence[tuple[P | Mapping[str, Any], str]], *,
+                   conn: Any = None, ordering_key: str | None = None,
+                   **options: Any) -> list[Staged]:
+        """Stage many `(payload, key)` pairs in one transaction (all or nothing)."""
+        specs = [self._staged_spec(payload, key, ordering_key, options) for payload, key in items]
+        return [s for chunk in run_in(self.app, conn, queries.stage_chunks(specs)) for s in chunk]
+
+    async def stage_async(self, payload: P | Mapping[str, Any], *, key: str, conn: Any = None,
+                          ordering_key: str | None = None, **options: Any) -> Staged:
+        """`stage` for asyncio code (an AsyncConnection or AsyncSession as `conn`)."""
+        call = queries.stage_many([self._staged_spec(payload, key, ordering_key, options)])
+        return (await run_in_async(self.app, conn, [call]))[0][0]

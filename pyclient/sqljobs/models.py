@@ -66,6 +66,32 @@ class ClaimedJob(_Record):
     progress: Any
     traceparent: str | None
     created_at: datetime
+    started_at: datetime | None = None  # this claim's time, on the database clock
+    steps: dict[str, Any] | None = None  # stored durable steps {name: value} (sqljobs.steps)
+
+
+class StepSleep(_Record):
+    """`jobs.step_sleep`'s answer: the stored wake-up time; parked = the job now sleeps."""
+
+    wake_at: datetime
+    parked: bool
+
+
+class StepInvoked(_Record):
+    """`jobs.step_invoke`'s answer for one step: the stored child outcome (None while the
+    child is live), the child's id, and parked = the job now awaits its children."""
+
+    name: str
+    value: Any
+    child_id: int | None
+    parked: bool
+
+
+class StepWait(_Record):
+    """`jobs.step_wait`'s answer: the stored outcome, or parked = the job now waits."""
+
+    value: Any
+    parked: bool
 
 
 class Settled(_Record):
@@ -189,3 +215,83 @@ class JobOutcome(_Record):
     state: JobState
     result: Any
     last_error: Any
+
+
+# -- outbox (sql/70_outbox.sql) ----------------------------------------------------------
+
+class Staged(_Record):
+    """One stage's answer: the staged row's id (its future job's id), or the id the key
+    already has (a job, or an unpublished staged row) with outcome `deduped`."""
+
+    id: int
+    outcome: Literal["staged", "deduped"]
+
+    @property
+    def deduped(self) -> bool:
+        return self.outcome == "deduped"
+
+
+class RelayStep(_Record):
+    """One `jobs.relay` call: rows published now (`deduped` of them found their key's job
+    already there) and rows claimed now, which the next call publishes."""
+
+    published: int
+    deduped: int
+    held: int
+
+
+class Purged(_Record):
+    """A retention sweep's answer: rows deleted now, rows a second call would delete."""
+
+    purged: int
+    remaining: int
+
+
+class OutboxStats(_Record):
+    pending: int
+    held: int
+    lapsed: int
+    published: int
+    oldest_pending_s: float
+
+
+# -- schedules (sql/80_schedule.sql) -----------------------------------------------------
+
+CatchUp = Literal["all", "latest", "none"]
+
+
+class ScheduleRecord(_Record):
+    """One row of `jobs.schedules()`; `next_fire_at` is computed by the client from the
+    cron expression (None when paused, or when the expression no longer parses)."""
+
+    name: str
+    job_name: str
+    cron: str
+    timezone: str
+    catch_up: CatchUp
+    options: dict[str, Any]
+    payload: Any
+    paused: bool
+    origin: Literal["declared", "api"]
+    watermark: datetime
+    last_fired_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    next_fire_at: datetime | None = None
+
+
+class Fired(_Record):
+    """One occurrence `jobs.schedule_fire` enqueued: its job, created or deduped."""
+
+    occurrence: datetime
+    job_id: int
+    outcome: Outcome
+
+
+class LeaderRecord(_Record):
+    role: str
+    holder: str | None
+    token: int
+    lease_expires_at: datetime | None
+    acquired_at: datetime | None
+    live: bool

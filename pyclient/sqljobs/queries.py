@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, LiteralString, TypeVar
 
 from psycopg.types.json import Jsonb
@@ -17,12 +18,22 @@ from sqljobs.models import (
     BulkMoved,
     ClaimedJob,
     Enqueued,
+    Fired,
     JobOutcome,
     JobRecord,
     JobSpec,
+    LeaderRecord,
     NackMode,
+    OutboxStats,
+    Purged,
     QueueStats,
+    RelayStep,
+    ScheduleRecord,
     Settled,
+    Staged,
+    StepInvoked,
+    StepSleep,
+    StepWait,
     UnservedJobs,
     WorkerRecord,
 )
@@ -103,7 +114,7 @@ def enqueue_chunks(specs: Sequence[JobSpec]) -> list[Call[list[Enqueued]]]:
 
 _CLAIMED_COLUMNS: LiteralString = (
     "id, name, queue, tenant, key, payload, priority, attempt, max_attempts, claim, "
-    "lease_expires_at, timeout_s, progress, traceparent, created_at"
+    "lease_expires_at, timeout_s, progress, traceparent, created_at, started_at, steps"
 )
 
 
@@ -329,4 +340,183 @@ def job_outcome(job_id: int) -> Call[JobOutcome | None]:
         "select id, state::text as state, result, last_error from jobs.job_view where id = %s",
         (job_id,),
         lambda rows: JobOutcome.model_validate(rows[0]) if rows else None,
+    )
+
+
+# -- durable steps and events (sql/50_steps.sql, sql/60_events.sql) -----------------------
+
+
+def step_put(job_id: int, claim: int, name: str, value: Any, lease_s: float | None = None,
+             options: Mapping[str, bool] | None = None) -> Call[Any]:
+    """Store a step (first write wins); answers the stored value (its JSON round trip)."""
+    return Call(
+        "select jobs.step_put(%s, %s, %s, %s, %s, %s) as value",
+        (job_id, claim, name, Jsonb(value), lease_s, Jsonb(dict(options or {}))),
+        _one("value"),
+    )
+
+
+def step_unwind(job_id: int, claim: int, mode: str, error: Any,
+                lease_s: float | None = None) -> Call[Any]:
+    return Call(
+        "select jobs.step_unwind(%s, %s, %s, %s, %s) as value",
+        (job_id, claim, mode, _json(error), lease_s),
+        _one("value"),
+    )
+
+
+def step_unwound(job_id: int, claim: int) -> Call[str]:
+    return Call(
+        "select jobs.step_unwound(%s, %s)::text as state", (job_id, claim), _one("state"))
+
+
+def step_sleep(job_id: int, claim: int, name: str, until: Any = None,
+               delay_s: float | None = None) -> Call[StepSleep]:
+    return Call(
+        "select wake_at, parked from jobs.step_sleep(%s, %s, %s, %s, %s)",
+        (job_id, claim, name, until, delay_s),
+        lambda rows: StepSleep.model_validate(rows[0]),
+    )
+
+
+def step_wait(job_id: int, claim: int, name: str, specs: Sequence[Mapping[str, Any]],
+              timeout_s: float | None = None, lease_s: float | None = None) -> Call[StepWait]:
+    return Call(
+        "select value, parked from jobs.step_wait(%s, %s, %s, %s, %s, %s)",
+        (job_id, claim, name, Jsonb([dict(s) for s in specs]), timeout_s, lease_s),
+        lambda rows: StepWait.model_validate(rows[0]),
+    )
+
+
+def emit_event(name: str, payload: Mapping[str, Any] | None = None) -> Call[int]:
+    return Call(
+        "select jobs.emit_event(%s, %s) as id",
+        (name, Jsonb(dict(payload or {}))),
+        _one("id"),
+    )
+
+
+# -- outbox (sql/70_outbox.sql) --------------------------------------------------------
+
+
+def stage_many(specs: Sequence[Mapping[str, Any]]) -> Call[list[Staged]]:
+    """Stage at most ENQUEUE_CHUNK specs (JobSpec.to_sql() plus an optional ordering_key)."""
+    if len(specs) > ENQUEUE_CHUNK:
+        raise ValueError(f"stage_many takes at most {ENQUEUE_CHUNK} specs per call")
+    return Call(
+        "select ord, id, outcome from jobs.stage_many(%s)",
+        (Jsonb(list(specs)),),
+        lambda rows: [Staged.model_validate(row) for row in rows],
+    )
+
+
+def stage_chunks(specs: Sequence[Mapping[str, Any]]) -> list[Call[list[Staged]]]:
+    """One stage_many call per chunk of ENQUEUE_CHUNK specs; run them in one transaction."""
+    return [stage_many(specs[i:i + ENQUEUE_CHUNK]) for i in range(0, len(specs), ENQUEUE_CHUNK)]
+
+
+def relay(batch: int, relay_id: str, lease_s: float = 30.0) -> Call[RelayStep]:
+    return Call(
+        "select published, deduped, held from jobs.relay(%s, %s, %s)",
+        (batch, relay_id, lease_s),
+        lambda rows: RelayStep.model_validate(rows[0]),
+    )
+
+
+def purge_outbox(retention_s: float, max: int = 1000) -> Call[Purged]:
+    return Call(
+        "select purged, remaining from jobs.purge_outbox(%s, %s)",
+        (retention_s, max),
+        lambda rows: Purged.model_validate(rows[0]),
+    )
+
+
+def outbox_stats() -> Call[OutboxStats]:
+    return Call(
+        "select pending, held, lapsed, published, oldest_pending_s from jobs.outbox_stats()",
+        (),
+        lambda rows: OutboxStats.model_validate(rows[0]),
+    )
+
+
+def step_invoke(job_id: int, claim: int, names: Sequence[str], specs: Sequence[JobSpec],
+                lease_s: float | None = None) -> Call[list[StepInvoked]]:
+    return Call(
+        "select name, value, child_id, parked from jobs.step_invoke(%s, %s, %s, %s, %s)",
+        (job_id, claim, list(names), Jsonb([spec.to_sql() for spec in specs]), lease_s),
+        lambda rows: [StepInvoked.model_validate(row) for row in rows],
+    )
+
+
+# -- schedules and the leader lease (sql/80_schedule.sql) -----------------------------
+
+_SCHEDULE_COLUMNS: LiteralString = (
+    "name, job_name, cron, timezone, catch_up, options, payload, paused, origin, watermark, "
+    "last_fired_at, created_at, updated_at"
+)
+
+
+def database_now() -> Call[datetime]:
+    """The database's clock, `jobs.now()` (a session's jobs.fake_now when set)."""
+    return Call("select jobs.now() as now", (), _one("now"))
+
+
+def schedule_put(name: str, definition: Mapping[str, Any]) -> Call[bool]:
+    return Call(
+        "select jobs.schedule_put(%s, %s) as created",
+        (name, Jsonb(dict(definition))),
+        _one("created"),
+    )
+
+
+def schedule_pause(name: str) -> Call[None]:
+    return Call("select jobs.schedule_pause(%s)", (name,), _none)
+
+
+def schedule_resume(name: str) -> Call[None]:
+    return Call("select jobs.schedule_resume(%s)", (name,), _none)
+
+
+def schedule_remove(name: str) -> Call[None]:
+    return Call("select jobs.schedule_remove(%s)", (name,), _none)
+
+
+def schedules() -> Call[list[ScheduleRecord]]:
+    return Call(
+        "select " + _SCHEDULE_COLUMNS + " from jobs.schedules()",
+        (),
+        lambda rows: [ScheduleRecord.model_validate(row) for row in rows],
+    )
+
+
+def schedule_fire(name: str, occurrences: Sequence[datetime], watermark: datetime,
+                  token: int) -> Call[list[Fired]]:
+    return Call(
+        "select occurrence, job_id, outcome from jobs.schedule_fire(%s, %s, %s, %s)",
+        (name, list(occurrences), watermark, token),
+        lambda rows: [Fired.model_validate(row) for row in rows],
+    )
+
+
+def leader_acquire(role: str, holder: str, lease_s: float) -> Call[int | None]:
+    return Call(
+        "select jobs.leader_acquire(%s, %s, %s) as token",
+        (role, holder, lease_s),
+        _one("token"),
+    )
+
+
+def leader_release(role: str, holder: str, token: int) -> Call[bool]:
+    return Call(
+        "select jobs.leader_release(%s, %s, %s) as released",
+        (role, holder, token),
+        _one("released"),
+    )
+
+
+def leaders() -> Call[list[LeaderRecord]]:
+    return Call(
+        "select role, holder, token, lease_expires_at, acquired_at, live from jobs.leaders()",
+        (),
+        lambda rows: [LeaderRecord.model_validate(row) for row in rows],
     )

@@ -79,10 +79,11 @@ from sqljobs import queries
 from sqljobs._threads import DaemonThreadPool
 from sqljobs.app import check_schema_version
 from sqljobs.client import AsyncClient
-from sqljobs.context import JobContext, StopReason
+from sqljobs.context import JobContext, RunCancelled, StopReason
 from sqljobs.control import Retry, Snooze
-from sqljobs.errors import ConfigurationError, DatabaseError, InvalidPayload
+from sqljobs.errors import ConfigurationError, DatabaseError, InvalidPayload, LeaseLost
 from sqljobs.models import ClaimedJob, NackMode, Settled
+from sqljobs.steps import Steps, Suspended
 
 if TYPE_CHECKING:
     from sqljobs.app import App
@@ -92,6 +93,7 @@ logger = logging.getLogger("sqljobs.worker")
 job_logger = logging.getLogger("sqljobs.job")
 
 WAKE_CHANNEL = "jobs_wake"
+SAGA_RETRY_S = 5.0  # a failed compensation: the unwind is tried again after this
 MAX_CLAIM = 1000  # jobs.claim's limit
 _MESSAGE_LIMIT = 2_000
 _TRACEBACK_LIMIT = 16_000
@@ -112,9 +114,12 @@ class Settlement:
     error: dict[str, Any] | None = None
     mode: NackMode = "retry"
     delay_s: float | None = None
+    written: bool = False  # already written: a durable step parked it, or a saga settled it
 
     @property
     def label(self) -> str:
+        if self.written:
+            return "parked" if self.mode == "park" else "compensated"
         return "succeeded" if self.ack else f"nack:{self.mode}"
 
 
@@ -548,6 +553,8 @@ class Worker:
         fields = {**self._log_extra, **run.log_fields}
         try:
             settlement = await self._outcome(run)
+            if settlement is not None and not settlement.written:
+                settlement = await self._saga(run, settlement)
             if settlement is None:
                 self._count("lost")
                 logger.warning("job %s stopped: no longer held by this worker (%s); "
@@ -555,6 +562,11 @@ class Worker:
                                extra={**fields, "outcome": "lost"})
                 return
             run.settling = True
+            if settlement.written:  # a durable step parked the job, or a saga settled it
+                self._count(settlement.label)
+                logger.info("job %s %s %s", job.id, job.name, settlement.label,
+                            extra={**fields, "outcome": settlement.label})
+                return
             assert self._settler is not None
             ok = await self._settler.settle(run, settlement)
             duration_ms = round((time.monotonic() - run.started) * 1000, 1)
@@ -585,6 +597,37 @@ class Worker:
                 await asyncio.wrap_future(run.thread)
             self._finished(run)
 
+    async def _saga(self, run: _Run, settlement: Settlement) -> Settlement | None:
+        """Sagas (sqljobs.steps, docs/design/sagas.md): a job that fails for good with
+        completed compensable steps, or that is already unwinding (cancelled, or resumed
+        after a crash), runs its compensations in reverse order and settles itself."""
+        steps = run.ctx._steps if run.ctx is not None else None
+        if steps is None or not (steps.unwinding or steps.has_compensations):
+            return settlement
+        if run.stop_reason in ("lease_lost", "interrupt"):
+            return settlement
+        job = run.job
+        final = settlement.mode == "fail" or (
+            settlement.mode == "retry" and job.attempt >= job.max_attempts)
+        if not steps.unwinding and (settlement.ack or not final):
+            return settlement
+        if run.stop_reason == "timeout":
+            steps.reopen()  # the handler was stopped; its compensations must still run
+        try:
+            await steps.unwind("fail" if settlement.mode == "fail" else "retry",
+                               settlement.error)
+        except (LeaseLost, RunCancelled):
+            if run.stop_reason == "interrupt":
+                return Settlement(ack=False, mode="interrupt", error=error_record(
+                    "interrupted", message="the worker stopped during a saga's unwind"))
+            return None
+        except Exception as error:
+            # A compensation failed: the job stays compensating; try the unwind again
+            # later (not an attempt). Compensations must be retryable.
+            return Settlement(ack=False, mode="shed", delay_s=SAGA_RETRY_S,
+                              error=error_record("compensation_failed", error))
+        return Settlement(ack=False, mode="fail", written=True)
+
     def _count(self, label: str) -> None:
         self.counts[label] = self.counts.get(label, 0) + 1
 
@@ -610,6 +653,11 @@ class Worker:
             report_progress=lambda value: self._progress(run, value),
             saved_progress=job.progress,
         )
+        assert self._client is not None
+        ctx._steps = Steps(
+            job_id=job.id, claim=job.claim, stored=job.steps, started_at=job.started_at,
+            lease_s=self.lease_s, run=self._client.run, cancelled=ctx.cancelled,
+            lost=lambda: run.stop("lease_lost"), loop=ctx._loop)
         run.ctx = ctx
         if run.stop_reason is not None:
             ctx._stop(run.stop_reason)
@@ -625,6 +673,9 @@ class Worker:
         done, _ = await asyncio.wait({handler, run.stopped}, timeout=timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
 
+        if handler in done and not handler.cancelled() \
+                and isinstance(handler.exception(), Suspended):
+            return Settlement(ack=False, mode="park", written=True)
         if handler in done and not handler.cancelled() and handler.exception() is None \
                 and run.stop_reason != "lease_lost":
             try:

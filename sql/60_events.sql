@@ -1,0 +1,269 @@
+-- sqljobs: events — emit, durable event waits, wake.
+--
+-- jobs.emit_event(name, payload) records an event and wakes, at once, EVERY parked job
+-- with an open wait that the event matches (broadcast: one event is seen by every
+-- matching waiter; each waiting job consumes it once). Callable from plain SQL anywhere,
+-- e.g. in the transaction that made the change the event announces: it counts, and
+-- wakes, only if that transaction commits.
+--
+-- A wait is a durable step (jobs.step_wait): it resolves with the first matching event
+-- emitted since the job's FIRST claim (first_started_at: the cursor), not consumed by an
+-- earlier step of the same job, and not after the wait's deadline; or, once the
+-- deadline passed with no such event, with a timeout. Either outcome is stored as the
+-- step, so a replay answers the same thing. An event emitted after the job started but
+-- before the wait was registered is therefore not lost.
+--
+-- Match: jsonb containment, `payload @> match` ({} matches every payload).
+--
+-- Locks (why no event falls between a wait and an emit): both take a transaction-level
+-- advisory lock per event name — an emit SHARE (emits never block each other), a wait
+-- EXCLUSIVE, in name order — so a wait's look-back and an emit's wake-up never run
+-- concurrently for one name: either the emit commits first and the wait sees the event,
+-- or the wait (and its park) commits first and the emit sees the wait and wakes it.
+-- An emit inside a long transaction holds its share lock until commit, delaying waits
+-- on that name (not other emits). Lock order: the job row (fence), then the advisory
+-- locks. A transaction that emits several names may deadlock with a wait on the same
+-- names (PostgreSQL aborts one; the client retries the wait).
+-- Retention: event waits go with their job (on delete cascade); events themselves are
+-- purged by age with jobs.purge_events.
+
+-- ---------------------------------------------------------------------------
+-- jobs.event: emitted events.
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.event (
+  id         bigint generated always as identity primary key,
+  name       text not null,
+  payload    jsonb not null default '{}',
+  created_at timestamptz not null
+);
+
+comment on table jobs.event is 'Private: emitted events; use jobs.emit_event.';
+
+-- A wait looks back by name from its cursor.
+create index if not exists event_name_idx on jobs.event (name, created_at, id);
+
+-- ---------------------------------------------------------------------------
+-- jobs.event_wait: open event waits, one per (job, step); removed once resolved.
+--   specs: [{"event": name, "match": {...}}, ...]  (first of several)
+--   names: the event names of specs (for the emit's index lookup)
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.event_wait (
+  job_id     bigint not null references jobs.job (id) on delete cascade,
+  step       text not null,
+  specs      jsonb not null,
+  names      text[] not null,
+  deadline   timestamptz not null,     -- 'infinity': no timeout
+  created_at timestamptz not null,
+  primary key (job_id, step)
+);
+
+comment on table jobs.event_wait is 'Private: open event waits of parked jobs; written by jobs.step_wait.';
+
+create index if not exists event_wait_names_idx on jobs.event_wait using gin (names);
+
+-- The advisory lock key of an event name (one per name; a hash collision only
+-- serializes two names more than needed).
+create or replace function jobs.event_lock_key(p_name text)
+returns bigint
+language sql
+immutable
+set search_path = ''
+as $$ select pg_catalog.hashtextextended('sqljobs.event:' || p_name, 0) $$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.emit_event(name, payload) -> the event's id.
+-- Records the event and makes every parked job with a matching open wait ready now
+-- (notifying its queue's workers on jobs_wake, once per queue).
+-- Errors: invalid_argument (SJ001) for a missing name or a payload that is not an
+-- object; payload_too_large (SJ002).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.emit_event(p_name text, p_payload jsonb default '{}')
+returns bigint
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_id     bigint;
+  v_queues text[];
+begin
+  -- GUARD
+  if p_name is null or p_name = '' then
+    perform jobs.raise_error('invalid_argument', 'an event needs a name');
+  end if;
+  if p_payload is null or pg_catalog.jsonb_typeof(p_payload) <> 'object' then
+    perform jobs.raise_error('invalid_argument', 'an event payload must be a JSON object');
+  end if;
+  if pg_catalog.octet_length(p_payload::text) > jobs.max_payload_bytes() then
+    perform jobs.raise_error('payload_too_large',
+      pg_catalog.format('event payload is larger than %s bytes', jobs.max_payload_bytes()));
+  end if;
+  -- LOCK (share: emits of one name run side by side; waits on it wait for us)
+  perform pg_catalog.pg_advisory_xact_lock_shared(jobs.event_lock_key(p_name));
+  -- WRITE
+  insert into jobs.event as e (name, payload, created_at)
+  values (p_name, p_payload, jobs.now())
+  returning e.id into v_id;
+  -- WAKE every parked job with a matching open wait.
+  with woken as (
+    update jobs.job as j
+       set state = 'ready', run_at = jobs.now()
+      from (select distinct w.job_id
+              from jobs.event_wait w
+             where w.names @> array[p_name]
+               and exists (select 1 from pg_catalog.jsonb_array_elements(w.specs) x
+                            where x->>'event' = p_name
+                              and p_payload @> coalesce(x->'match', '{}'::jsonb))
+             order by w.job_id) as m
+     where j.id = m.job_id and j.state = 'parked'
+    returning j.queue
+  )
+  select array(select distinct woken.queue from woken) into v_queues;
+  perform jobs.wake(v_queues);
+  return v_id;
+end
+$$;
+
+comment on function jobs.emit_event(text, jsonb) is
+  'Record an event; wake every parked job waiting for a matching one. Answers the event id.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.step_wait(id, claim, name, specs, timeout_s, lease_s) -> (value, parked).
+--
+-- A durable event wait, step `name` of job `id` (fenced: lease_lost SJ004 otherwise).
+--   * stored already: answers the stored outcome, parked = false.
+--   * else registers the wait (once; its deadline = first call + timeout_s, or none)
+--     and looks back for the first matching event (by id) with created_at between the
+--     job's first claim and the deadline, not consumed by another step of this job:
+--       found        -> stores {"event", "payload", "id"} (kind event), parked = false
+--       deadline hit -> stores {"timeout": true} (kind timeout), parked = false
+--       otherwise    -> parks the job until the deadline (not an attempt; the lease is
+--                       released), parked = true: the run must end without settling.
+--                       A matching emit, or the deadline, wakes it; it then calls again.
+-- specs: a non-empty JSON array of {"event": name, "match": object (optional)}.
+-- Extends the lease to now + lease_s when it does not park (left as is when null).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.step_wait(
+  p_id        bigint,
+  p_claim     bigint,
+  p_name      text,
+  p_specs     jsonb,
+  p_timeout_s double precision default null,
+  p_lease_s   double precision default null
+)
+returns table (value jsonb, parked boolean)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now      timestamptz := jobs.now();
+  v_seq      integer;
+  v_value    jsonb;
+  v_names    text[];
+  v_name     text;
+  v_cursor   timestamptz;
+  v_deadline timestamptz;
+  v_event    record;
+begin
+  -- GUARD
+  perform jobs.check_step_name(p_name);
+  if p_specs is null or pg_catalog.jsonb_typeof(p_specs) <> 'array'
+     or pg_catalog.jsonb_array_length(p_specs) = 0
+     or exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
+                 where pg_catalog.jsonb_typeof(x) <> 'object'
+                    or pg_catalog.jsonb_typeof(x->'event') is distinct from 'string'
+                    or x->>'event' = ''
+                    or (x ? 'match' and pg_catalog.jsonb_typeof(x->'match') <> 'object')) then
+    perform jobs.raise_error('invalid_argument',
+      'specs must be a non-empty array of {"event": name, "match": object}');
+  end if;
+  if p_timeout_s < 0 or p_timeout_s >= 'Infinity' then
+    perform jobs.raise_error('invalid_argument', 'timeout_s must be finite and not negative');
+  end if;
+  -- FENCE (locks the job row)
+  v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
+  select s.value into v_value from jobs.step s where s.job_id = p_id and s.name = p_name;
+  if found then
+    return query select v_value, false;
+    return;
+  end if;
+  -- LOCK every name, exclusive, in name order.
+  v_names := array(select distinct x->>'event' from pg_catalog.jsonb_array_elements(p_specs) x
+                    order by 1);
+  foreach v_name in array v_names loop
+    perform pg_catalog.pg_advisory_xact_lock(jobs.event_lock_key(v_name));
+  end loop;
+  -- REGISTER once (a later call keeps the first deadline).
+  insert into jobs.event_wait as w (job_id, step, specs, names, deadline, created_at)
+  values (p_id, p_name, p_specs, v_names,
+          case when p_timeout_s is null then 'infinity'
+               else v_now + pg_catalog.make_interval(secs => p_timeout_s) end,
+          v_now)
+  on conflict (job_id, step) do nothing;
+  select w.deadline, w.specs into v_deadline, p_specs
+    from jobs.event_wait w where w.job_id = p_id and w.step = p_name;
+  select coalesce(j.first_started_at, j.created_at) into v_cursor from jobs.job j where j.id = p_id;
+  -- LOOK BACK
+  select e.id, e.name, e.payload into v_event
+    from jobs.event e
+   where e.name = any (v_names)
+     and e.created_at >= v_cursor
+     and e.created_at <= v_deadline
+     and exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
+                  where x->>'event' = e.name and e.payload @> coalesce(x->'match', '{}'::jsonb))
+     and not exists (select 1 from jobs.step s where s.job_id = p_id and s.event_id = e.id)
+   order by e.id
+   limit 1;
+  if v_event.id is not null then
+    v_value := pg_catalog.jsonb_build_object('event', v_event.name, 'payload', v_event.payload,
+                                             'id', v_event.id);
+    insert into jobs.step (job_id, name, ordinal, kind, value, event_id, created_at)
+    values (p_id, p_name, v_seq, 'event', v_value, v_event.id, v_now);
+  elsif v_deadline <= v_now then
+    v_value := '{"timeout": true}'::jsonb;
+    insert into jobs.step (job_id, name, ordinal, kind, value, created_at)
+    values (p_id, p_name, v_seq, 'timeout', v_value, v_now);
+  else
+    -- PARK until the deadline (or a matching emit).
+    perform jobs.nack_many(array[p_id], array[p_claim], null, array['park'],
+      array[case when v_deadline = 'infinity' then null
+                 else extract(epoch from v_deadline - v_now)::double precision end]);
+    return query select null::jsonb, true;
+    return;
+  end if;
+  delete from jobs.event_wait w where w.job_id = p_id and w.step = p_name;
+  return query select v_value, false;
+end
+$$;
+
+comment on function jobs.step_wait(bigint, bigint, text, jsonb, double precision, double precision) is
+  'Durable event wait: the first matching event since the job started, or a timeout, stored as a step; parks until then.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.purge_events(before, max) -> events deleted: at most p_max events created
+-- before p_before, oldest first. A wait looks back only to its job's first claim, so
+-- keep events at least as long as your longest-running waiting job.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.purge_events(p_before timestamptz, p_max integer default 10000)
+returns integer
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_n integer;
+begin
+  if p_before is null or p_max is null or p_max not between 1 and 100000 then
+    perform jobs.raise_error('invalid_argument', 'purge_events needs a time and 1 <= max <= 100000');
+  end if;
+  delete from jobs.event as e
+   where e.id in (select o.id from jobs.event o where o.created_at < p_before
+                   order by o.created_at limit p_max);
+  get diagnostics v_n = row_count;
+  return v_n;
+end
+$$;
+
+comment on function jobs.purge_events(timestamptz, integer) is
+  'Delete at most p_max events created before p_before; answers how many.';
