@@ -437,13 +437,19 @@ returns table (
   failed          bigint,
   dead            bigint,
   cancelled       bigint,
-  oldest_ready_s  double precision
+  oldest_ready_s  double precision,
+  unserved        bigint
 )
 language sql
 stable
 set search_path = ''
 as $$
-  with counts as (
+  with unserved as (
+    select u.queue, pg_catalog.sum(u.waiting)::bigint as waiting
+      from jobs.unserved_jobs() u
+     group by u.queue
+  ),
+  counts as (
     select j.queue,
            pg_catalog.count(*) filter (where j.state = 'ready') as ready,
            pg_catalog.count(*) filter (where j.state = 'running') as running,
@@ -465,12 +471,14 @@ as $$
          coalesce(c.ready, 0), coalesce(c.running, 0), coalesce(c.parked, 0),
          coalesce(c.interrupted, 0), coalesce(c.succeeded, 0), coalesce(c.failed, 0),
          coalesce(c.dead, 0), coalesce(c.cancelled, 0),
-         coalesce(extract(epoch from jobs.now() - c.oldest_ready_at)::double precision, 0)
+         coalesce(extract(epoch from jobs.now() - c.oldest_ready_at)::double precision, 0),
+         coalesce(u.waiting, 0)
     from names n
     left join counts c on c.queue = n.queue
     left join jobs.queue q on q.name = n.queue
+    left join unserved u on u.queue = n.queue
    order by n.queue
 $$;
 
 comment on function jobs.queue_stats() is
-  'Per queue: paused, counts by state, age in seconds of the oldest runnable job.';
+  'Per queue: paused, counts by state, age in seconds of the oldest runnable job, and how many waiting jobs no live worker declares (unserved).';

@@ -1,7 +1,8 @@
 -- jobs.queue_stats(): one row per queue that has jobs or a pause switch: paused, counts
--- by state, and the age in seconds (by jobs.now()) of the oldest runnable job.
+-- by state, the age in seconds (by jobs.now()) of the oldest runnable job, and how many
+-- waiting jobs no live worker declares (unserved).
 begin;
-select plan(8);
+select plan(11);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
@@ -52,6 +53,14 @@ select is((select oldest_ready_s from jobs.queue_stats() where queue = 'q_qs_a')
 set local jobs.fake_now = '2030-01-01 00:02:00+00';
 select is((select oldest_ready_s from jobs.queue_stats() where queue = 'q_qs_c'), 60::float8,
           'a job becomes runnable at its run_at and ages from there');
+
+-- unserved: waiting (ready or interrupted) jobs whose (queue, name) no live worker declares.
+select is((select unserved from jobs.queue_stats() where queue = 'q_qs_a'), 4::bigint,
+          'with no worker alive, every waiting job of q_qs_a is unserved (3 ready + 1 interrupted)');
+select lives_ok($$ select jobs.worker_heartbeat('w-qs', '{q_qs_a}', '{qs.ready}', 4, 60) $$,
+                'setup: a live worker declares qs.ready on q_qs_a');
+select is((select unserved from jobs.queue_stats() where queue = 'q_qs_a'), 1::bigint,
+          'only the interrupted qs.int job is left unserved');
 
 select lives_ok($$ select jobs.pause_queue('q_qs_a') $$, 'setup: pause q_qs_a');
 select is((select paused from jobs.queue_stats() where queue = 'q_qs_a'), true, 'the paused flag shows');

@@ -121,6 +121,17 @@ class QueueStats(_Record):
     dead: int
     cancelled: int
     oldest_ready_s: float
+    unserved: int  # waiting jobs whose name no live worker declares
+
+
+class StepRecord(_Record):
+    """One stored step of a job (`jobs.job_steps(id)`)."""
+
+    name: str
+    ordinal: int
+    kind: str
+    value: Any
+    created_at: datetime
 
 
 class JobRecord(_Record):

@@ -32,6 +32,7 @@ from sqljobs.models import (
     Settled,
     Staged,
     StepInvoked,
+    StepRecord,
     StepSleep,
     StepWait,
     UnservedJobs,
@@ -259,7 +260,7 @@ def resume_queue(queue: str) -> Call[None]:
 def queue_stats() -> Call[list[QueueStats]]:
     return Call(
         "select queue, paused, ready, running, parked, interrupted, succeeded, failed, dead, "
-        "cancelled, oldest_ready_s from jobs.queue_stats()",
+        "cancelled, oldest_ready_s, unserved from jobs.queue_stats()",
         (),
         lambda rows: [QueueStats.model_validate(row) for row in rows],
     )
@@ -286,6 +287,36 @@ def get_job(job_id: int) -> Call[JobRecord | None]:
 
 def job_payload(job_id: int) -> Call[Any]:
     return Call("select jobs.job_payload(%s) as payload", (job_id,), _one("payload"))
+
+
+def list_jobs(
+    states: Sequence[str] | None = None,
+    queue: str | None = None,
+    name: str | None = None,
+    tenant: str | None = None,
+    limit: int = 50,
+) -> Call[list[JobRecord]]:
+    """Newest jobs first, filtered by state(s), queue, name and tenant (None: any)."""
+    return Call(
+        "select " + _JOB_VIEW_COLUMNS + " from jobs.job_view"
+        " where (%s::text[] is null or state::text = any (%s::text[]))"
+        " and (%s::text is null or queue = %s) and (%s::text is null or name = %s)"
+        " and (%s::text is null or tenant = %s)"
+        " order by id desc limit %s",
+        (
+            None if not states else list(states), None if not states else list(states),
+            queue, queue, name, name, tenant, tenant, limit,
+        ),
+        lambda rows: [JobRecord.model_validate(row) for row in rows],
+    )
+
+
+def job_steps(job_id: int) -> Call[list[StepRecord]]:
+    return Call(
+        "select name, ordinal, kind, value, created_at from jobs.job_steps(%s)",
+        (job_id,),
+        lambda rows: [StepRecord.model_validate(row) for row in rows],
+    )
 
 
 # -- workers registry (sql/45_workers.sql) ----------------------------------------------
