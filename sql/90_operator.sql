@@ -8,7 +8,8 @@
 --   cancel    ready, running, parked, interrupted  cancelled (a running worker's next
 --                                                  heartbeat answers false)
 --   requeue   failed, dead, cancelled              ready, attempt 0, run now
---   promote   ready, interrupted, parked           ready, run_at = now
+--   promote   ready, interrupted, parked           ready (interrupted stays interrupted),
+--                                                  runnable now: run_at = least(run_at, now)
 --   remove    every state but running              deleted
 --
 -- Filters (jsonb): {"queue", "name", "state", "tenant"}, each a string or an array of
@@ -184,7 +185,9 @@ as $$
   with moved as (
     update jobs.job as j
        set state = case when j.state = 'parked' then 'ready' else j.state end,
-           run_at = jobs.now()
+           -- a job already due keeps its run_at: promoting never sends it behind
+           -- older jobs of its priority
+           run_at = least(j.run_at, jobs.now())
      where j.id = any (p_ids) and j.state in ('ready', 'interrupted', 'parked')
     returning j.queue
   )

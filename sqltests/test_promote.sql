@@ -1,5 +1,6 @@
 -- jobs.promote(id): make a waiting job runnable now: ready (a parked job) with
--- run_at = now (an interrupted job stays interrupted, which is claimable like ready).
+-- run_at = least(run_at, now) (an interrupted job stays interrupted, which is claimable
+-- like ready; a job already due keeps its place in line).
 -- Errors: job_running (SJ009), job_finished (SJ010), job_not_found (SJ006); each
 -- changes nothing.
 begin;
@@ -40,14 +41,14 @@ select results_eq($$ select key, state::text, run_at, attempt from jobs.job
                             ('pinf', 'ready', '2030-01-01 00:00:10+00'::timestamptz, 0) $$,
                   'parked jobs become ready now, attempts untouched');
 select lives_ok(format('select jobs.promote(%s)', (jobs_test.job('due')).id), 'promote a job that is already due');
--- As the contract reads, run_at = now even for a job that was already due (which
--- moves it behind older jobs of its priority).
-select is((jobs_test.job('due')).run_at, '2030-01-01 00:00:10+00'::timestamptz,
-          'its run_at is now, as for any promoted job');
+-- A job already due keeps its earlier run_at: promoting never moves it behind older
+-- jobs of its priority.
+select is((jobs_test.job('due')).run_at, '2029-12-31 23:00:00+00'::timestamptz,
+          'a job already due keeps its place in line');
 select lives_ok(format('select jobs.promote(%s)', (jobs_test.job('int')).id), 'promote an interrupted job');
 select results_eq($$ select state::text, run_at from jobs.job where name = 'promote.job' and key = 'int' $$,
-                  $$ values ('interrupted', '2030-01-01 00:00:10+00'::timestamptz) $$,
-                  'it stays interrupted (claimable like ready), run_at now');
+                  $$ values ('interrupted', '2030-01-01 00:00:00+00'::timestamptz) $$,
+                  'it stays interrupted (claimable like ready), keeping its run_at: already due');
 
 select results_eq($$ select key from jobs.claim('{q_promote,q_promote_pinf,q_promote_p60}', 'w', 10, 30) order by key $$,
                   $$ values ('due'), ('future'), ('p60'), ('pinf') $$,

@@ -17,7 +17,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from sqljobs import queries
-from sqljobs.cli import DsnOption, _dsn, console, err_console
+from sqljobs._cli_common import DsnOption, _dsn, console, err_console
 from sqljobs.client import Client
 from sqljobs.errors import DatabaseError
 from sqljobs.models import BulkMoved, JobRecord
