@@ -180,6 +180,9 @@ comment on function jobs.wake(text[]) is
 -- Locks: inserts rows in (name, tenant, key) order, so two batches that share keys
 --   wait for each other instead of deadlocking.
 -- Clients send at most 1,000 specs per call (one statement per chunk).
+-- Plans: generic (see plan_cache_mode below). Each key look-up is a lateral subquery with
+-- `limit 1`, so a plan cached while jobs.job was small stays an index probe per spec
+-- instead of hash-joining a sequential scan of the whole table (bench/sustained.py).
 -- ---------------------------------------------------------------------------
 create or replace function jobs.enqueue_many(p_specs jsonb)
 returns table (ord integer, id bigint, outcome text)
@@ -224,7 +227,8 @@ begin
     cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec, e.spec) as s
     cross join lateral (select k.id from jobs.job k
                          where k.name = s.name and coalesce(k.tenant, '') = coalesce(s.tenant, '')
-                           and k.key = s.key) as j
+                           and k.key = s.key
+                         limit 1) as j
    where v_strict and s.on_conflict = 'error'
    order by e.ord
    limit 1;
@@ -282,7 +286,8 @@ begin
     cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec, e.spec) as s
     cross join lateral (select k.id from jobs.job k
                          where k.name = s.name and coalesce(k.tenant, '') = coalesce(s.tenant, '')
-                           and k.key = s.key) as j
+                           and k.key = s.key
+                         limit 1) as j
    where v_strict and s.on_conflict = 'error' and j.id <> all (coalesce(v_created, '{}'))
    order by e.ord
    limit 1;
@@ -305,7 +310,8 @@ begin
              cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec, e.spec) as s
              cross join lateral (select k.id from jobs.job k
                                   where k.name = s.name and coalesce(k.tenant, '') = coalesce(s.tenant, '')
-                                    and k.key = s.key) as j) a
+                                    and k.key = s.key
+                                  limit 1) as j) a
      order by a.ord;
 end
 $$;

@@ -195,7 +195,8 @@ begin
               left join lateral (select k.id from jobs.job k
                                   where k.name = s.name
                                     and coalesce(k.tenant, '') = coalesce(s.tenant, '')
-                                    and k.key = s.key) j on true
+                                    and k.key = s.key
+                                  limit 1) j on true
               left join lateral (select b.id from jobs.outbox b
                                   where b.name = s.name
                                     and coalesce(b.tenant, '') = coalesce(s.tenant, '')
