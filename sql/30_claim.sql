@@ -51,8 +51,6 @@ returns table (
 language plpgsql
 volatile
 set search_path = ''
--- Generic plans: re-planning these statements on every call cost more than running them.
-set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_now    timestamptz := jobs.now();

@@ -68,13 +68,15 @@ end
 $$;
 
 -- ---------------------------------------------------------------------------
--- jobs.notify_settled(ids): one pg_notify('jobs_settled', payload) per call, so a
--- caller awaiting a job's result (app.result) wakes without polling. The payload is
--- the ids, comma-separated; when that would pass NOTIFY's 8000-byte limit it is '*'
--- (re-check everything you wait for). The ids may include jobs that did not reach a
--- final state (a retry, a failed fence): a waiter always re-reads the job.
--- Skipped when the session sets jobs.notify = off (as the wake notifies are).
+-- Result waiters. A caller awaiting a job's result (app.result) marks the job watched
+-- (jobs.watch_outcome); settling a watched job notifies 'jobs_settled' once per call
+-- with the watched ids, comma-separated ('*' past NOTIFY's 8000-byte limit: re-check
+-- everything). Settling jobs nobody watches notifies nothing: a notifying commit takes
+-- a database-wide lock, which a busy worker must not pay per batch for no listener.
+-- Skipped when the session sets jobs.notify = off.
 -- ---------------------------------------------------------------------------
+alter table jobs.job add column if not exists settle_watched boolean not null default false;
+
 create or replace function jobs.notify_settled(p_ids bigint[])
 returns void
 language plpgsql
@@ -97,7 +99,27 @@ end
 $$;
 
 comment on function jobs.notify_settled(bigint[]) is
-  'Notify jobs_settled once with the settled ids (or * when too many); off with jobs.notify = off.';
+  'Notify jobs_settled once with these (watched) ids, or * when too many; off with jobs.notify = off.';
+
+-- jobs.watch_outcome(id) -> (id, state, result, last_error): the job as it is now, and
+-- from now on its settlement notifies 'jobs_settled' (a waiter LISTENs first, then
+-- calls this, so no settlement falls between). No row: no such job.
+create or replace function jobs.watch_outcome(p_id bigint)
+returns table (id bigint, state jobs.job_state, result jsonb, last_error jsonb)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  update jobs.job as j set settle_watched = true
+   where j.id = p_id and not j.settle_watched
+     and j.state in ('ready', 'running', 'parked', 'interrupted');
+  return query select j.id, j.state, j.result, j.last_error from jobs.job j where j.id = p_id;
+end
+$$;
+
+comment on function jobs.watch_outcome(bigint) is
+  'The job''s state, result and last error; marks it watched so its settlement notifies jobs_settled.';
 
 -- ---------------------------------------------------------------------------
 -- jobs.ack_many(ids, claims, results) -> (id, ok) per input, in input order.
@@ -113,35 +135,39 @@ returns table (id bigint, ok boolean)
 language plpgsql
 volatile
 set search_path = ''
--- Generic plans: re-planning these statements on every call cost more than running them.
-set plan_cache_mode = force_generic_plan
 as $$
 declare
-  v_now timestamptz := jobs.now();
+  v_now     timestamptz := jobs.now();
+  v_done    bigint[];
+  v_watched bigint[];
 begin
   perform jobs.check_batch(p_ids, p_claims, p_results);
+  with input as (
+    select u.id, u.claim, u.result
+      from unnest(p_ids, p_claims,
+                  coalesce(p_results, pg_catalog.array_fill(null::jsonb, array[pg_catalog.cardinality(p_ids)])))
+           as u(id, claim, result)
+  ),
+  done as (
+    update jobs.job as j
+       set state = 'succeeded',
+           result = i.result,
+           finished_at = v_now,
+           lease_expires_at = null
+      from (select input.id, input.claim, input.result from input order by input.id) as i
+     where j.id = i.id and j.claim = i.claim and j.state = 'running'
+    returning j.id, j.settle_watched
+  )
+  select pg_catalog.array_agg(done.id),
+         pg_catalog.array_agg(done.id) filter (where done.settle_watched)
+    into v_done, v_watched
+    from done;
+  -- NOTIFY result waiters of watched jobs only (once per call).
+  perform jobs.notify_settled(v_watched);
   return query
-    with input as (
-      select u.id, u.claim, u.result, u.ord
-        from unnest(p_ids, p_claims,
-                               coalesce(p_results, pg_catalog.array_fill(null::jsonb, array[pg_catalog.cardinality(p_ids)])))
-             with ordinality as u(id, claim, result, ord)
-    ),
-    done as (
-      update jobs.job as j
-         set state = 'succeeded',
-             result = i.result,
-             finished_at = v_now,
-             lease_expires_at = null
-        from (select input.id, input.claim, input.result from input order by input.id) as i
-       where j.id = i.id and j.claim = i.claim and j.state = 'running'
-      returning j.id
-    )
-    select input.id, done.id is not null
-      from input left join done on done.id = input.id
-     order by input.ord;
-  -- NOTIFY result waiters (once per call).
-  perform jobs.notify_settled(p_ids);
+    select u.id, u.id = any (coalesce(v_done, '{}'))
+      from unnest(p_ids) with ordinality as u(id, ord)
+     order by u.ord;
 end
 $$;
 
@@ -154,8 +180,6 @@ returns void
 language plpgsql
 volatile
 set search_path = ''
--- Generic plans: re-planning these statements on every call cost more than running them.
-set plan_cache_mode = force_generic_plan
 as $$
 begin
   if not (select a.ok from jobs.ack_many(array[p_id], array[p_claim], array[p_result]) a) then
@@ -216,13 +240,14 @@ returns table (id bigint, ok boolean, state jobs.job_state)
 language plpgsql
 volatile
 set search_path = ''
--- Generic plans: re-planning these statements on every call cost more than running them.
-set plan_cache_mode = force_generic_plan
 as $$
 declare
-  v_now timestamptz := jobs.now();
-  v_n   integer;
-  v_bad text;
+  v_now     timestamptz := jobs.now();
+  v_n       integer;
+  v_bad     text;
+  v_done    bigint[];
+  v_states  jobs.job_state[];
+  v_watched bigint[];
 begin
   perform jobs.check_batch(p_ids, p_claims, p_errors);
   v_n := pg_catalog.cardinality(p_ids);
@@ -241,8 +266,7 @@ begin
     perform jobs.raise_error('invalid_argument', 'delays_s must be finite and not negative');
   end if;
 
-  return query
-    with input as (
+  with input as (
       select u.id, u.claim, u.error, coalesce(u.mode, 'retry') as mode, u.delay_s, u.ord
         from unnest(
                p_ids, p_claims,
@@ -291,13 +315,20 @@ begin
                           end
         from target t
        where j.id = t.id
-      returning j.id, j.state
+      returning j.id, j.state, j.settle_watched
     )
-    select input.id, done.id is not null, done.state
-      from input left join done on done.id = input.id
-     order by input.ord;
-  -- NOTIFY result waiters (once per call; a waiter re-reads the job's state).
-  perform jobs.notify_settled(p_ids);
+  select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.state),
+         pg_catalog.array_agg(done.id) filter (
+           where done.settle_watched and done.state in ('failed', 'dead'))
+    into v_done, v_states, v_watched
+    from done;
+  -- NOTIFY result waiters of watched jobs that reached a final state (once per call).
+  perform jobs.notify_settled(v_watched);
+  return query
+    select u.id, d.id is not null, d.state
+      from unnest(p_ids) with ordinality as u(id, ord)
+      left join unnest(v_done, v_states) as d(id, state) on d.id = u.id
+     order by u.ord;
 end
 $$;
 
@@ -316,8 +347,6 @@ returns jobs.job_state
 language plpgsql
 volatile
 set search_path = ''
--- Generic plans: re-planning these statements on every call cost more than running them.
-set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_ok    boolean;
@@ -350,8 +379,6 @@ returns table (id bigint, ok boolean)
 language plpgsql
 volatile
 set search_path = ''
--- Generic plans: re-planning these statements on every call cost more than running them.
-set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_now timestamptz := jobs.now();

@@ -154,9 +154,15 @@ language sql
 volatile
 set search_path = ''
 as $$
-  update jobs.job as j
-     set state = 'cancelled', finished_at = jobs.now(), lease_expires_at = null
-   where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
+  with moved as (
+    update jobs.job as j
+       set state = 'cancelled', finished_at = jobs.now(), lease_expires_at = null
+     where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
+    returning j.id, j.state, j.settle_watched
+  )
+  -- result waiters of watched jobs hear of it (a saga's cancel first unwinds: not yet)
+  select jobs.notify_settled(array(
+    select moved.id from moved where moved.settle_watched and moved.state = 'cancelled'))
 $$;
 
 -- Requeue and promote make jobs runnable now, so they wake their queues' workers.

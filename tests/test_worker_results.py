@@ -110,21 +110,34 @@ def test_result_wakes_on_the_settle_notification_not_the_poll(app: App, db_dsn: 
     assert 0.9 <= elapsed < 1.4, elapsed
 
 
-def test_settles_notify_once_per_call_with_the_ids(conn: psycopg.Connection[Any],
-                                                   db_dsn: str) -> None:
+def test_only_watched_settlements_notify_once_per_call(conn: psycopg.Connection[Any],
+                                                       db_dsn: str) -> None:
     with psycopg.connect(db_dsn, autocommit=True) as listener:
         listener.execute("listen jobs_settled")
         ids = [conn.execute("select id from jobs.enqueue('n.x', %s, '{}', '{\"queue\": \"qn\"}')",
-                            (fresh_key(),)).fetchone()[0] for _ in range(3)]  # type: ignore[index]
-        claims = conn.execute("select id, claim from jobs.claim(array['qn'], 'w', 3, 30)"
-                              ).fetchall()
+                            (fresh_key(),)).fetchone()[0] for _ in range(5)]  # type: ignore[index]
+        watched = ids[:2] + ids[3:5]
+        for job_id in watched:  # what app.result does before it waits
+            conn.execute("select id from jobs.watch_outcome(%s)", (job_id,))
+        claims = dict(conn.execute("select id, claim from jobs.claim(array['qn'], 'w', 5, 30)"
+                                   ).fetchall())
+        # ack ids[0..2]: ids[2] is not watched, so the one notification names ids[0], ids[1]
         conn.execute("select * from jobs.ack_many(%s, %s)",
-                     ([c[0] for c in claims[:2]], [c[1] for c in claims[:2]]))
-        conn.execute("select * from jobs.nack_many(%s, %s)", ([claims[2][0]], [claims[2][1]]))
+                     (ids[:3], [claims[i] for i in ids[:3]]))
+        # a retry is not a settlement: no notification for watched ids[3]
+        conn.execute("select * from jobs.nack_many(%s, %s)", ([ids[3]], [claims[ids[3]]]))
+        # a terminal failure of watched ids[4] is
+        conn.execute("select jobs.nack(%s, %s, null, 'fail')", (ids[4], claims[ids[4]]))
+        # an operator's cancel of a watched job notifies too; ids[3] is ready again
+        conn.execute("select jobs.cancel(%s)", (ids[3],))
         conn.execute("select jobs.notify_settled(array(select generate_series(1, 2000)::bigint))")
         conn.execute("set jobs.notify = off")
         conn.execute("select jobs.notify_settled(array[1::bigint])")
         conn.execute("reset jobs.notify")
-        got = [n.payload for n in listener.notifies(timeout=0.5)]
-    assert got == [",".join(str(c[0]) for c in claims[:2]), str(claims[2][0]), "*"]
-    assert sorted(c[0] for c in claims) == sorted(ids)
+        conn.execute("select pg_notify('jobs_settled', 'end')")  # delivered in commit order
+        got = []
+        for notify in listener.notifies(timeout=10):
+            if notify.payload == "end":
+                break
+            got.append(notify.payload)
+    assert got == [f"{ids[0]},{ids[1]}", str(ids[4]), str(ids[3]), "*"]

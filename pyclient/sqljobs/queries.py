@@ -366,9 +366,10 @@ def unserved_jobs() -> Call[list[UnservedJobs]]:
 SETTLED_CHANNEL: LiteralString = "jobs_settled"
 
 
-def job_outcome(job_id: int) -> Call[JobOutcome | None]:
+def watch_outcome(job_id: int) -> Call[JobOutcome | None]:
+    """The job's state, result and last error; its settlement now notifies jobs_settled."""
     return Call(
-        "select id, state::text as state, result, last_error from jobs.job_view where id = %s",
+        "select id, state::text as state, result, last_error from jobs.watch_outcome(%s)",
         (job_id,),
         lambda rows: JobOutcome.model_validate(rows[0]) if rows else None,
     )

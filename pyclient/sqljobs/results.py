@@ -1,10 +1,11 @@
 """Awaiting a job's result: `app.result(job_id, timeout=...)` and `app.result_async(...)`.
 
-The waiter LISTENs on `jobs_settled` (jobs.ack_many / nack_many notify it once per
-call with the settled ids), then reads the job; it reads again when a notification
-names the job, and otherwise on a bounded exponential poll (0.25 s doubling to 5 s),
-which also covers settlements that do not notify (an operator's cancel, a job buried
-by lease recovery, `jobs.notify = off`). It never busy-polls.
+The waiter LISTENs on `jobs_settled`, then reads the job with jobs.watch_outcome, which
+also marks it watched: settling a watched job (ack_many, nack_many, cancel) notifies
+`jobs_settled` once per call with the watched ids, and settling unwatched jobs notifies
+nothing. It reads again when a notification names the job, and otherwise on a bounded
+exponential poll (0.25 s doubling to 5 s), which also covers settlements that do not
+notify (a job buried by lease recovery, `jobs.notify = off`). It never busy-polls.
 
 Answers the job's stored result (its handler's return value as JSON) when it
 succeeded; raises `JobFailed`, `JobDead` or `JobCancelled` (each carrying the job's
@@ -124,7 +125,7 @@ def wait_result(dsn: str, job_id: int, timeout: float | None = None) -> Any:
         conn.execute("listen " + queries.SETTLED_CHANNEL)  # before the first read: no gap
         client = Client(conn)
         while True:
-            outcome = client.run(queries.job_outcome(job_id))
+            outcome = client.run(queries.watch_outcome(job_id))
             done, value = settled_value(job_id, outcome)
             if done:
                 return value
@@ -141,7 +142,7 @@ async def wait_result_async(dsn: str, job_id: int, timeout: float | None = None)
         await conn.execute("listen " + queries.SETTLED_CHANNEL)
         client = AsyncClient(conn)
         while True:
-            outcome = await client.run(queries.job_outcome(job_id))
+            outcome = await client.run(queries.watch_outcome(job_id))
             done, value = settled_value(job_id, outcome)
             if done:
                 return value
