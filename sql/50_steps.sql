@@ -265,9 +265,9 @@ alter table jobs.job add column if not exists parent_step text;
 
 create index if not exists job_parent_idx on jobs.job (parent_id) where parent_id is not null;
 
--- Wakes the parent of a child that reached a final state (or was removed). Notifies
--- the parent's queue (jobs.wake): a settling transaction notifies jobs_settled anyway,
--- and PostgreSQL folds repeats, so this adds no commit-time cost of its own.
+-- Wakes the parent of a child that reached a final state (or was removed), and
+-- notifies the parent's queue (jobs.wake) so a worker claims it at once. Only child
+-- jobs pay that notifying commit; PostgreSQL folds repeats within one transaction.
 create or replace function jobs.child_settled()
 returns trigger
 language plpgsql

@@ -2,7 +2,7 @@
 -- released). A change here is a change to the API: add a function with a new name instead.
 -- Functions not listed here are private helpers.
 begin;
-select plan(90);
+select plan(92);
 
 select has_schema('jobs');
 select has_table('jobs', 'job', 'jobs.job exists');
@@ -72,6 +72,11 @@ select has_function('jobs', 'max_payload_bytes', '{}'::name[]);
 select function_returns('jobs', 'max_payload_bytes', '{}'::name[], 'integer');
 select has_function('jobs', 'spec_problem', array['jsonb']);
 select function_returns('jobs', 'spec_problem', array['jsonb'], 'text');
+-- Result waiters (sql/40_settle.sql).
+select has_function('jobs', 'watch_outcome', array['bigint']);
+select is(pg_catalog.pg_get_function_result('jobs.watch_outcome(bigint)'::regprocedure),
+          'TABLE(id bigint, state jobs.job_state, result jsonb, last_error jsonb)',
+          'watch_outcome returns these columns');
 -- Durable steps and events (sql/50_steps.sql, sql/60_events.sql).
 select has_table('jobs', 'step', 'jobs.step exists');
 select has_table('jobs', 'event', 'jobs.event exists');
@@ -133,7 +138,7 @@ select set_eq(
   $$ select p.proname::text, pg_catalog.pg_get_function_identity_arguments(p.oid)
        from pg_catalog.pg_proc p
       where p.pronamespace = 'jobs'::regnamespace
-        and p.proname = any (array['enqueue', 'enqueue_many', 'claim', 'ack', 'ack_many', 'nack', 'nack_many', 'heartbeat', 'heartbeat_many', 'progress', 'cancel', 'requeue', 'promote', 'remove', 'cancel_where', 'requeue_where', 'promote_where', 'remove_where', 'pause_queue', 'resume_queue', 'queue_stats', 'job_payload', 'schema_version', 'now', 'error_codes', 'raise_error', 'backoff_s', 'max_payload_bytes', 'spec_problem', 'step_put', 'step_sleep', 'step_wait', 'emit_event', 'job_steps', 'purge_events', 'step_invoke', 'step_unwind', 'step_unwound']) $$,
+        and p.proname = any (array['enqueue', 'enqueue_many', 'claim', 'ack', 'ack_many', 'nack', 'nack_many', 'heartbeat', 'heartbeat_many', 'progress', 'cancel', 'requeue', 'promote', 'remove', 'cancel_where', 'requeue_where', 'promote_where', 'remove_where', 'pause_queue', 'resume_queue', 'queue_stats', 'job_payload', 'schema_version', 'now', 'error_codes', 'raise_error', 'backoff_s', 'max_payload_bytes', 'spec_problem', 'step_put', 'step_sleep', 'step_wait', 'emit_event', 'job_steps', 'purge_events', 'step_invoke', 'step_unwind', 'step_unwound', 'watch_outcome']) $$,
   $$ values
     ('ack', 'p_id bigint, p_claim bigint, p_result jsonb'),
     ('ack_many', 'p_ids bigint[], p_claims bigint[], p_results jsonb[]'),
@@ -172,7 +177,8 @@ select set_eq(
     ('emit_event', 'p_name text, p_payload jsonb'),
     ('job_steps', 'p_id bigint'),
     ('purge_events', 'p_before timestamp with time zone, p_max integer'),
-    ('step_invoke', 'p_id bigint, p_claim bigint, p_names text[], p_specs jsonb, p_lease_s double precision')
+    ('step_invoke', 'p_id bigint, p_claim bigint, p_names text[], p_specs jsonb, p_lease_s double precision'),
+    ('watch_outcome', 'p_id bigint')
   $$,
   'public functions keep their argument names');
 

@@ -43,6 +43,8 @@ def test_jobs_list_filters_and_shows_the_last_error(conn: psycopg.Connection[Any
     assert "mail.send" not in result.output
     result = sqljobs(db_dsn, "jobs", "list", "--queue", "mail")
     assert result.output.count("mail.send") == 2
+    bogus = sqljobs(db_dsn, "jobs", "list", "--state", "bogus")
+    assert bogus.exit_code == 2 and "unknown state bogus" in bogus.output
 
 
 def test_jobs_show_prints_fields_result_and_payload(conn: psycopg.Connection[Any],

@@ -20,7 +20,7 @@ from sqljobs import queries
 from sqljobs._cli_common import DsnOption, _dsn, console, err_console
 from sqljobs.client import Client
 from sqljobs.errors import DatabaseError
-from sqljobs.models import BulkMoved, JobRecord
+from sqljobs.models import BulkMoved, JobRecord, JobState
 from sqljobs.queries import Call
 
 jobs_app = typer.Typer(help="List, inspect, retry, cancel, promote and remove jobs.",
@@ -65,6 +65,11 @@ def jobs_list(state: StateOption = None, queue: QueueOption = None, name: NameOp
               limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
               dsn: DsnOption = None) -> None:
     """List jobs, newest first (no payloads)."""
+    unknown = sorted(set(state or ()) - {s.value for s in JobState})
+    if unknown:
+        err_console.print(f"[red]error:[/red] unknown state {', '.join(unknown)}; states: "
+                          + ", ".join(s.value for s in JobState))
+        raise typer.Exit(2)
     with _client(dsn) as client:
         records = client.run(queries.list_jobs(state, queue, name, tenant, limit))
     table = Table("id", "name", "queue", "state", "attempt", "run at / finished", "last error")
