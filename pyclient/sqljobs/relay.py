@@ -39,6 +39,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from sqljobs import queries
+from sqljobs._role import Role
 from sqljobs.app import check_schema_version
 from sqljobs.client import AsyncClient
 from sqljobs.errors import ConfigurationError
@@ -54,7 +55,7 @@ MAX_BATCH = 10_000  # jobs.relay's limit
 _TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError, OSError)
 
 
-class Relay:
+class Relay(Role):
     """Publishes an app's database outbox. See the module docstring for the guarantees."""
 
     def __init__(
@@ -72,6 +73,7 @@ class Relay:
         install_signals: bool = True,
         relay_id: str | None = None,
     ) -> None:
+        Role.__init__(self)
         if not 1 <= batch <= MAX_BATCH:
             raise ConfigurationError(f"batch must be between 1 and {MAX_BATCH}")
         if lease_s <= 0 or poll_interval <= 0 or listen_retry_s <= 0:
@@ -93,56 +95,18 @@ class Relay:
         self.listening = False
         self.held = 0  # rows claimed by the last step, published by the next
         self.counts: dict[str, int] = {"published": 0, "deduped": 0, "purged": 0}
-        self._stopping = False
-        self._forced = False
-        self._wake = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._client: AsyncClient | None = None
         self._log_extra = {"relay_id": self.id}
 
     # -- control (thread-safe) ----------------------------------------------------------
 
-    def stop(self) -> None:
-        """Drain: finish the step in flight, publish the batch held, then stop."""
-        self._call_soon(self._request_stop)
+    def _on_stop_requested(self) -> None:
+        logger.info("relay draining: no new claims; publishing the batch held (%d rows)",
+                    self.held, extra=self._log_extra)
 
-    def stop_now(self) -> None:
-        """Stop at once; a batch still held is left to its lease."""
-        self._call_soon(self._request_force)
-
-    def _call_soon(self, fn: Any) -> None:
-        loop = self._loop
-        if loop is None:
-            self._stopping = True
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            fn()
-        else:
-            loop.call_soon_threadsafe(fn)
-
-    def _request_stop(self) -> None:
-        if not self._stopping:
-            logger.info("relay draining: no new claims; publishing the batch held (%d rows)",
-                        self.held, extra=self._log_extra)
-        self._stopping = True
-        self._wake.set()
-
-    def _request_force(self) -> None:
+    def _on_force_requested(self) -> None:
         logger.warning("relay stopping at once; %d held row(s) are left to their lease",
                        self.held, extra=self._log_extra)
-        self._forced = True
-        self._request_stop()
-
-    def _on_signal(self, signum: int) -> None:
-        logger.info("%s received", signal.Signals(signum).name, extra=self._log_extra)
-        if self._stopping:
-            self._request_force()
-        else:
-            self._request_stop()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -169,10 +133,7 @@ class Relay:
             check_schema_version(await client.run(queries.schema_version()))
             if self.listen:
                 background.append(asyncio.create_task(self._listen(dsn), name="relay-listen"))
-            if self.install_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.add_signal_handler(sig, self._on_signal, sig)
-                    signals.append(sig)
+            signals = self._install_signals(loop)
             logger.info("sqljobs relay %s started: batch=%d lease=%gs poll=%gs listen=%s "
                         "retention=%gs", self.id, self.batch, self.lease_s, self.poll_interval,
                         "on" if self.listen else "off", self.retention_s,
@@ -181,8 +142,7 @@ class Relay:
             if not self._forced:
                 await self._publish_held()
         finally:
-            for sig in signals:
-                loop.remove_signal_handler(sig)
+            self._remove_signals(loop, signals)
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)

@@ -36,7 +36,6 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -45,6 +44,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from sqljobs import queries
+from sqljobs._role import Role
 from sqljobs.app import check_schema_version
 from sqljobs.client import AsyncClient
 from sqljobs.cron import Cron
@@ -90,7 +90,7 @@ def plan_fire(cron: Cron, catch_up: CatchUp, watermark: datetime, now: datetime,
     return FirePlan(recent, now, cron.next_after(watermark) < (recent[0] if recent else now))
 
 
-class Scheduler:
+class Scheduler(Role):
     """Fires an app's schedules as jobs, as the one leader. See the module docstring."""
 
     def __init__(
@@ -105,6 +105,7 @@ class Scheduler:
         install_signals: bool = True,
         scheduler_id: str | None = None,
     ) -> None:
+        Role.__init__(self)
         if lease_s <= 0 or tick <= 0:
             raise ConfigurationError("lease_s and tick must be positive")
         if tick > lease_s / 3:
@@ -126,53 +127,13 @@ class Scheduler:
         self.counts: dict[str, int] = {"fired": 0, "deduped": 0, "rounds": 0}
         self._lease_deadline = 0.0  # monotonic: leadership is lost after this
         self._bad_cron: dict[str, str] = {}
-        self._stopping = False
-        self._forced = False
-        self._wake = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._client: AsyncClient | None = None
         self._log_extra = {"scheduler_id": self.id}
 
     # -- control (thread-safe) ----------------------------------------------------------
 
-    def stop(self) -> None:
-        """Finish the round in flight, release the lease, stop."""
-        self._call_soon(self._request_stop)
-
-    def stop_now(self) -> None:
-        """Stop at once; the lease lapses by itself."""
-        self._call_soon(self._request_force)
-
-    def _call_soon(self, fn: Callable[[], None]) -> None:
-        loop = self._loop
-        if loop is None:
-            self._stopping = True
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            fn()
-        else:
-            loop.call_soon_threadsafe(fn)
-
-    def _request_stop(self) -> None:
-        if not self._stopping:
-            logger.info("scheduler stopping after the round in flight", extra=self._log_extra)
-        self._stopping = True
-        self._wake.set()
-
-    def _request_force(self) -> None:
-        self._forced = True
-        self._request_stop()
-
-    def _on_signal(self, signum: int) -> None:
-        logger.info("%s received", signal.Signals(signum).name, extra=self._log_extra)
-        if self._stopping:
-            self._request_force()
-        else:
-            self._request_stop()
+    def _on_stop_requested(self) -> None:
+        logger.info("scheduler stopping after the round in flight", extra=self._log_extra)
 
     @property
     def leading(self) -> bool:
@@ -202,17 +163,13 @@ class Scheduler:
             if self.sync_declared:
                 for task in self.app.tasks.values():
                     await self._client.run(queries.schedule_put(task.name, task.definition()))
-            if self.install_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.add_signal_handler(sig, self._on_signal, sig)
-                    signals.append(sig)
+            signals = self._install_signals(loop)
             logger.info("sqljobs scheduler %s started: lease=%gs tick=%gs tasks=%d",
                         self.id, self.lease_s, self.tick, len(self.app.tasks),
                         extra=self._log_extra)
             await self._serve()
         finally:
-            for sig in signals:
-                loop.remove_signal_handler(sig)
+            self._remove_signals(loop, signals)
             if self.token is not None and not self._forced:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self._client.run(

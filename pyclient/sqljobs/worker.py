@@ -66,7 +66,7 @@ import signal
 import socket
 import time
 import traceback
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import MutableMapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -76,6 +76,7 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
 
 from sqljobs import queries
+from sqljobs._role import Role
 from sqljobs._threads import DaemonThreadPool
 from sqljobs.app import check_schema_version
 from sqljobs.client import AsyncClient
@@ -301,7 +302,7 @@ def json_result(value: Any) -> Any:
     return value
 
 
-class Worker:
+class Worker(Role):
     """Runs the jobs an `App` declares. See the module docstring for the guarantees."""
 
     def __init__(
@@ -319,6 +320,7 @@ class Worker:
         install_signals: bool = True,
         worker_id: str | None = None,
     ) -> None:
+        Role.__init__(self)
         definitions = {name: handle.definition for name, handle in app.jobs.items()}
         if not definitions:
             raise ConfigurationError("the app declares no jobs: a worker would run nothing")
@@ -348,13 +350,9 @@ class Worker:
         self._definitions: dict[str, JobDefinition[Any]] = definitions
         self._queue_set = frozenset(self.queues)
         self._runs: dict[int, _Run] = {}
-        self._wake = asyncio.Event()
         self._want_claim = True
-        self._stopping = False
-        self._forced = False
         self._stop_requested: asyncio.Event | None = None
         self._force_requested: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: AsyncConnectionPool[Any] | None = None
         self._client: AsyncClient | None = None
         self._settler: _Settler | None = None
@@ -365,53 +363,23 @@ class Worker:
 
     # -- public control ---------------------------------------------------------------
 
-    def stop(self) -> None:
-        """Drain: stop claiming, let running jobs finish until the cut-off (thread-safe)."""
-        self._call_soon(self._request_stop)
+    def _on_stop_requested(self) -> None:
+        logger.info("draining: no new claims; %d running job(s) get %.0f s to finish",
+                    len(self._runs), self.drain_timeout, extra=self._log_extra)
 
-    def stop_now(self) -> None:
-        """Stop at once: running jobs are sent back `interrupted` (thread-safe)."""
-        self._call_soon(self._request_force)
-
-    def _call_soon(self, fn: Callable[[], None]) -> None:
-        loop = self._loop
-        if loop is None:
-            self._stopping = True
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            fn()
-        else:
-            loop.call_soon_threadsafe(fn)
+    def _on_force_requested(self) -> None:
+        logger.warning("stopping at once: %d running job(s) go back as interrupted",
+                       len(self._runs), extra=self._log_extra)
 
     def _request_stop(self) -> None:
-        if not self._stopping:
-            logger.info("draining: no new claims; %d running job(s) get %.0f s to finish",
-                        len(self._runs), self.drain_timeout, extra=self._log_extra)
-        self._stopping = True
-        self._wake.set()
+        super()._request_stop()
         if self._stop_requested is not None:
             self._stop_requested.set()
 
     def _request_force(self) -> None:
-        logger.warning("stopping at once: %d running job(s) go back as interrupted",
-                       len(self._runs), extra=self._log_extra)
-        self._forced = True
-        self._request_stop()
+        super()._request_force()
         if self._force_requested is not None:
             self._force_requested.set()
-
-    def _on_signal(self, signum: int) -> None:
-        name = signal.Signals(signum).name
-        if self._stopping:
-            logger.warning("second signal (%s)", name, extra=self._log_extra)
-            self._request_force()
-        else:
-            logger.info("%s received", name, extra=self._log_extra)
-            self._request_stop()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -447,10 +415,7 @@ class Worker:
             background.append(asyncio.create_task(self._heartbeats(), name="heartbeats"))
             if self.listen:
                 background.append(asyncio.create_task(self._listen(dsn), name="listen"))
-            if self.install_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.add_signal_handler(sig, self._on_signal, sig)
-                    signals.append(sig)
+            signals = self._install_signals(loop)
             logger.info(
                 "sqljobs worker %s started: queues=%s concurrency=%d jobs=%d lease=%gs "
                 "poll=%gs listen=%s", self.id, ",".join(self.queues), self.concurrency,
@@ -462,8 +427,7 @@ class Worker:
             await self._claim_loop()
             await self._drain()
         finally:
-            for sig in signals:
-                loop.remove_signal_handler(sig)
+            self._remove_signals(loop, signals)
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
