@@ -225,28 +225,9 @@ def _psql() -> str:
     return "psql"
 
 
-def cli_commands() -> set[str]:
-    """Every `sqljobs` command path this install has (e.g. "jobs list")."""
-    import typer.main
-
-    from sqljobs.cli import app
-
-    found: set[str] = set()
-
-    def walk(group: object, prefix: str) -> None:
-        for name, command in getattr(group, "commands", {}).items():
-            path = f"{prefix} {name}".strip()
-            found.add(path)
-            walk(command, path)
-
-    walk(typer.main.get_command(app), "")
-    return found
-
-
-def inspect_commands(report: Report, available: set[str] | None = None) -> list[str]:
-    """Commands that show what the demo left in the database: the `sqljobs` ones this
-    install has (`available`, default: looked up), and the SQL that works anywhere."""
-    have = cli_commands() if available is None else available
+def inspect_commands(report: Report) -> list[str]:
+    """Commands that show what the demo left in the database: the SQL that works
+    anywhere, then the `sqljobs` commands that read the same rows."""
     psql = f"{_psql()} {shlex.quote(report.dsn)} -c"
     saga = next((r.id for r in report.rows if r.name == "demo.fulfil_order"
                  and r.state == "failed"), None)
@@ -254,18 +235,12 @@ def inspect_commands(report: Report, available: set[str] | None = None) -> list[
     commands = [
         f"{psql} \"select id, name, state, attempt, last_error->>'message' as error "
         f"from jobs.job_view where name like 'demo.%' and id >= {report.first_id} order by id\"",
+        f"sqljobs jobs list --limit {max(len(report.rows), 1)}{dsn_flag}",
     ]
-    if "jobs list" in have:
-        commands.append(f"sqljobs jobs list --limit {max(len(report.rows), 1)}{dsn_flag}")
     if saga is not None:
-        commands.append(f"sqljobs jobs show {saga}{dsn_flag}" if "jobs show" in have else
-                        f"{psql} 'select name, kind, value from jobs.job_steps({saga})'")
-    commands.append(f"sqljobs queues list{dsn_flag}" if "queues list" in have else
-                    f"{psql} 'select queue, ready, running, parked, succeeded, failed, dead "
-                    f"from jobs.queue_stats()'")
-    if "schedules list" in have:
-        commands.append(f"sqljobs schedules list{dsn_flag}")
-    if report.embedded and "dev stop" in have:
+        commands.append(f"sqljobs jobs show {saga}{dsn_flag}")
+    commands += [f"sqljobs queues list{dsn_flag}", f"sqljobs schedules list{dsn_flag}"]
+    if report.embedded:
         commands.append("sqljobs dev stop    # stops the embedded PostgreSQL; its data stays")
     return commands
 
@@ -297,5 +272,5 @@ def render(report: Report) -> tuple[list[str], bool]:
     return lines, ok
 
 
-__all__ = ["FINAL_STATES", "KINDS", "JobRow", "KindSummary", "Report", "cli_commands",
+__all__ = ["FINAL_STATES", "KINDS", "JobRow", "KindSummary", "Report",
            "inspect_commands", "render", "summarize"]
