@@ -320,6 +320,36 @@ comment on function jobs.enqueue_many(jsonb) is
   'Enqueue a jsonb array of job specs; one (ord, id, outcome) per spec in input order.';
 
 -- ---------------------------------------------------------------------------
+-- jobs.one_spec(name, key, payload, options) -> a one-spec jsonb array, for the
+-- single-job wrappers (enqueue, stage). Refuses options that are not an object or that
+-- carry name, key or payload (invalid_argument SJ001).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.one_spec(
+  p_name    text,
+  p_key     text,
+  p_payload jsonb,
+  p_options jsonb
+)
+returns jsonb
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object' then
+    perform jobs.raise_error('invalid_argument', 'options must be a JSON object');
+  end if;
+  if p_options ?| array['name', 'key', 'payload'] then
+    perform jobs.raise_error('invalid_argument',
+      'options must not carry name, key or payload: pass them as arguments');
+  end if;
+  return pg_catalog.jsonb_build_array(
+    p_options || pg_catalog.jsonb_build_object('name', p_name, 'key', p_key,
+                                               'payload', coalesce(p_payload, '{}')));
+end
+$$;
+
+-- ---------------------------------------------------------------------------
 -- jobs.enqueue(name, key, payload, options) -> (id, outcome): one job.
 -- A thin wrapper over enqueue_many: options takes every spec field but name, key and
 -- payload. Same refusals, same wake-up.
@@ -338,18 +368,9 @@ set search_path = ''
 set plan_cache_mode = force_generic_plan
 as $$
 begin
-  if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object' then
-    perform jobs.raise_error('invalid_argument', 'options must be a JSON object');
-  end if;
-  if p_options ?| array['name', 'key', 'payload'] then
-    perform jobs.raise_error('invalid_argument',
-      'options must not carry name, key or payload: pass them as arguments');
-  end if;
   return query
     select m.id, m.outcome
-      from jobs.enqueue_many(pg_catalog.jsonb_build_array(
-             p_options || pg_catalog.jsonb_build_object('name', p_name, 'key', p_key,
-                                                        'payload', coalesce(p_payload, '{}')))) m;
+      from jobs.enqueue_many(jobs.one_spec(p_name, p_key, p_payload, p_options)) m;
 end
 $$;
 

@@ -225,18 +225,9 @@ volatile
 set search_path = ''
 as $$
 begin
-  if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object' then
-    perform jobs.raise_error('invalid_argument', 'options must be a JSON object');
-  end if;
-  if p_options ?| array['name', 'key', 'payload'] then
-    perform jobs.raise_error('invalid_argument',
-      'options must not carry name, key or payload: pass them as arguments');
-  end if;
   return query
     select m.id, m.outcome
-      from jobs.stage_many(pg_catalog.jsonb_build_array(
-             p_options || pg_catalog.jsonb_build_object('name', p_name, 'key', p_key,
-                                                        'payload', coalesce(p_payload, '{}')))) m;
+      from jobs.stage_many(jobs.one_spec(p_name, p_key, p_payload, p_options)) m;
 end
 $$;
 
