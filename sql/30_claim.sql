@@ -18,6 +18,9 @@
 --
 -- options: {"names": [..]} claims only those job names (a worker claims what it can
 --          run; others wait for a worker that knows them).
+--          {"recover": false} skips the RECOVER phase: a busy worker claiming again as
+--          slots free leaves recovery to its periodic (poll) claims, which keep the
+--          default true — recovery stays within lease TTL + one poll.
 -- Locks: row locks only, all taken with skip locked; no lock waits.
 -- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a missing
 --         worker, limit outside 1..1000, lease_s <= 0, or a bad option.
@@ -74,8 +77,13 @@ begin
       pg_catalog.format('lease_s must be positive, got %s', p_lease_s));
   end if;
   if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
-     or exists (select 1 from pg_catalog.jsonb_object_keys(p_options) k where k <> 'names') then
-    perform jobs.raise_error('invalid_argument', 'options takes only {"names": [...]}');
+     or exists (select 1 from pg_catalog.jsonb_object_keys(p_options) k
+                 where k not in ('names', 'recover')) then
+    perform jobs.raise_error('invalid_argument',
+      'options takes only {"names": [...], "recover": true|false}');
+  end if;
+  if p_options ? 'recover' and pg_catalog.jsonb_typeof(p_options->'recover') <> 'boolean' then
+    perform jobs.raise_error('invalid_argument', 'options.recover must be true or false');
   end if;
   if p_options ? 'names' then
     if pg_catalog.jsonb_typeof(p_options->'names') <> 'array' then
@@ -85,42 +93,44 @@ begin
   end if;
 
   -- RECOVER lapsed leases: bounded, by job_lease_idx.
-  update jobs.job as j
-     set state = case
-                   -- a compensating job (a saga unwinding, sql/50_steps.sql) is never buried
-                   when j.attempt < j.max_attempts or j.compensating then 'ready'
-                   when j.dead_letter then 'dead'
-                   else 'failed'
-                 end::jobs.job_state,
-         run_at = v_now,
-         lease_expires_at = null,
-         finished_at = case when j.attempt < j.max_attempts or j.compensating then null
-                            else v_now end,
-         last_error = pg_catalog.jsonb_build_object(
-           'kind', 'lease_expired',
-           'message', pg_catalog.format('the lease of worker %s expired during attempt %s',
-                                        j.worker, j.attempt),
-           'attempt', j.attempt,
-           'at', v_now)
-    from (select l.id
-            from jobs.job l
-           where l.state = 'running' and l.lease_expires_at < v_now
-             and l.queue = any (p_queues)
-           order by l.lease_expires_at
-           limit 100
-             for update skip locked) as lapsed
-   where j.id = lapsed.id;
+  if coalesce((p_options->>'recover')::boolean, true) then
+    update jobs.job as j
+       set state = case
+                     -- a compensating job (a saga unwinding, sql/50_steps.sql) is never buried
+                     when j.attempt < j.max_attempts or j.compensating then 'ready'
+                     when j.dead_letter then 'dead'
+                     else 'failed'
+                   end::jobs.job_state,
+           run_at = v_now,
+           lease_expires_at = null,
+           finished_at = case when j.attempt < j.max_attempts or j.compensating then null
+                              else v_now end,
+           last_error = pg_catalog.jsonb_build_object(
+             'kind', 'lease_expired',
+             'message', pg_catalog.format('the lease of worker %s expired during attempt %s',
+                                          j.worker, j.attempt),
+             'attempt', j.attempt,
+             'at', v_now)
+      from (select l.id
+              from jobs.job l
+             where l.state = 'running' and l.lease_expires_at < v_now
+               and l.queue = any (p_queues)
+             order by l.lease_expires_at
+             limit 100
+               for update skip locked) as lapsed
+     where j.id = lapsed.id;
 
-  -- Wake parked jobs whose time came (durable sleeps, wait timeouts).
-  update jobs.job as j
-     set state = 'ready'
-    from (select p.id
-            from jobs.job p
-           where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
-           order by p.run_at
-           limit 100
-             for update skip locked) as due
-   where j.id = due.id;
+    -- Wake parked jobs whose time came (durable sleeps, wait timeouts).
+    update jobs.job as j
+       set state = 'ready'
+      from (select p.id
+              from jobs.job p
+             where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
+             order by p.run_at
+             limit 100
+               for update skip locked) as due
+     where j.id = due.id;
+  end if;
 
   -- PICK: paused queues are left out.
   v_queues := array(

@@ -7,6 +7,7 @@ payload that no longer validates fails the job terminally with a coded reason).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -59,7 +60,7 @@ class JobDefinition(Generic[P]):
     priority: int = 0
     terminal: tuple[type[BaseException], ...] = ()
 
-    @property
+    @functools.cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 

@@ -125,8 +125,13 @@ def claim(
     limit: int = 1,
     lease_s: float = 30.0,
     names: Sequence[str] | None = None,
+    recover: bool = True,
 ) -> Call[list[ClaimedJob]]:
+    """recover=False skips lapsed-lease recovery and parked wake-ups (a worker's claims
+    as slots free; its periodic claims recover)."""
     options: dict[str, Any] = {} if names is None else {"names": list(names)}
+    if not recover:
+        options["recover"] = False
     return Call(
         "select " + _CLAIMED_COLUMNS + " from jobs.claim(%s, %s, %s, %s, %s)",
         (list(queues), worker, limit, lease_s, Jsonb(options)),

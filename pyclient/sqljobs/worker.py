@@ -462,16 +462,21 @@ class Worker(Role):
         failures = 0
         while not self._stopping:
             now = time.monotonic()
-            if now >= next_poll:
+            # The periodic claim also recovers lapsed leases and wakes due parked jobs;
+            # claims made as slots free skip that work (it is most of a claim's cost).
+            polling = now >= next_poll
+            if polling:
                 self._want_claim = True
             free = self.concurrency - len(self._runs)
             if free > 0 and self._want_claim:
                 self._want_claim = False
-                next_poll = now + self.poll_interval
+                if polling:
+                    next_poll = now + self.poll_interval
                 sent = time.monotonic()
                 try:
                     jobs = await self._client.run(queries.claim(
-                        self.queues, self.id, min(free, MAX_CLAIM), self.lease_s, self.names))
+                        self.queues, self.id, min(free, MAX_CLAIM), self.lease_s, self.names,
+                        recover=polling))
                 except Exception as error:
                     failures += 1
                     pause = min(0.2 * 2 ** min(failures, 5), max(self.poll_interval, 1.0), 5.0)
@@ -492,7 +497,10 @@ class Worker(Role):
                 if self.concurrency - len(self._runs) > 0 and self._want_claim:
                     continue
             self._wake.clear()
-            timeout = max(0.0, next_poll - time.monotonic())
+            # With every slot taken nothing can be claimed, poll due or not: wait for a
+            # slot to free (it sets _wake) instead of spinning on an overdue poll.
+            timeout = (None if len(self._runs) >= self.concurrency
+                       else max(0.0, next_poll - time.monotonic()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
