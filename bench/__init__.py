@@ -9,4 +9,8 @@ Layout:
   report.py             collecting repeats, medians and ranges, writing RESULTS.md
   peers.py              peer figures quoted from ANCHORS.md (not measured here)
   sustained.py          the finished-jobs measurement (docs/design/finished-jobs.md)
+  runtime.py            runtime workloads (`--runtime`): each system's own worker and
+                        handlers; peers installed into bench/.peers/<name>/venv
+  runtime_drivers/      one driver script per system, run with that system's python
+  cycle.py              one worker's claim/ack cycle at SQL level: serial vs folded
 """
