@@ -15,6 +15,7 @@ import pytest
 
 from sqljobs import App, InvalidArgument
 from sqljobs.relay import Relay
+from tests.processes import scalar
 from tests.roles_example_app import make_app
 
 
@@ -24,11 +25,6 @@ def app(db_dsn: str, conn: psycopg.Connection[Any]) -> Iterator[App]:
     yield example
     example.close()
 
-
-def scalar(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] = ()) -> Any:
-    row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
-    assert row is not None
-    return row[0]
 
 
 def relay_until_idle(app: App, **options: Any) -> Relay:

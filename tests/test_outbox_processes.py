@@ -6,10 +6,7 @@ jobs.job: every staged row becomes exactly one job, whose id is the staged id.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,70 +16,18 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from tests.processes import CliProcess, scalar, spawner, wait_for
+
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
 LEASE_S = 2.0
 
 
-class RelayProcess:
-    def __init__(self, dsn: str, log: Path, *args: str) -> None:
-        self.log = log
-        self._out = log.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from sqljobs.cli import main; main()", "relay",
-             "tests.roles_example_app:app", "--lease", str(LEASE_S), "--poll-interval", "0.2",
-             *args],
-            cwd=REPO, env={**os.environ, "SQLJOBS_DSN": dsn},
-            stdout=self._out, stderr=subprocess.STDOUT)
-
-    def output(self) -> str:
-        if not self._out.closed:
-            self._out.flush()
-        return self.log.read_text()
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._out.close()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait(10)
-        self._out.close()
-
-
 @pytest.fixture
-def spawn(db_dsn: str, tmp_path: Path) -> Iterator[Callable[..., RelayProcess]]:
-    started: list[RelayProcess] = []
-
-    def start(*args: str) -> RelayProcess:
-        relay = RelayProcess(db_dsn, tmp_path / f"relay{len(started)}.log", *args)
-        started.append(relay)
-        return relay
-
-    yield start
-    for relay in started:
-        relay.kill()
-
-
-def scalar(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] = ()) -> Any:
-    row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
-    assert row is not None
-    return row[0]
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+def spawn(db_dsn: str, tmp_path: Path) -> Iterator[Callable[..., CliProcess]]:
+    with spawner(db_dsn, tmp_path, "relay", "tests.roles_example_app:app",
+                 "--lease", str(LEASE_S), "--poll-interval", "0.2") as start:
+        yield start
 
 
 def stage(conn: psycopg.Connection[Any], count: int, prefix: str) -> None:
@@ -102,7 +47,7 @@ def assert_exactly_once(conn: psycopg.Connection[Any], count: int) -> None:
 
 
 def test_two_relays_publish_10000_staged_rows_each_exactly_once(
-        conn: psycopg.Connection[Any], spawn: Callable[..., RelayProcess]) -> None:
+        conn: psycopg.Connection[Any], spawn: Callable[..., CliProcess]) -> None:
     # A relay holding a key's earliest unpublished row blocks that key for the other
     # (per-key order), so a batch that spans all 50 ordering keys could starve the
     # second relay: batches of 20 leave keys free for both.
@@ -131,7 +76,7 @@ def test_two_relays_publish_10000_staged_rows_each_exactly_once(
 
 
 def test_a_relay_killed_mid_batch_is_finished_by_another_after_its_lease(
-        conn: psycopg.Connection[Any], spawn: Callable[..., RelayProcess]) -> None:
+        conn: psycopg.Connection[Any], spawn: Callable[..., CliProcess]) -> None:
     stage(conn, 10_000, "kill")
     first = spawn("--batch", "100", "--relay-id", "first")
     wait_for(lambda: scalar(conn, "select count(*) > 0 from jobs.outbox "
@@ -156,7 +101,7 @@ def test_a_relay_killed_mid_batch_is_finished_by_another_after_its_lease(
 
 
 def test_sigterm_finishes_the_batch_in_flight_then_stops(
-        conn: psycopg.Connection[Any], spawn: Callable[..., RelayProcess]) -> None:
+        conn: psycopg.Connection[Any], spawn: Callable[..., CliProcess]) -> None:
     stage(conn, 3_000, "term")
     relay = spawn("--batch", "50", "--relay-id", "draining")
     wait_for(lambda: scalar(conn, "select count(*) > 0 from jobs.outbox "

@@ -9,11 +9,7 @@ handover, and the new leader took over only after the dead one's lease lapsed.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,81 +18,31 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.processes import CliProcess, scalar, spawner, wait_for
+
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
 LEASE_S = 2.0
 TICK_S = 0.5
 
 
-class RoleProcess:
-    def __init__(self, dsn: str, log: Path, *args: str) -> None:
-        self.log = log
-        self._out = log.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from sqljobs.cli import main; main()", *args],
-            cwd=REPO, env={**os.environ, "SQLJOBS_DSN": dsn},
-            stdout=self._out, stderr=subprocess.STDOUT)
-
-    def output(self) -> str:
-        if not self._out.closed:
-            self._out.flush()
-        return self.log.read_text()
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._out.close()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._out.close()
-
-
 @pytest.fixture
-def spawn(db_dsn: str, tmp_path: Path) -> Iterator[Callable[..., RoleProcess]]:
-    started: list[RoleProcess] = []
-
-    def start(*args: str) -> RoleProcess:
-        process = RoleProcess(db_dsn, tmp_path / f"role{len(started)}.log", *args)
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.kill()
-
-
-def scalar(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] = ()) -> Any:
-    row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
-    assert row is not None
-    return row[0]
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+def spawn(db_dsn: str, tmp_path: Path) -> Iterator[Callable[..., CliProcess]]:
+    with spawner(db_dsn, tmp_path) as start:
+        yield start
 
 
 def ticks(conn: psycopg.Connection[Any]) -> int:
     return int(scalar(conn, "select count(*) from jobs.job where name = 'roles.tick'"))
 
 
-def scheduler(spawn: Callable[..., RoleProcess], name: str) -> RoleProcess:
+def scheduler(spawn: Callable[..., CliProcess], name: str) -> CliProcess:
     return spawn("scheduler", "tests.roles_example_app:app", "--scheduler-id", name,
                  "--lease", str(LEASE_S), "--tick", str(TICK_S))
 
 
 def test_two_schedulers_fire_every_second_exactly_once_across_a_killed_leader(
-        conn: psycopg.Connection[Any], spawn: Callable[..., RoleProcess]) -> None:
+        conn: psycopg.Connection[Any], spawn: Callable[..., CliProcess]) -> None:
     processes = {"A": scheduler(spawn, "A"), "B": scheduler(spawn, "B")}
     wait_for(lambda: ticks(conn) >= 5, "five seconds fired")
     leader, token, expires = conn.execute(
@@ -134,7 +80,7 @@ def test_two_schedulers_fire_every_second_exactly_once_across_a_killed_leader(
 
 
 def test_a_worker_runs_a_relay_and_a_scheduler_beside_it(
-        conn: psycopg.Connection[Any], spawn: Callable[..., RoleProcess]) -> None:
+        conn: psycopg.Connection[Any], spawn: Callable[..., CliProcess]) -> None:
     worker = spawn("worker", "tests.roles_example_app:app", "--queue", "roles",
                    "--with-relay", "--with-scheduler", "--poll-interval", "0.2")
     with psycopg.connect(conn.info.dsn) as caller:

@@ -18,14 +18,8 @@ import pytest
 from pydantic import BaseModel
 
 from sqljobs import App, JobContext, RetryPolicy, StepNameReused, fresh_key
+from tests.processes import wait_for
 from tests.worker_helpers import running
-from tests.worker_helpers import wait_for as _wait_for
-
-
-def wait_for(check: Callable[[], Any], what: str) -> Any:
-    """The helpers' wait, with room for a slow, shared machine (no timing is asserted)."""
-    return _wait_for(check, what, timeout=60.0)
-
 
 QUEUE = "steps"
 RUNS: Counter[tuple[int, str]] = Counter()

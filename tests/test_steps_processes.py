@@ -21,6 +21,7 @@ import pytest
 from pydantic import BaseModel
 
 from sqljobs import App, JobContext, fresh_key
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -112,18 +113,6 @@ def workers(db_dsn: str, tmp_path: Path) -> Iterator[Callable[[], subprocess.Pop
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_sigkill_mid_job_resumes_without_rerunning_a_stored_step(

@@ -17,8 +17,9 @@ import pytest
 from sqljobs import App, ConfigurationError, Worker, fresh_key
 from sqljobs.context import JobContext
 from sqljobs.worker import ResultNotJSON, error_record, json_result
+from tests.processes import wait_for
 from tests.worker_example_app import QUEUE, RUNS_TABLE, make_app
-from tests.worker_helpers import running, wait_for
+from tests.worker_helpers import running
 
 
 @pytest.fixture

@@ -24,59 +24,20 @@ import psycopg
 import pytest
 
 from sqljobs import App, fresh_key
+from tests.processes import CliProcess, scalar, spawner, wait_for
 from tests.worker_example_app import QUEUE, RUNS_TABLE, make_app
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
 LEASE_S = 2.0
 POLL_S = 0.5
 
 
-class WorkerProcess:
-    def __init__(self, dsn: str, log: Path, *args: str, env: dict[str, str] | None = None):
-        self.log = log
-        self._out = log.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from sqljobs.cli import main; main()", "worker",
-             "tests.worker_example_app:app", "--queue", QUEUE, "--lease", str(LEASE_S), *args],
-            cwd=REPO, env={**os.environ, "SQLJOBS_DSN": dsn, **(env or {})},
-            stdout=self._out, stderr=subprocess.STDOUT)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def output(self) -> str:
-        if not self._out.closed:
-            self._out.flush()
-        return self.log.read_text()
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._out.close()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._out.close()
-
-
 @pytest.fixture
-def spawn(db_dsn: str, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
-    started: list[WorkerProcess] = []
-
-    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
-        worker = WorkerProcess(db_dsn, tmp_path / f"worker{len(started)}.log", *args, env=env)
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        worker.kill()
+def spawn(db_dsn: str, tmp_path: Path) -> Iterator[Callable[..., CliProcess]]:
+    with spawner(db_dsn, tmp_path, "worker", "tests.worker_example_app:app",
+                 "--queue", QUEUE, "--lease", str(LEASE_S)) as start:
+        yield start
 
 
 @pytest.fixture
@@ -88,23 +49,11 @@ def app(db_dsn: str, conn: psycopg.Connection[Any]) -> Iterator[App]:
     example.close()
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
-def scalar(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] = ()) -> Any:
-    row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
-    assert row is not None
-    return row[0]
 
 
-def registered(conn: psycopg.Connection[Any], worker: WorkerProcess) -> Callable[[], Any]:
+def registered(conn: psycopg.Connection[Any], worker: CliProcess) -> Callable[[], Any]:
     def check() -> Any:
         assert worker.proc.poll() is None, worker.output()
         return scalar(conn, "select count(*) from jobs.workers() where pid = %s", (worker.pid,))
@@ -112,7 +61,7 @@ def registered(conn: psycopg.Connection[Any], worker: WorkerProcess) -> Callable
 
 
 def test_a_sigkilled_workers_jobs_are_finished_by_another_within_lease_and_a_poll(
-        app: App, conn: psycopg.Connection[Any], spawn: Callable[..., WorkerProcess]) -> None:
+        app: App, conn: psycopg.Connection[Any], spawn: Callable[..., CliProcess]) -> None:
     ids = [e.id for e in app.job_handle("example.slow").enqueue_many(
         [({"seconds": 0.3}, fresh_key()) for _ in range(200)])]
     first = spawn("--concurrency", "10", "--poll-interval", str(POLL_S))
@@ -182,7 +131,7 @@ def test_a_sigkilled_workers_jobs_are_finished_by_another_within_lease_and_a_pol
 
 
 def test_sigterm_drains_then_sends_the_rest_back_interrupted(
-        app: App, conn: psycopg.Connection[Any], spawn: Callable[..., WorkerProcess]) -> None:
+        app: App, conn: psycopg.Connection[Any], spawn: Callable[..., CliProcess]) -> None:
     slow, slow_sync = app.job_handle("example.slow"), app.job_handle("example.slow_sync")
     short = [slow.enqueue({"seconds": 1.0}, key=fresh_key()).id,
              slow_sync.enqueue({"seconds": 1.0}, key=fresh_key()).id]
@@ -218,7 +167,7 @@ def test_sigterm_drains_then_sends_the_rest_back_interrupted(
 
 
 def test_a_second_signal_stops_at_once(
-        app: App, conn: psycopg.Connection[Any], spawn: Callable[..., WorkerProcess]) -> None:
+        app: App, conn: psycopg.Connection[Any], spawn: Callable[..., CliProcess]) -> None:
     job_id = app.job_handle("example.slow").enqueue({"seconds": 60}, key=fresh_key()).id
     worker = spawn("--concurrency", "2", "--poll-interval", "0.2", "--drain-timeout", "30")
     wait_for(lambda: scalar(conn, "select count(*) from public.worker_runs"), "the run to start")
@@ -247,7 +196,7 @@ def latency_s(app: App, conn: psycopg.Connection[Any], timeout: float = 10.0) ->
 
 
 def test_a_lost_listen_connection_degrades_to_polling_and_reconnects(
-        app: App, conn: psycopg.Connection[Any], spawn: Callable[..., WorkerProcess]) -> None:
+        app: App, conn: psycopg.Connection[Any], spawn: Callable[..., CliProcess]) -> None:
     poll_s, retry_s = 2.0, 4.0
     worker = spawn("--concurrency", "2", "--poll-interval", str(poll_s),
                    "--listen-retry", str(retry_s))

@@ -1,10 +1,9 @@
-"""Helpers for the worker tests: run a Worker in a thread, wait for a condition."""
+"""Helpers for the worker tests: run a Worker in a thread of this process."""
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -38,12 +37,3 @@ def running(app: App, **options: Any) -> Iterator[Worker]:
     assert "error" not in outcome, outcome.get("error")
     assert outcome["code"] == 0
 
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
