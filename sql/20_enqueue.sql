@@ -141,6 +141,38 @@ comment on function jobs.spec_problem(jsonb) is
   'The first problem in a jsonb array of job specs, or null when all are valid. Reads no table.';
 
 -- ---------------------------------------------------------------------------
+-- jobs.check_specs(specs): raise invalid_argument (SJ001) for the first problem
+-- jobs.spec_problem finds, or payload_too_large (SJ002) for the first payload over
+-- jobs.max_payload_bytes(). Reads no table; shared by enqueue_many and stage_many.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.check_specs(p_specs jsonb)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_problem text := jobs.spec_problem(p_specs);
+  v_max     integer := jobs.max_payload_bytes();
+begin
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_argument', v_problem);
+  end if;
+  select pg_catalog.format('spec %s: payload is %s bytes; the limit is %s', e.ord,
+                           pg_catalog.octet_length(e.spec->>'payload'), v_max)
+    into v_problem
+    from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+   where pg_catalog.octet_length(e.spec->>'payload') > v_max
+   order by e.ord
+   limit 1;
+  if v_problem is not null then
+    perform jobs.raise_error('payload_too_large', v_problem, null,
+                             'store large data elsewhere and pass a reference in the payload');
+  end if;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
 -- jobs.wake(queues): one pg_notify('jobs_wake', queue) per queue, unless the session
 -- set jobs.notify = off. PostgreSQL delivers them at commit and folds repeats within
 -- a transaction, so a transaction wakes each queue once however many calls it makes.
@@ -194,30 +226,13 @@ set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_now      timestamptz := jobs.now();
-  v_problem  text;
-  v_max      integer := jobs.max_payload_bytes();
   v_dup      text;
   v_strict   boolean;
   v_created  bigint[];
   v_wake     text[];
 begin
   -- GUARD: every refusal happens here, before the first write.
-  v_problem := jobs.spec_problem(p_specs);
-  if v_problem is not null then
-    perform jobs.raise_error('invalid_argument', v_problem);
-  end if;
-
-  select pg_catalog.format('spec %s: payload is %s bytes; the limit is %s', e.ord,
-                           pg_catalog.octet_length(e.spec->>'payload'), v_max)
-    into v_problem
-    from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
-   where pg_catalog.octet_length(e.spec->>'payload') > v_max
-   order by e.ord
-   limit 1;
-  if v_problem is not null then
-    perform jobs.raise_error('payload_too_large', v_problem, null,
-                             'store large data elsewhere and pass a reference in the payload');
-  end if;
+  perform jobs.check_specs(p_specs);
 
   v_strict := p_specs @? '$[*] ? (@.on_conflict == "error")';
   select pg_catalog.format('spec %s: job %s already exists for key %s', e.ord, j.id,

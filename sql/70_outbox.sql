@@ -102,7 +102,6 @@ set search_path = ''
 as $$
 declare
   v_now     timestamptz := jobs.now();
-  v_max     integer := jobs.max_payload_bytes();
   v_problem text;
   v_created bigint[];
 begin
@@ -126,25 +125,12 @@ begin
   if v_problem is not null then
     perform jobs.raise_error('invalid_argument', v_problem);
   end if;
-  v_problem := jobs.spec_problem(
+  -- the job fields, checked as enqueue_many checks them (ordering_key is the outbox's own)
+  perform jobs.check_specs(
     (select coalesce(pg_catalog.jsonb_agg(
               case when pg_catalog.jsonb_typeof(e.spec) = 'object' then e.spec - 'ordering_key'
                    else e.spec end order by e.ord), '[]')
        from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)));
-  if v_problem is not null then
-    perform jobs.raise_error('invalid_argument', v_problem);
-  end if;
-  select pg_catalog.format('spec %s: payload is %s bytes; the limit is %s', e.ord,
-                           pg_catalog.octet_length(e.spec->>'payload'), v_max)
-    into v_problem
-    from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
-   where pg_catalog.octet_length(e.spec->>'payload') > v_max
-   order by e.ord
-   limit 1;
-  if v_problem is not null then
-    perform jobs.raise_error('payload_too_large', v_problem, null,
-                             'store large data elsewhere and pass a reference in the payload');
-  end if;
 
   -- LOCK ACQUISITION: one advisory lock per ordering key, in a fixed order.
   perform pg_catalog.pg_advisory_xact_lock(
