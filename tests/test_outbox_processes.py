@@ -7,7 +7,6 @@ jobs.job: every staged row becomes exactly one job, whose id is the staged id.
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -83,7 +82,11 @@ def test_a_relay_killed_mid_batch_is_finished_by_another_after_its_lease(
                                   "where claimed_by = 'first' and published_at is not null"),
              "the first relay to publish")
     first.proc.send_signal(signal.SIGSTOP)  # frozen mid-batch: it holds a claimed batch
-    time.sleep(0.5)  # a call in flight when it froze commits or aborts by now
+    # A relay call in flight when it froze still runs to its commit on the server: wait
+    # until none of its sessions is active, so what it holds is what it will never publish.
+    wait_for(lambda: scalar(conn, "select count(*) = 0 from pg_stat_activity "
+                                  "where application_name = 'sqljobs-relay first' "
+                                  "and state <> 'idle'"), "the frozen relay's last call to end")
     held = [r[0] for r in conn.execute(
         "select id from jobs.outbox where claimed_by = 'first' and published_at is null")]
     assert held, "the first relay must hold a batch when it is stopped"
