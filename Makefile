@@ -22,7 +22,8 @@ lint: ## ruff and mypy (strict on pyclient/)
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m mypy
 
-bench: ## run the benchmark suite (bench/)
+bench: ## the benchmark suite, peers included (about 2 hours; docs/benchmarks.md)
+	$(PYTHON) -m pip install --quiet -e '.[bench]'
 	$(PYTHON) -m bench
 
 docs: ## build the documentation site (mkdocs, strict)

@@ -1,16 +1,21 @@
-"""sqljobs benchmarks: `python -m bench` (workloads and pgbench ceilings), and
-`python -m bench.sustained` (where finished jobs live, under sustained load).
+"""sqljobs benchmarks: `python -m bench` (`make bench`) writes bench/RESULTS.md; the
+method is in docs/benchmarks.md.
 
 Layout:
-  workloads.py          every workload, defined once, driving an adapter
-  adapters/             one adapter per system under test (sqljobs_sql.py today)
+  __main__.py           the command: parts side_by_side, sustained, engine
+  systems.py            the systems under test; peers installed into bench/.peers/
+  runtime_drivers/      one driver per system, run with that system's interpreter,
+                        through its public API (_common.py: the shared protocol)
+  suite.py              runs drivers in fresh databases; the sustained sampler
+  wire.py               the counting proxy: round trips and transactions per job
+  autovacuum.py         stands in for autovacuum on a server that runs without it
+  report_suite.py       the side-by-side and sustained sections; plot.py the PNG
+  workloads.py          the engine workloads at SQL level, driving an adapter
+  adapters/             sqljobs at SQL level (sqljobs_sql.py)
   ceiling.py, pgbench/  the pgbench ceilings on a minimal queue table
   db.py                 fresh databases, commit counters, server facts
-  report.py             collecting repeats, medians and ranges, writing RESULTS.md
-  peers.py              peer figures quoted from ANCHORS.md (not measured here)
-  sustained.py          the finished-jobs measurement (docs/design/finished-jobs.md)
-  runtime.py            runtime workloads (`--runtime`): each system's own worker and
-                        handlers; peers installed into bench/.peers/<name>/venv
-  runtime_drivers/      one driver script per system, run with that system's python
-  cycle.py              one worker's claim/ack cycle at SQL level: serial vs folded
+  report.py             medians and ranges, the engine section, RESULTS.md's sections
+  peers.py              DESIGN.md §5 targets for the engine section
+  sustained.py          the finished-jobs study (docs/design/finished-jobs.md)
+  relay.py, cycle.py    the outbox relay's throughput; claim/ack folding at SQL level
 """

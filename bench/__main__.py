@@ -1,79 +1,213 @@
-"""python -m bench: run the workloads and the pgbench ceilings, write RESULTS.md.
+"""python -m bench: the benchmark suite; writes bench/RESULTS.md.
 
-    python -m bench                                  # everything, 3 repeats
-    python -m bench --workload drain --repeat 5      # one workload
-    python -m bench --workload enqueue_single --workload ceiling
-    python -m bench --runtime                        # each system's own worker, with peers
-    python -m bench --workload drain_runtime --system sqljobs --system pgqueuer
+    python -m bench                                   # everything (make bench)
+    python -m bench --part side_by_side               # one part: side_by_side,
+                                                      #   sustained or engine
+    python -m bench --part side_by_side --system sqljobs --system graphile \\
+                    --workload drain --repeat 5       # some systems and workloads
+    python -m bench --part sustained --sustained-seconds 120
 
-Each repeat of a workload runs in a fresh database sqljobs_bench_<workload> made from
-the admin DSN (--dsn, else $SQLJOBS_BENCH_DSN, else the local postgres database).
-Repeats are interleaved (all workloads once, then again) so a burst of load on a
-shared machine hits every workload alike.
+Parts (each rewrites only its own section of RESULTS.md):
+  side_by_side  every system's driver through enqueue_single, enqueue_bulk, drain,
+                latency and steps (step + replay); systems interleaved in every
+                repeat, then one counted run each through the wire proxy
+  sustained     each queue system for --sustained-seconds at --sustained-rate jobs/s,
+                its database sampled every 10 s; draws bench/sustained.png
+  engine        sqljobs alone at the SQL level (the jobs.* functions over psycopg),
+                interleaved with the pgbench ceilings of this machine
+
+Peers are installed on first use into bench/.peers/ (latest releases; --upgrade-peers
+to refresh). Databases are created next to the admin DSN (--dsn, else
+$SQLJOBS_BENCH_DSN, else the local postgres database) and dropped afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
+import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from bench import ceiling, db, runtime, workloads
-from bench.adapters import ADAPTERS, get_adapter
-from bench.report import Results, render
+from bench import ceiling, db, suite, workloads
+from bench.adapters import get_adapter
+from bench.report import Results, render, render_header, write_results
+from bench.systems import SYSTEMS
+from bench.wire import WireCounter
 
 HERE = Path(__file__).resolve().parent
-CHOICES = [*workloads.WORKLOADS, *runtime.RUNTIME_WORKLOADS, "ceiling", "all"]
+OUT = HERE / ".out"
+PARTS = ("side_by_side", "sustained", "engine")
+ENGINE_CHOICES = [*workloads.WORKLOADS, "ceiling"]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", action="append", choices=CHOICES,
-                        help="a workload, 'ceiling' or 'all' (default); repeatable")
-    parser.add_argument("--repeat", type=int, default=3, help="repeats of each (default 3)")
-    parser.add_argument("--dsn", default=db.admin_dsn_from_env(),
-                        help="admin DSN; bench databases are created next to it "
-                             "(default $SQLJOBS_BENCH_DSN or the local postgres database)")
-    parser.add_argument("--adapter", default="sqljobs", choices=ADAPTERS)
+    parser.add_argument("--part", action="append", choices=PARTS,
+                        help="run only this part (repeatable; default all)")
+    parser.add_argument("--system", action="append", choices=list(SYSTEMS),
+                        help="side_by_side / sustained: only these systems (repeatable)")
+    parser.add_argument("--workload", action="append",
+                        choices=sorted({*suite.WORKLOADS, *ENGINE_CHOICES}),
+                        help="only these workloads of the parts run (repeatable)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed repeats (default 3)")
+    parser.add_argument("--no-count", action="store_true",
+                        help="side_by_side: skip the counted run through the wire proxy")
+    parser.add_argument("--sustained-seconds", type=float, default=600.0,
+                        help="sustained: seconds per system (default 600)")
+    parser.add_argument("--sustained-rate", type=float, default=200.0,
+                        help="sustained: jobs/s enqueued (default 200)")
     parser.add_argument("--ceiling-seconds", type=int, default=10,
-                        help="pgbench -T for each ceiling (default 10)")
+                        help="engine: pgbench -T for each ceiling (default 10)")
+    parser.add_argument("--dsn", default=db.admin_dsn_from_env(),
+                        help="admin DSN (default $SQLJOBS_BENCH_DSN or the local server)")
     parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md",
-                        help="where to write the report (default bench/RESULTS.md)")
+                        help="the report to update (default bench/RESULTS.md)")
     parser.add_argument("--no-results", action="store_true", help="print only")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep each workload's database after its last repeat")
-    parser.add_argument("--runtime", action="store_true",
-                        help="run the runtime workloads (drain_runtime, latency_runtime) "
-                             "for sqljobs and every peer, interleaved, and rewrite only "
-                             "the runtime section of RESULTS.md")
-    parser.add_argument("--system", action="append", choices=list(runtime.SYSTEMS),
-                        help="runtime workloads: only these systems (repeatable)")
     parser.add_argument("--upgrade-peers", action="store_true",
-                        help="reinstall each peer's latest release first")
+                        help="reinstall every peer's latest release first")
     args = parser.parse_args(argv)
-    chosen_rt = [n for n in runtime.RUNTIME_WORKLOADS
-                 if args.runtime or n in (args.workload or [])]
-    if chosen_rt:
-        return main_runtime(args, chosen_rt, argv)
+    command = "python -m bench " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+        if "://" not in a and "=" not in a)
+    parts = args.part or list(PARTS)
+    sections: dict[str, str] = {}
+    facts = db.machine_facts(args.dsn) | db.code_facts() | {"node": _node_version()}
 
-    chosen = set(args.workload or ["all"])
-    names = [n for n in workloads.WORKLOADS if n in chosen or "all" in chosen]
-    with_ceiling = "ceiling" in chosen or "all" in chosen
-    adapter = get_adapter(args.adapter)
+    if "side_by_side" in parts:
+        sections["side_by_side"] = side_by_side(args, command.strip())
+    if "sustained" in parts:
+        sections["sustained"] = sustained(args, command.strip())
+    if "engine" in parts:
+        sections["engine"] = engine(args, command.strip(), facts)
+
+    if args.no_results:
+        print("\n\n".join(sections.values()))
+    else:
+        write_results(args.results, render_header(facts), sections)
+        print(f"wrote {', '.join(sections)} in {args.results}")
+    return 0
+
+
+def _node_version() -> str:
+    try:
+        return subprocess.run(["node", "--version"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "not found"
+
+
+def _meta(command: str, load_start: str, **more: Any) -> dict[str, Any]:
+    return {"command": command, "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "load_start": load_start, "load_end": db.load_average(), **more}
+
+
+def _systems(args: argparse.Namespace, workload_names: list[str]) -> list[Any]:
+    chosen = [SYSTEMS[n] for n in (args.system or SYSTEMS)]
+    systems = [s for s in chosen if s.workloads & set(workload_names)]
+    for s in systems:
+        s.install(upgrade=args.upgrade_peers)
+    return systems
+
+
+def _merged(path: Path, runs: list[suite.Measurement], meta: dict[str, Any],
+            args: argparse.Namespace) -> tuple[list[suite.Measurement], dict[str, Any]]:
+    """With --system or --workload, keep the earlier runs (bench/.out/) of what was not
+    rerun now, so a section can be completed in steps; its header lists every command."""
+    from bench.report_suite import load
+
+    if not (args.system or args.workload) or not path.exists():
+        return runs, meta
+    old_meta, old_runs = load(path)
+    if old_meta.get("seconds", meta.get("seconds")) != meta.get("seconds") or \
+            old_meta.get("repeats", meta.get("repeats")) != meta.get("repeats"):
+        return runs, meta  # not comparable: start the section afresh
+    redone = {(m.workload, m.system) for m in runs}
+    kept = [m for m in old_runs if (m.workload, m.system) not in redone]
+    merged = {**meta, "command": f"{old_meta['command']}`, then `{meta['command']}",
+              "date": f"{old_meta['date']} to {meta['date']}",
+              "load_start": old_meta["load_start"]}
+    return kept + runs, merged
+
+
+def side_by_side(args: argparse.Namespace, command: str) -> str:
+    from bench.report_suite import dump, render_every_run, render_side_by_side
+
+    names = [n for n in suite.WORKLOADS if not args.workload or n in args.workload]
+    systems = _systems(args, names)
+    load_start = db.load_average()
+    runs: list[suite.Measurement] = []
+
+    def log(m: suite.Measurement) -> None:
+        vals = "  ".join(f"{k}={v:,.2f}" for k, v in m.values.items()
+                         if isinstance(v, (int, float)))
+        counted = (f"  round_trips={m.round_trips} transactions={m.transactions}"
+                   if m.round_trips is not None else "")
+        print(f"[{m.repeat or 'count'}/{args.repeat}] {m.workload:15} {m.system:17} "
+              f"{vals}{counted}", flush=True)
+
+    for rep in range(1, args.repeat + 1):
+        for name in names:
+            for system in systems:
+                if name in system.workloads:
+                    for m in suite.measure(system, suite.WORKLOADS[name], args.dsn, rep):
+                        runs.append(m)
+                        log(m)
+    if not args.no_count:
+        with WireCounter(*suite.upstream(args.dsn)) as counter:
+            for name in names:
+                for system in systems:
+                    if name in system.workloads:
+                        for m in suite.measure(system, suite.WORKLOADS[name], args.dsn, 0,
+                                               counter):
+                            runs.append(m)
+                            log(m)
+    meta = _meta(command, load_start, repeats=args.repeat)
+    runs, meta = _merged(OUT / "side_by_side.json", runs, meta, args)
+    dump(runs, meta, OUT / "side_by_side.json")
+    return render_side_by_side(runs, meta) + "\n" + render_every_run(runs)
+
+
+def sustained(args: argparse.Namespace, command: str) -> str:
+    from bench.plot import sustained_png
+    from bench.report_suite import dump, render_sustained
+
+    systems = _systems(args, ["sustained"])
+    load_start = db.load_average()
+    runs = []
+    for system in systems:
+        m = suite.sustained(system, args.dsn, args.sustained_seconds, args.sustained_rate)
+        runs.append(m)
+        print(f"[sustained] {system.name:17} p50={m.values['p50_ms']:.1f} ms "
+              f"p99={m.values['p99_ms']:.1f} ms samples={len(m.extra['samples'])}",
+              flush=True)
+    meta = _meta(command, load_start, rate=args.sustained_rate,
+                 seconds=args.sustained_seconds)
+    runs, meta = _merged(OUT / "sustained.json", runs, meta, args)
+    dump(runs, meta, OUT / "sustained.json")
+    plot = HERE / "sustained.png"
+    sustained_png(runs, plot)
+    return render_sustained(runs, meta, plot.name)
+
+
+def engine(args: argparse.Namespace, command: str, facts: dict[str, str]) -> str:
+    chosen = set(args.workload or ENGINE_CHOICES)
+    names = [n for n in workloads.WORKLOADS if n in chosen]
+    with_ceiling = "ceiling" in chosen or not args.workload
+    adapter = get_adapter("sqljobs")
     results = Results()
-    facts = db.machine_facts(args.dsn) | db.code_facts()
-
+    load_start = db.load_average()
     if with_ceiling:
         ceiling.fresh(args.dsn)
     try:
         for rep in range(1, args.repeat + 1):
             for name in names:
-                m = workloads.run(workloads.WORKLOADS[name], adapter, args.dsn,
-                                  keep=args.keep and rep == args.repeat)
+                m = workloads.run(workloads.WORKLOADS[name], adapter, args.dsn)
                 results.add(m)
-                print(f"[{rep}/{args.repeat}] {results.log_line(m)}", flush=True)
+                print(f"[{rep}/{args.repeat}] engine {results.log_line(m)}", flush=True)
             if with_ceiling:
                 for c in ceiling.CEILINGS.values():
                     m = ceiling.run(c, args.dsn, args.ceiling_seconds)
@@ -82,62 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if with_ceiling:
             ceiling.drop(args.dsn)
-
-    facts["load_average"] = f"{facts['load_average']} at start, {db.load_average()} at end"
-    command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])
-                                            if "://" not in a and "=" not in a)
-    report = render(
-        results, facts,
-        {n: workloads.WORKLOADS[n].summary for n in names},
+    results.dump(OUT / "engine.json")
+    facts = facts | {"load_average": f"{load_start} at start, {db.load_average()} at end"}
+    return render(
+        results, facts, {n: workloads.WORKLOADS[n].summary for n in names},
         {c.name: (c.summary, c.clients, c.bounds) for c in ceiling.CEILINGS.values()}
         if with_ceiling else {},
-        command.strip(),
-    )
-    results.dump(HERE / ".out" / "results.json")
-    if args.no_results:
-        print(report)
-    else:
-        args.results.write_text(report + keep_runtime_section(args.results), encoding="utf-8")
-        print(f"wrote {args.results}")
-    return 0
-
-
-def keep_runtime_section(path: Path) -> str:
-    """The runtime section already in `path` (written by --runtime), to carry over."""
-    from bench.report import RUNTIME_BEGIN, RUNTIME_END
-
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    start, end = text.find(RUNTIME_BEGIN), text.find(RUNTIME_END)
-    return "\n" + text[start:end + len(RUNTIME_END)] + "\n" if -1 < start < end else ""
-
-
-def main_runtime(args: argparse.Namespace, names: list[str], argv: list[str] | None) -> int:
-    from bench.report import dump_runtime, render_runtime, write_runtime_section
-
-    systems = [runtime.SYSTEMS[n] for n in (args.system or runtime.SYSTEMS)]
-    for system in systems:
-        runtime.ensure_peer(system, upgrade=args.upgrade_peers)
-    facts = db.machine_facts(args.dsn)
-    runs = []
-    for rep in range(1, args.repeat + 1):
-        for name in names:
-            for system in systems:
-                m = runtime.run_one(system, runtime.RUNTIME_WORKLOADS[name], args.dsn)
-                runs.append(m)
-                vals = "  ".join(f"{k}={v:,.2f}" for k, v in m.values.items())
-                print(f"[{rep}/{args.repeat}] {name:16} {system.name:14} {vals}", flush=True)
-                dump_runtime(runs, HERE / ".out" / "runtime.json")
-    facts["load_average"] = f"{facts['load_average']} at start, {db.load_average()} at end"
-    command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])
-                                            if "://" not in a and "=" not in a)
-    section = render_runtime(runs, {n: runtime.RUNTIME_WORKLOADS[n].summary for n in names},
-                             facts, command.strip())
-    if args.no_results:
-        print(section)
-    else:
-        write_runtime_section(args.results, section)
-        print(f"wrote the runtime section of {args.results}")
-    return 0
+        command)
 
 
 if __name__ == "__main__":

@@ -1,37 +1,10 @@
-"""Figures quoted from /shared ANCHORS.md and DESIGN.md §5: measured elsewhere on a
-machine like this one, NOT in this run. A peer adapter (bench/adapters/) replaces a
-quoted figure with a measured one."""
+"""DESIGN.md §5's targets for the SQL-level engine workloads, and the ceilings' figures
+quoted from ANCHORS.md for orientation (measured elsewhere, not in this run). The peers
+themselves are measured in the same run (bench/suite.py, bench/systems.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-# workload -> [(system, jobs/s as quoted)]
-PEERS: dict[str, list[tuple[str, str]]] = {
-    "enqueue_single": [
-        ("Graphile Worker 0.17", "700-1,000"),
-        ("PgQueuer 1.6", "1,580 (217-2,043)"),
-        ("Chancy 0.26", "620"),
-        ("Procrastinate 3.10", "323 (157-666)"),
-        ("Absurd 0.5", "505"),
-        ("DBOS 3.4", "201"),
-    ],
-    "enqueue_bulk": [
-        ("Graphile Worker 0.17", "35,000-48,000"),
-        ("PgQueuer 1.6", "24,000-33,000"),
-        ("Chancy 0.26", "2,700"),
-        ("Procrastinate 3.10", "6,700-7,200"),
-    ],
-    "drain": [
-        ("Graphile Worker, batching on", "22,000-25,000"),
-        ("Graphile Worker default", "1,500-2,600"),
-        ("PgQueuer 1.6", "1,100-2,500"),
-        ("Chancy 0.26", "530-630"),
-        ("Procrastinate 3.10", "130-270"),
-        ("Absurd 0.5 (one-step jobs)", "107-147"),
-        ("DBOS 3.4", "68"),
-    ],
-}
 
 # ceiling name -> the ANCHORS.md figure for the same (or the nearest) pgbench script.
 ANCHOR_CEILINGS: dict[str, str] = {

@@ -32,7 +32,6 @@ import multiprocessing as mp
 import re
 import statistics
 import sys
-import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -43,6 +42,7 @@ import psycopg
 
 from bench import db
 from bench.adapters.sqljobs_sql import ACK_MANY, CLAIM, ENQUEUE_MANY, JOB_NAME, LEASE_S, QUEUES
+from bench.autovacuum import Autovacuum
 
 HERE = Path(__file__).resolve().parent
 HISTORY_SQL = HERE / "scratch" / "history.sql"
@@ -140,57 +140,6 @@ def worker(dsn: str, name: str, limit: int, poll_s: float, clock: Any, ready: An
             if len(rows) < limit:
                 time.sleep(poll_s)
     out.put(("worker", (claims, acks)))
-
-
-# -- vacuum ----------------------------------------------------------------------------
-
-# Stock autovacuum's per-table triggers (PostgreSQL 15 defaults).
-VAC_THRESHOLD, VAC_SCALE = 50, 0.2
-VAC_INS_THRESHOLD, VAC_INS_SCALE = 1000, 0.2
-ANALYZE_THRESHOLD, ANALYZE_SCALE = 50, 0.1
-
-VACUUM_STATS = """
-select c.oid::regclass::text, greatest(c.reltuples, 0), s.n_dead_tup, s.n_ins_since_vacuum,
-       s.n_mod_since_analyze
-  from pg_catalog.pg_stat_user_tables s join pg_catalog.pg_class c on c.oid = s.relid
- where s.schemaname = 'jobs' and s.relname in ('job', 'job_history')
-"""
-
-
-class Autovacuum(threading.Thread):
-    """Stand-in for autovacuum on a server that runs with it off (`autovacuum = off`
-    on the CI-configured server this was written on; server settings are not ours to
-    change). Every naptime it applies stock autovacuum's per-table thresholds to
-    jobs.job (and jobs.job_history) and runs VACUUM / ANALYZE with autovacuum's cost
-    throttling (vacuum_cost_delay 2 ms, vacuum_cost_limit 200) in its own session."""
-
-    def __init__(self, dsn: str, naptime_s: float, t0: float) -> None:
-        super().__init__(daemon=True)
-        self.dsn, self.naptime_s, self.t0 = dsn, naptime_s, t0
-        self.stop = threading.Event()
-        self.events: list[tuple[float, float, str]] = []  # (start, seconds, what)
-
-    def run(self) -> None:
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute("set vacuum_cost_delay = '2ms'")
-            conn.execute("set vacuum_cost_limit = 200")
-            while not self.stop.wait(self.naptime_s):
-                conn.execute("select pg_catalog.pg_stat_clear_snapshot()")
-                for table, tuples, dead, inserted, modified in conn.execute(
-                        VACUUM_STATS).fetchall():
-                    vacuum = (dead > VAC_THRESHOLD + VAC_SCALE * tuples
-                              or inserted > VAC_INS_THRESHOLD + VAC_INS_SCALE * tuples)
-                    analyze = modified > ANALYZE_THRESHOLD + ANALYZE_SCALE * tuples
-                    if not (vacuum or analyze):
-                        continue
-                    what = ("vacuum analyze" if vacuum and analyze
-                            else "vacuum" if vacuum else "analyze")
-                    start = time.monotonic()
-                    conn.execute(f"{what} {table}")
-                    self.events.append((start - self.t0, time.monotonic() - start,
-                                        f"{what} {table}"))
-                    if self.stop.is_set():
-                        return
 
 
 # -- sampling --------------------------------------------------------------------------

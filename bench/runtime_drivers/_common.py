@@ -1,40 +1,68 @@
-"""Shared by the runtime drivers (stdlib + psycopg only: each driver runs in its own
-system's virtualenv, so nothing here may import sqljobs, bench or a peer).
+"""Shared by the Python drivers (stdlib + psycopg only: each driver runs in its own
+system's virtualenv, so nothing here may import sqljobs, bench or a peer). The Node
+driver (graphile_driver.cjs) follows the same protocol.
 
-A driver owns one fresh database and does, with its system's public Python API:
-  install   the system's schema (untimed)
-  drain     enqueue --jobs no-op jobs in bulk (untimed), ANALYZE, then start the
-            system's own worker in-process (asyncio, --concurrency) and time from the
-            worker's start to the moment the database holds every job as settled
-  latency   start the worker, run one warm-up job, idle 0.5 s, then enqueue --jobs
-            jobs --interval-ms apart from a task on the same loop; each payload carries
-            time.time() taken just before its enqueue call, the handler records its own
-            start minus that
-and prints one line `RESULT {json}` on stdout.
+A driver is run once per (workload, repeat) on a fresh database of its own:
+
+    python <system>_driver.py --workload W --dsn DSN [--jobs N] [--concurrency C] ...
+
+installs its system's schema (untimed), does the workload through the system's public
+API and prints one line `RESULT {json}` per measurement on stdout. Every result holds
+"workload", "version" (the system's release) and "window": [t0, t1], the wall-clock
+(time.time()) bounds of the timed part, from which the runner counts round trips when
+it runs the driver through its counting proxy (bench/wire.py).
+
+  enqueue_single  --jobs enqueues, one public-API call each, one after another, on one
+                  connection; verified in the database afterwards
+  enqueue_bulk    --jobs enqueues through the system's batch API in batches of --batch,
+                  the batches' arguments built before the clock starts; verified
+  drain           --jobs no-op jobs enqueued in bulk (untimed), ANALYZE, then the
+                  system's own worker started in-process (--concurrency) and timed from
+                  its start to the moment the database holds every job as settled
+  latency         the worker started, one warm-up job run, 0.5 s idle, then --jobs
+                  jobs enqueued --interval-ms apart, each payload carrying time.time()
+                  taken just before its enqueue call; the handler records its own start
+                  minus that
+  steps           one job whose handler runs --steps trivial durable steps (each
+                  returns its index) and, on its first run, fails after the last one so
+                  the system runs it again: prints two results, "step" (the first run,
+                  per-step time) and "replay" (the second run over stored steps)
+  sustained       the worker running while a producer enqueues --rate jobs/s for
+                  --seconds (one batch call every 100 ms); per 10 s: jobs run and the
+                  p50/p99 of handler start minus enqueue time. The runner samples the
+                  database's table sizes and dead tuples beside it
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import statistics
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import psycopg
 
+WORKLOADS = ("enqueue_single", "enqueue_bulk", "drain", "latency", "steps", "sustained")
+
 
 def args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
-    p.add_argument("--workload", choices=("drain", "latency"), required=True)
+    p.add_argument("--workload", choices=WORKLOADS, required=True)
     p.add_argument("--dsn", required=True)
-    p.add_argument("--jobs", type=int, required=True)
+    p.add_argument("--jobs", type=int, default=0)
+    p.add_argument("--batch", type=int, default=1000)
     p.add_argument("--concurrency", type=int, default=10)
     p.add_argument("--interval-ms", type=float, default=10.0)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--rate", type=float, default=200.0)
+    p.add_argument("--seconds", type=float, default=600.0)
+    p.add_argument("--variant", default="", help="a system-specific configuration")
     p.add_argument("--timeout", type=float, default=300.0)
     return p.parse_args()
 
@@ -49,21 +77,55 @@ class Recorder:
     def __init__(self) -> None:
         self.started = 0
         self.lags_ms: list[float] = []
+        self.ran_at: list[float] = []
         self.target = 0
         self.reached = asyncio.Event()
 
     def expect(self, n: int) -> None:
         self.started, self.target = 0, n
-        self.lags_ms = []
+        self.lags_ms, self.ran_at = [], []
         self.reached.clear()
 
     def ran(self, enqueued_at: float | None = None) -> None:
         now = time.time()
         if enqueued_at:
             self.lags_ms.append((now - enqueued_at) * 1000.0)
+            self.ran_at.append(now)
         self.started += 1
         if self.started >= self.target:
             self.reached.set()
+
+
+class StepRecorder:
+    """What a `steps` handler reports. The handler calls begin() on entry, executed()
+    inside each step's function (so a replayed step that re-ran is caught) and
+    after_step() once each step returned; it fails on its first run only."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.runs: list[list[float]] = []  # per run: entry time, then each step's end
+        self.executions = 0
+        self.done = asyncio.Event()
+
+    @property
+    def first_run(self) -> bool:
+        return len(self.runs) == 1
+
+    def begin(self) -> None:
+        self.runs.append([time.time()])
+
+    def executed(self) -> None:
+        self.executions += 1
+
+    def after_step(self) -> None:
+        run = self.runs[-1]
+        run.append(time.time())
+        if len(self.runs) >= 2 and len(run) == self.steps + 1:
+            self.done.set()
+
+
+def window(t0: float, t1: float) -> list[float]:
+    return [t0, t1]
 
 
 async def scalar(dsn: str, query: str) -> int:
@@ -77,6 +139,43 @@ async def analyze(dsn: str) -> None:
     """Planner statistics after the pre-fill (the server runs without autovacuum)."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute("analyze")
+
+
+async def verify_count(dsn: str, count_query: str, expected: int, what: str) -> None:
+    got = await scalar(dsn, count_query)
+    if got != expected:
+        raise RuntimeError(f"{what}: the database holds {got} jobs; expected {expected}")
+
+
+async def enqueue_single(a: argparse.Namespace, enqueue: Callable[[int], Awaitable[Any]],
+                         count_query: str) -> dict[str, Any]:
+    """`enqueue(i)` is one public-API call that enqueues one no-op job."""
+    await enqueue(-1)  # warm-up: connection open, statements prepared
+    t0, p0 = time.time(), time.perf_counter()
+    for i in range(a.jobs):
+        await enqueue(i)
+    seconds = time.perf_counter() - p0
+    t1 = time.time()
+    await verify_count(a.dsn, count_query, a.jobs + 1, "enqueue_single")
+    return {"workload": "enqueue_single", "jobs": a.jobs, "seconds": seconds,
+            "jobs_per_s": a.jobs / seconds, "window": window(t0, t1)}
+
+
+async def enqueue_bulk(a: argparse.Namespace, prepare: Callable[[Sequence[int]], Any],
+                       enqueue_batch: Callable[[Any], Awaitable[Any]],
+                       count_query: str) -> dict[str, Any]:
+    """`prepare(indexes)` builds one batch call's arguments (untimed);
+    `enqueue_batch(prepared)` is one public-API batch call."""
+    await enqueue_batch(prepare([-1]))  # warm-up
+    batches = [prepare(range(i, min(i + a.batch, a.jobs))) for i in range(0, a.jobs, a.batch)]
+    t0, p0 = time.time(), time.perf_counter()
+    for batch in batches:
+        await enqueue_batch(batch)
+    seconds = time.perf_counter() - p0
+    t1 = time.time()
+    await verify_count(a.dsn, count_query, a.jobs + 1, "enqueue_bulk")
+    return {"workload": "enqueue_bulk", "jobs": a.jobs, "batch": a.batch,
+            "seconds": seconds, "jobs_per_s": a.jobs / seconds, "window": window(t0, t1)}
 
 
 async def wait_settled(dsn: str, query: str, n: int, timeout: float) -> float:
@@ -100,18 +199,27 @@ async def drain(a: argparse.Namespace, rec: Recorder, start_worker: Callable[[],
     """Time a started-from-cold worker over the pre-filled jobs until all are settled."""
     await analyze(a.dsn)
     rec.expect(a.jobs)
-    t0 = time.perf_counter()
+    t0, p0 = time.time(), time.perf_counter()
     handle = start_worker()
     await asyncio.wait_for(rec.reached.wait(), a.timeout)
     handlers_done = time.perf_counter()
-    t1 = await wait_settled(a.dsn, settled_query, a.jobs, a.timeout)
+    p1 = await wait_settled(a.dsn, settled_query, a.jobs, a.timeout)
+    t1 = time.time()
     await stop_worker(handle)
     settled = await scalar(a.dsn, settled_query)
     if settled != a.jobs or rec.started != a.jobs:
         raise RuntimeError(f"drain: {settled} settled, {rec.started} handler runs; "
                            f"expected {a.jobs}")
-    return {"jobs": a.jobs, "seconds": t1 - t0, "jobs_per_s": a.jobs / (t1 - t0),
-            "handlers_seconds": handlers_done - t0, "settled": settled}
+    return {"workload": "drain", "jobs": a.jobs, "seconds": p1 - p0,
+            "jobs_per_s": a.jobs / (p1 - p0), "handlers_seconds": handlers_done - p0,
+            "settled": settled, "window": window(t0, t1)}
+
+
+def _quantiles(lags: list[float]) -> dict[str, float]:
+    lags = sorted(lags)
+    q = statistics.quantiles(lags, n=100, method="inclusive")
+    return {"p50_ms": q[49], "p95_ms": q[94], "p99_ms": q[98], "max_ms": lags[-1],
+            "mean_ms": statistics.fmean(lags)}
 
 
 async def latency(a: argparse.Namespace, rec: Recorder, start_worker: Callable[[], Any],
@@ -123,6 +231,7 @@ async def latency(a: argparse.Namespace, rec: Recorder, start_worker: Callable[[
     await asyncio.wait_for(rec.reached.wait(), 30)
     await asyncio.sleep(0.5)  # idle
     rec.expect(a.jobs)
+    t0 = time.time()
     start = time.perf_counter()
     for i in range(a.jobs):
         delay = start + i * a.interval_ms / 1000.0 - time.perf_counter()
@@ -130,18 +239,77 @@ async def latency(a: argparse.Namespace, rec: Recorder, start_worker: Callable[[
             await asyncio.sleep(delay)
         await enqueue(i, time.time())
     await asyncio.wait_for(rec.reached.wait(), a.timeout)
+    t1 = time.time()
     await stop_worker(handle)
-    lags = sorted(rec.lags_ms)
-    if len(lags) != a.jobs:
-        raise RuntimeError(f"latency: {len(lags)} lags recorded, expected {a.jobs}")
-    q = statistics.quantiles(lags, n=100, method="inclusive")
-    return {"jobs": a.jobs, "p50_ms": q[49], "p95_ms": q[94], "p99_ms": q[98],
-            "max_ms": lags[-1], "mean_ms": statistics.fmean(lags)}
+    if len(rec.lags_ms) != a.jobs:
+        raise RuntimeError(f"latency: {len(rec.lags_ms)} lags recorded, expected {a.jobs}")
+    return {"workload": "latency", "jobs": a.jobs, **_quantiles(rec.lags_ms),
+            "window": window(t0, t1)}
 
 
-def emit(result: dict[str, Any], package: str) -> None:
+async def steps(a: argparse.Namespace, rec: StepRecorder, start_worker: Callable[[], Any],
+                stop_worker: Callable[[Any], Awaitable[None]],
+                enqueue: Callable[[], Awaitable[Any]]) -> list[dict[str, Any]]:
+    """Start the worker, enqueue the one job, wait for its second run to pass its last
+    step. The first run's steps are the `step` result, the second's the `replay`."""
+    handle = start_worker()
+    await enqueue()
+    await asyncio.wait_for(rec.done.wait(), a.timeout)
+    await stop_worker(handle)
+    if rec.executions != a.steps:
+        raise RuntimeError(f"steps: step functions ran {rec.executions} times over two "
+                           f"runs; expected {a.steps} (the replay must not re-run them)")
+    out = []
+    for workload, run in (("step", rec.runs[0]), ("replay", rec.runs[-1])):
+        # The clock starts at handler entry: stored steps a system loads before it calls
+        # the handler (sqljobs in its claim, Absurd in one query per run) are outside.
+        gaps = [(b - x) * 1000.0 for x, b in itertools.pairwise(run)]
+        total = (run[-1] - run[0]) * 1000.0
+        out.append({"workload": workload, "steps": a.steps, "total_ms": total,
+                    "ms_per_step": total / a.steps, "p50_step_ms": statistics.median(gaps),
+                    "runs": len(rec.runs), "window": window(run[0], run[-1])})
+    return out
+
+
+async def sustained(a: argparse.Namespace, rec: Recorder, start_worker: Callable[[], Any],
+                    stop_worker: Callable[[Any], Awaitable[None]],
+                    enqueue_batch: Callable[[int, float], Awaitable[None]]) -> dict[str, Any]:
+    """`enqueue_batch(n, t)` enqueues n jobs carrying enqueue time t in one call."""
+    per_tick = a.rate / 10.0
+    total = int(a.rate * a.seconds)
+    rec.expect(total)
+    handle = start_worker()
+    t0 = time.time()
+    start = time.perf_counter()
+    sent, tick = 0, 0
+    while sent < total:
+        delay = start + tick * 0.1 - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tick += 1
+        n = min(total - sent, round(tick * per_tick) - sent)
+        if n > 0:
+            await enqueue_batch(n, time.time())
+            sent += n
+    await asyncio.wait_for(rec.reached.wait(), a.timeout)
+    t1 = time.time()
+    await stop_worker(handle)
+    series = []
+    for b in range(int((t1 - t0) // 10) + 1):
+        lo, hi = t0 + 10 * b, t0 + 10 * (b + 1)
+        lags = [lag for lag, at in zip(rec.lags_ms, rec.ran_at, strict=True) if lo <= at < hi]
+        if len(lags) >= 2:
+            q = statistics.quantiles(lags, n=100, method="inclusive")
+            series.append({"t": 10 * b, "jobs": len(lags), "p50_ms": q[49], "p99_ms": q[98]})
+    return {"workload": "sustained", "jobs": total, "rate": a.rate, "seconds": t1 - t0,
+            **_quantiles(rec.lags_ms), "series": series, "window": window(t0, t1)}
+
+
+def emit(results: dict[str, Any] | list[dict[str, Any]], package: str) -> None:
+    """Print each result as a RESULT line, stamped with the system's release."""
     from importlib.metadata import version
 
-    result["version"] = version(package)
-    sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+    for result in results if isinstance(results, list) else [results]:
+        result["version"] = version(package)
+        sys.stdout.write("RESULT " + json.dumps(result) + "\n")
     sys.stdout.flush()

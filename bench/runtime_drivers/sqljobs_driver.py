@@ -1,13 +1,27 @@
-"""sqljobs through its public Python API: sqljobs.App, @app.job, enqueue_many /
-enqueue_async, and sqljobs.Worker run in-process on asyncio (see _common.py)."""
+"""sqljobs through its public Python API: sqljobs.App, @app.job, enqueue_async /
+enqueue_many_async, sqljobs.Worker run in-process on asyncio (defaults: LISTEN on,
+poll 1 s), and ctx.step.run for the steps workload (see _common.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
-from _common import Recorder, args, drain, emit, latency, run_id
+from _common import (
+    Recorder,
+    StepRecorder,
+    args,
+    drain,
+    emit,
+    enqueue_bulk,
+    enqueue_single,
+    latency,
+    run_id,
+    steps,
+    sustained,
+)
 from pydantic import BaseModel
 
 import sqljobs
@@ -15,16 +29,40 @@ from sqljobs.migrate import upgrade
 
 A = args()
 REC = Recorder()
+STEPS = StepRecorder(A.steps)
 app = sqljobs.App(A.dsn)
+RUN = run_id()
+COUNT = "select count(*) from jobs.job"
 
 
 class Noop(BaseModel):
     t: float = 0.0
 
 
+class Empty(BaseModel):
+    pass
+
+
 @app.job(name="bench.noop", queue="default")
 async def noop(ctx: Any, payload: Noop) -> None:
     REC.ran(payload.t)
+
+
+def trivial(i: int) -> int:
+    STEPS.executed()
+    return i
+
+
+# The first run fails after its last step; the retry (at once: 1 ms backoff) replays.
+@app.job(name="bench.steps", queue="default",
+         retry=sqljobs.RetryPolicy(max_attempts=2, base_s=0.001, cap_s=0.001, jitter="none"))
+async def step_job(ctx: Any, payload: Empty) -> None:
+    STEPS.begin()
+    for i in range(A.steps):
+        await ctx.step.run(f"s{i}", lambda i=i: trivial(i))
+        STEPS.after_step()
+    if STEPS.first_run:
+        raise RuntimeError("first run: fail after the last step so that the job is retried")
 
 
 def start_worker() -> tuple[sqljobs.Worker, asyncio.Task[int]]:
@@ -39,24 +77,51 @@ async def stop_worker(handle: tuple[sqljobs.Worker, asyncio.Task[int]]) -> None:
     await task
 
 
+def batch_of(indexes: Sequence[int]) -> list[tuple[dict[str, Any], str]]:
+    return [({}, f"{RUN}-{i}") for i in indexes]
+
+
 async def main() -> None:
-    logging.getLogger("sqljobs").setLevel(logging.WARNING)
+    logging.getLogger("sqljobs").setLevel(logging.CRITICAL)
     upgrade(A.dsn)
-    run = run_id()
-    if A.workload == "drain":
-        with app:
-            for i in range(0, A.jobs, 1000):
-                noop.enqueue_many([({}, f"{run}-{j}") for j in range(i, min(i + 1000, A.jobs))])
+    await app.open_async()
+    result: Any
+    if A.workload == "enqueue_single":
+        async def enqueue(i: int) -> None:
+            await noop.enqueue_async({}, key=f"{RUN}-{i}")
+
+        result = await enqueue_single(A, enqueue, COUNT)
+    elif A.workload == "enqueue_bulk":
+        async def enqueue_batch(batch: list[tuple[dict[str, Any], str]]) -> None:
+            await noop.enqueue_many_async(batch)
+
+        result = await enqueue_bulk(A, batch_of, enqueue_batch, COUNT)
+    elif A.workload == "drain":
+        for i in range(0, A.jobs, 1000):
+            await noop.enqueue_many_async(batch_of(range(i, min(i + 1000, A.jobs))))
         result = await drain(A, REC, start_worker, stop_worker,
                              "select count(*) from jobs.job where state = 'succeeded'")
+    elif A.workload == "latency":
+        async def enqueue_at(i: int, t: float) -> None:
+            await noop.enqueue_async({"t": t}, key=f"{RUN}-{i}")
+
+        result = await latency(A, REC, start_worker, stop_worker, enqueue_at)
+    elif A.workload == "steps":
+        async def enqueue_steps() -> None:
+            await step_job.enqueue_async({}, key=RUN)
+
+        result = await steps(A, STEPS, start_worker, stop_worker, enqueue_steps)
     else:
-        await app.open_async()
+        sent = 0
 
-        async def enqueue(i: int, t: float) -> None:
-            await noop.enqueue_async({"t": t}, key=f"{run}-{i}")
+        async def enqueue_many_at(n: int, t: float) -> None:
+            nonlocal sent
+            await noop.enqueue_many_async(
+                [({"t": t}, f"{RUN}-{i}") for i in range(sent, sent + n)])
+            sent += n
 
-        result = await latency(A, REC, start_worker, stop_worker, enqueue)
-        await app.close_async()
+        result = await sustained(A, REC, start_worker, stop_worker, enqueue_many_at)
+    await app.close_async()
     emit(result, "sqljobs")
 
 
