@@ -91,7 +91,7 @@ def render_side_by_side(runs: list[Measurement], meta: dict[str, Any]) -> str:
             for key, label, digits, higher in METRICS[result]:
                 s = median_of(ms, key)
                 adv = "—"
-                if mine and system != "sqljobs":
+                if mine and not system.startswith("sqljobs"):
                     own = median_of(mine, key).median
                     ratio = own / s.median if higher else s.median / own
                     adv = f"{ratio:,.2f}×"
@@ -125,9 +125,10 @@ def render_targets(timed: dict[tuple[str, str], list[Measurement]],
 
     gb = med("drain", "graphile_batched", "jobs_per_s")
     pr = med("drain", "procrastinate", "jobs_per_s")
-    sq = med("drain", "sqljobs", "jobs_per_s")
     need = max(x for x in (gb, 20 * pr if pr else None, 0.0) if x is not None)
-    target("drain ≥ Graphile batched and ≥ 20× Procrastinate", "jobs/s", sq, need or None)
+    for system in ("sqljobs", "sqljobs_prefetch"):
+        target(f"drain ≥ Graphile batched and ≥ 20× Procrastinate ({_label(system)})",
+               "jobs/s", med("drain", system, "jobs_per_s"), need or None)
     g1 = med("enqueue_single", "graphile", "jobs_per_s")
     target("enqueue_single ≥ 3× Graphile add_job", "jobs/s",
            med("enqueue_single", "sqljobs", "jobs_per_s"), 3 * g1 if g1 else None)

@@ -78,6 +78,10 @@ class System:
 SYSTEMS: dict[str, System] = {
     s.name: s for s in (
         System("sqljobs", "sqljobs", "self", "sqljobs_driver.py", QUEUE | STEPS),
+        # The worker's local queue as large as Graphile's batched local queue: the
+        # worker settings only change drain and pickup latency.
+        System("sqljobs_prefetch", "sqljobs (prefetch 500)", "self", "sqljobs_driver.py",
+               frozenset({"drain", "latency"}), variant="prefetch=500"),
         System("procrastinate", "Procrastinate", "python", "procrastinate_driver.py", QUEUE,
                ("procrastinate", "psycopg[binary]")),
         System("pgqueuer", "PgQueuer", "python", "pgqueuer_driver.py", QUEUE,

@@ -82,15 +82,17 @@ def test_a_relay_killed_mid_batch_is_finished_by_another_after_its_lease(
                                   "where claimed_by = 'first' and published_at is not null"),
              "the first relay to publish")
     first.proc.send_signal(signal.SIGSTOP)  # frozen mid-batch: it holds a claimed batch
-    # A relay call in flight when it froze still runs to its commit on the server: wait
-    # until none of its sessions is active, so what it holds is what it will never publish.
+    first.proc.kill()  # SIGKILL ends a stopped process without letting it run again
+    first.proc.wait(10)
+    first.kill()
+    # A call it had already sent still runs to its commit on the server: wait until its
+    # sessions are gone, so what it holds now is what it will never publish.
     wait_for(lambda: scalar(conn, "select count(*) = 0 from pg_stat_activity "
-                                  "where application_name = 'sqljobs-relay first' "
-                                  "and state <> 'idle'"), "the frozen relay's last call to end")
+                                  "where application_name = 'sqljobs-relay first'"),
+             "the killed relay's sessions to end")
     held = [r[0] for r in conn.execute(
         "select id from jobs.outbox where claimed_by = 'first' and published_at is null")]
-    assert held, "the first relay must hold a batch when it is stopped"
-    first.kill()
+    assert held, "the first relay must hold a batch when it is killed"
 
     second = spawn("--batch", "100", "--relay-id", "second")
     wait_for(lambda: scalar(conn, "select pending = 0 from jobs.outbox_stats()"),

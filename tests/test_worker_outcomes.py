@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -240,3 +241,73 @@ def test_ctx_progress_from_the_loop_thread_points_to_the_async_form() -> None:
         assert await ctx.progress_async(2) is False
 
     asyncio.run(scenario())
+
+
+def started(conn: Any, ids: list[int]) -> int:
+    row = conn.execute("select count(*) from public.worker_runs "
+                       "where job_id = any(%s) and event = 'start'", (ids,)).fetchone()
+    return int(row[0])
+
+
+def test_prefetch_holds_claimed_jobs_in_a_local_queue_and_runs_them_in_order(
+        app: App, conn: Any) -> None:
+    ids = [enqueue(app, "example.slow", {"seconds": 0.4}) for _ in range(3)]
+    with running(app, concurrency=1, prefetch=2) as worker:
+        # All three are claimed by this worker (their leases held), one runs at a time.
+        wait_for(lambda: conn.execute(
+            "select count(*) = 3 from jobs.job where id = any(%s) and state = 'running' "
+            "and worker = %s", (ids, worker.id)).fetchone()[0], "three jobs claimed")
+        assert started(conn, ids) <= 1
+        wait_for(lambda: conn.execute(
+            "select count(*) = 3 from jobs.job where id = any(%s) and state = 'succeeded'",
+            (ids,)).fetchone()[0], "three jobs run")
+    order = [r[0] for r in conn.execute(
+        "select job_id from public.worker_runs where job_id = any(%s) and event = 'start' "
+        "order by at", (ids,)).fetchall()]
+    assert order == ids  # claim order is the queue's order: oldest first
+    ends = conn.execute("select max(at) filter (where event = 'end'), "
+                        "min(at) filter (where event = 'start') from public.worker_runs "
+                        "where job_id = any(%s)", (ids,)).fetchone()
+    assert ends[0] - ends[1] >= timedelta(seconds=1.2)  # one after another, not at once
+
+
+def test_a_drain_hands_back_jobs_that_never_started_without_counting_an_attempt(
+        app: App, conn: Any) -> None:
+    ids = [enqueue(app, "example.slow", {"seconds": 0.5}) for _ in range(3)]
+    with running(app, concurrency=1, prefetch=5) as worker:
+        wait_for(lambda: started(conn, ids) == 1, "the first job started")
+        assert conn.execute("select count(*) from jobs.job where id = any(%s) and worker = %s "
+                            "and state = 'running'", (ids, worker.id)).fetchone()[0] == 3
+    rows = conn.execute("select id, state::text, attempt, last_error->>'kind' from jobs.job "
+                        "where id = any(%s) order by id", (ids,)).fetchall()
+    assert rows[0][1:3] == ("succeeded", 1)
+    for _, state, attempt, kind in rows[1:]:
+        assert (state, attempt, kind) == ("interrupted", 0, "interrupted")
+    assert started(conn, ids) == 1  # the handed-back jobs never ran
+
+
+def test_prefetch_zero_claims_only_for_free_slots(app: App, conn: Any) -> None:
+    ids = [enqueue(app, "example.slow", {"seconds": 0.5}) for _ in range(3)]
+    with running(app, concurrency=1, prefetch=0) as worker:
+        wait_for(lambda: started(conn, ids) == 1, "the first job started")
+        held = conn.execute("select count(*) from jobs.job where id = any(%s) and worker = %s "
+                            "and state = 'running'", (ids, worker.id)).fetchone()[0]
+        assert held == 1
+
+
+def test_prefetch_must_not_be_negative(app: App) -> None:
+    with pytest.raises(ConfigurationError, match="prefetch"):
+        Worker(app, prefetch=-1)
+
+
+def test_a_waiting_job_keeps_its_lease_while_it_waits_for_a_slot(app: App, conn: Any) -> None:
+    first = enqueue(app, "example.slow", {"seconds": 2.0})
+    second = enqueue(app, "example.slow", {"seconds": 0.0})
+    with running(app, concurrency=1, prefetch=1, lease_s=0.8):
+        wait_for(settled(conn, second, "succeeded"), "the second job", timeout=20)
+    # Waiting 2 s behind the first job, past its 0.8 s lease: renewed, never recovered
+    # and claimed again (claim would be 2), and run once.
+    assert conn.execute("select claim, attempt from jobs.job where id = %s",
+                        (second,)).fetchone() == (1, 1)
+    assert job_row(conn, first)["state"] == "succeeded"
+    assert started(conn, [second]) == 1

@@ -65,9 +65,13 @@ async def step_job(ctx: Any, payload: Empty) -> None:
         raise RuntimeError("first run: fail after the last step so that the job is retried")
 
 
+# --variant prefetch=N: the worker's local queue (default: as many as --concurrency)
+OPTIONS = {"prefetch": int(A.variant.split("=", 1)[1])} if A.variant else {}
+
+
 def start_worker() -> tuple[sqljobs.Worker, asyncio.Task[int]]:
     worker = sqljobs.Worker(app, queues=["default"], concurrency=A.concurrency,
-                            install_signals=False)
+                            install_signals=False, **OPTIONS)
     return worker, asyncio.create_task(worker.run())
 
 

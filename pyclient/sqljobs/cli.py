@@ -93,6 +93,10 @@ def worker(
     lease: Annotated[float, typer.Option(
         help="Lease per claim, seconds (renewed every lease/3).")] = 30.0,
     poll_interval: Annotated[float, typer.Option(help="Claim at least this often, seconds.")] = 1.0,
+    prefetch: Annotated[int | None, typer.Option(
+        min=0, help="Jobs claimed ahead into a local queue, beyond the free slots "
+                    "(default: as many as --concurrency; 0: claim only for free slots).")
+    ] = None,
     drain_timeout: Annotated[float, typer.Option(
         help="On SIGTERM, seconds running jobs get to finish before going back "
              "interrupted.")] = 30.0,
@@ -121,7 +125,8 @@ def worker(
     application._dsn = _dsn(dsn if dsn is not None else application._dsn)
     try:
         runner = Worker(application, queue or None, concurrency, lease_s=lease,
-                        poll_interval=poll_interval, drain_timeout=drain_timeout,
+                        poll_interval=poll_interval, prefetch=prefetch,
+                        drain_timeout=drain_timeout,
                         listen=listen, listen_retry_s=listen_retry,
                         install_signals=not (with_relay or with_scheduler))
         if with_relay or with_scheduler:

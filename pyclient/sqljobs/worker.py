@@ -7,12 +7,16 @@
 One asyncio loop and a handful of connections (a small pool for claim, settle,
 heartbeat and progress, plus one LISTEN connection), never one connection per job.
 
-Claim: in batches sized to the free slots, filtered to the job names this app declares
-(a job only newer code knows waits for a worker that knows it). A claim is made when a
-NOTIFY on `jobs_wake` names one of our queues, when the last claim filled every slot
-and a slot frees, and at least every `poll_interval` seconds regardless (that poll also
-recovers lapsed leases and wakes delayed jobs). If the LISTEN connection dies the
-worker keeps polling and reconnects in the background.
+Claim: in batches sized to the free slots plus `prefetch` (default: `concurrency`),
+filtered to the job names this app declares (a job only newer code knows waits for a
+worker that knows it). Claimed jobs beyond the free slots wait in a local queue, in
+claim order, their leases renewed like running ones, and start as slots free; so a
+slot that frees starts the next job at once while the next claim is in flight. A claim
+is made when a NOTIFY on `jobs_wake` names one of our queues, when the last claim was
+full and a slot frees, and at least every `poll_interval` seconds regardless (that poll
+also recovers lapsed leases and wakes delayed jobs). If the LISTEN connection dies the
+worker keeps polling and reconnects in the background. `prefetch=0` claims only for
+free slots (a fleet of workers then shares a short queue most evenly).
 
 Run: async handlers as tasks on the loop, sync handlers in a pool of `concurrency`
 daemon threads; at most `concurrency` runs at once. Each handler gets a `JobContext`.
@@ -21,12 +25,15 @@ sync handler cannot be interrupted, so its `ctx.cancelled` is set, its outcome i
 written (or not) at once, whatever it returns later is discarded, and its slot stays
 taken until its thread returns.
 
-Settle (what a crash can lose or repeat): a run's outcome is written by ack_many /
-nack_many BEFORE its slot counts as free. Outcomes that finish while a settle is in
-flight are written together in the next statement (group commit), so nothing waits on
-a timer and nothing is ever buffered past the worker's exit. A crash therefore loses
-no settled outcome; what it can repeat is a run that finished but whose settle had not
-committed: that job's lease lapses and another worker runs it again (at-least-once).
+Settle (what a crash can lose or repeat): a finished run frees its slot at once and
+hands its outcome to the settler, which writes every outcome waiting when a write
+starts in one ack_many / nack_many statement (group commit), so nothing waits on a
+timer, and a drain or stop waits until every outcome is written. At most
+`concurrency + prefetch` outcomes wait at a time: past that, no new job starts. A crash therefore
+loses no written outcome; what it can repeat is a run that finished but whose settle
+had not committed: that job's lease lapses and another worker runs it again
+(at-least-once). Jobs still waiting in the local queue when the worker stops go back
+`interrupted` (not an attempt); after a crash their leases lapse like any other.
 
 Leases are renewed every `heartbeat_s` with one heartbeat_many per tick; a job whose
 heartbeat answers false (lease lapsed and taken over, or cancelled by an operator) is
@@ -56,6 +63,7 @@ each heartbeat tick; a clean exit removes it. `sqljobs workers` lists live worke
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import json
@@ -146,6 +154,7 @@ class _Run:
         self.settled = asyncio.Event()  # the outcome is written (or nothing will be)
         self.thread: Future[Any] | None = None
         self.task: asyncio.Task[None] | None = None
+        self.holds_slot = False  # started, and its handler (or thread) not yet finished
         self.started = time.monotonic()
 
     def stop(self, reason: StopReason) -> None:
@@ -314,6 +323,7 @@ class Worker(Role):
         lease_s: float = 30.0,
         heartbeat_s: float | None = None,
         poll_interval: float = 1.0,
+        prefetch: int | None = None,
         drain_timeout: float = 30.0,
         listen: bool = True,
         listen_retry_s: float = 1.0,
@@ -326,6 +336,8 @@ class Worker(Role):
             raise ConfigurationError("the app declares no jobs: a worker would run nothing")
         if concurrency < 1:
             raise ConfigurationError("concurrency must be at least 1")
+        if prefetch is not None and prefetch < 0:
+            raise ConfigurationError("prefetch must be zero or more")
         if lease_s <= 0 or poll_interval <= 0 or drain_timeout < 0:
             raise ConfigurationError("lease_s and poll_interval must be positive, "
                                      "drain_timeout zero or more")
@@ -335,6 +347,9 @@ class Worker(Role):
             raise ConfigurationError("a worker needs at least one queue")
         self.names = sorted(definitions)
         self.concurrency = concurrency
+        self.prefetch = concurrency if prefetch is None else prefetch
+        # Outcomes that may wait for the settler before no new job starts.
+        self._settle_cap = concurrency + self.prefetch
         self.lease_s = float(lease_s)
         self.heartbeat_s = float(heartbeat_s) if heartbeat_s else self.lease_s / 3
         if self.heartbeat_s >= self.lease_s:
@@ -349,7 +364,9 @@ class Worker(Role):
         self.id = worker_id or f"{self.host}:{self.pid}:{secrets.token_hex(3)}"
         self._definitions: dict[str, JobDefinition[Any]] = definitions
         self._queue_set = frozenset(self.queues)
-        self._runs: dict[int, _Run] = {}
+        self._runs: dict[int, _Run] = {}  # every job held: waiting, running or settling
+        self._waiting: collections.deque[_Run] = collections.deque()  # claimed, not started
+        self._busy = 0  # slots taken: runs started whose handler has not finished
         self._want_claim = True
         self._stop_requested: asyncio.Event | None = None
         self._force_requested: asyncio.Event | None = None
@@ -417,9 +434,10 @@ class Worker(Role):
                 background.append(asyncio.create_task(self._listen(dsn), name="listen"))
             signals = self._install_signals(loop)
             logger.info(
-                "sqljobs worker %s started: queues=%s concurrency=%d jobs=%d lease=%gs "
-                "poll=%gs listen=%s", self.id, ",".join(self.queues), self.concurrency,
-                len(self.names), self.lease_s, self.poll_interval,
+                "sqljobs worker %s started: queues=%s concurrency=%d prefetch=%d jobs=%d "
+                "lease=%gs poll=%gs listen=%s", self.id, ",".join(self.queues),
+                self.concurrency, self.prefetch, len(self.names), self.lease_s,
+                self.poll_interval,
                 "on" if self.listen else "off",
                 extra={**self._log_extra, "queues": self.queues, "concurrency": self.concurrency,
                        "names": self.names},
@@ -467,8 +485,12 @@ class Worker(Role):
             polling = now >= next_poll
             if polling:
                 self._want_claim = True
-            free = self.concurrency - len(self._runs)
-            if free > 0 and self._want_claim:
+            free = self._claimable()
+            # Claim in batches: with jobs still waiting locally, wait until half the
+            # room is free (fewer, larger claims); with none waiting, claim at once.
+            worth = free > 0 and (not self._waiting
+                                  or free >= (self.concurrency + self.prefetch) // 2)
+            if worth and self._want_claim:
                 self._want_claim = False
                 if polling:
                     next_poll = now + self.poll_interval
@@ -494,12 +516,12 @@ class Worker(Role):
                     self._start(job, sent)
                 if len(jobs) == min(free, MAX_CLAIM):
                     self._want_claim = True  # maybe more waiting: claim again when a slot frees
-                if self.concurrency - len(self._runs) > 0 and self._want_claim:
+                if self._want_claim and self._claimable() > 0 and not self._waiting:
                     continue
             self._wake.clear()
-            # With every slot taken nothing can be claimed, poll due or not: wait for a
-            # slot to free (it sets _wake) instead of spinning on an overdue poll.
-            timeout = (None if len(self._runs) >= self.concurrency
+            # With every slot and the local queue full nothing can be claimed, poll due
+            # or not: wait for a slot to free (it sets _wake) instead of spinning.
+            timeout = (None if self._claimable() <= 0
                        else max(0.0, next_poll - time.monotonic()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
@@ -509,13 +531,50 @@ class Worker(Role):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop_requested.wait(), seconds)
 
+    def _claimable(self) -> int:
+        """How many jobs a claim may take now: room in the slots and the local queue,
+        and never more than `concurrency` outcomes waiting to be written."""
+        if self._settling() >= self._settle_cap:
+            return 0
+        return self.concurrency + self.prefetch - self._busy - len(self._waiting)
+
+    def _settling(self) -> int:
+        """Runs whose handler finished and whose outcome is not yet written."""
+        return len(self._runs) - self._busy - len(self._waiting)
+
     def _start(self, job: ClaimedJob, sent: float) -> None:
         run = _Run(job, lease_deadline=sent + self.lease_s)
         self._runs[job.id] = run
-        run.task = asyncio.create_task(self._execute(run), name=f"job-{job.id}")
+        self._waiting.append(run)
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Start waiting runs while slots are free and the settler keeps up."""
+        while self._waiting and self._busy < self.concurrency and not self._stopping:
+            if self._settling() >= self._settle_cap:
+                return  # the settler is behind: start more when it writes
+            run = self._waiting.popleft()
+            if run.stop_reason is not None:  # lost (cancelled, lease lapsed) while waiting
+                self._count("lost")
+                run.settled.set()
+                self._runs.pop(run.job.id, None)
+                continue
+            self._busy += 1
+            run.holds_slot = True
+            run.started = time.monotonic()
+            run.task = asyncio.create_task(self._execute(run), name=f"job-{run.job.id}")
+
+    def _free_slot(self, run: _Run) -> None:
+        if run.holds_slot:
+            run.holds_slot = False
+            self._busy -= 1
+            self._start_waiting()
+            self._wake.set()
 
     def _finished(self, run: _Run) -> None:
+        self._free_slot(run)
         self._runs.pop(run.job.id, None)
+        self._start_waiting()
         self._wake.set()
 
     # -- run --------------------------------------------------------------------------
@@ -534,6 +593,8 @@ class Worker(Role):
                                extra={**fields, "outcome": "lost"})
                 return
             run.settling = True
+            if run.thread is None or run.thread.done():
+                self._free_slot(run)  # the slot is free; the outcome waits for the settler
             if settlement.written:  # a durable step parked the job, or a saga settled it
                 self._count(settlement.label)
                 logger.info("job %s %s %s", job.id, job.name, settlement.label,
@@ -702,6 +763,7 @@ class Worker(Role):
 
     async def _drain(self) -> None:
         assert self._force_requested is not None
+        await self._hand_back_waiting()
         waiting = [r.settled.wait() for r in self._runs.values()]
         if waiting and not self._forced:
             gather: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*waiting))
@@ -725,6 +787,27 @@ class Worker(Role):
                 logger.error("%d job(s) could not be sent back; their leases will lapse "
                              "and another worker will run them", len(pending),
                              extra=self._log_extra)
+
+    async def _hand_back_waiting(self) -> None:
+        """Jobs claimed but never started go back `interrupted` (not an attempt)."""
+        runs, self._waiting = list(self._waiting), collections.deque()
+        if not runs:
+            return
+        settler = self._settler
+        assert settler is not None
+        back = Settlement(ack=False, mode="interrupt", error=error_record(
+            "interrupted", message="the worker stopped before the job started; not an attempt"))
+
+        async def hand_back(run: _Run) -> None:
+            run.settling = True
+            try:
+                await settler.settle(run, back)
+            finally:
+                run.settled.set()
+                self._runs.pop(run.job.id, None)
+
+        await asyncio.wait([asyncio.ensure_future(hand_back(r)) for r in runs],
+                           timeout=3.0 if self._forced else 30.0)
 
     # -- heartbeats -------------------------------------------------------------------
 
