@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -79,9 +80,9 @@ def driver_url(admin_dsn: str, dbname: str, port: int | None = None) -> str:
     """A postgresql:// URL for the drivers (Node and asyncpg take URLs, libpq both)."""
     info = conninfo_to_dict(admin_dsn)
     host = "127.0.0.1" if port else info.get("host") or "127.0.0.1"
-    auth = info.get("user") or "postgres"
+    auth = quote(info.get("user") or "postgres", safe="")
     if info.get("password"):
-        auth += f":{info['password']}"
+        auth += ":" + quote(info["password"], safe="")
     return f"postgresql://{auth}@{host}:{port or info.get('port') or 5432}/{dbname}"
 
 
@@ -107,22 +108,12 @@ def run_driver(system: System, workload: str, args: tuple[str, ...], admin_dsn: 
                 sampler.stop()
     finally:
         db.drop_database(admin_dsn, dbname)
-        for extra in _side_databases(admin_dsn, dbname):
-            db.drop_database(admin_dsn, extra)
     results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines()
                if line.startswith("RESULT ")]
     if proc.returncode != 0 or not results:
         raise RuntimeError(f"{system.name} {workload} failed (exit {proc.returncode}):\n"
                            f"{proc.stderr[-3000:]}")
     return results
-
-
-def _side_databases(admin_dsn: str, dbname: str) -> list[str]:
-    """Databases a peer made beside its own (DBOS may add a system database)."""
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        rows = conn.execute("select datname from pg_catalog.pg_database where datname like %s",
-                            (dbname + "\\_%",)).fetchall()
-    return [str(r[0]) for r in rows]
 
 
 def measure(system: System, w: Workload, admin_dsn: str, repeat: int,
