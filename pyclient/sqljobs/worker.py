@@ -29,9 +29,9 @@ Settle (what a crash can lose or repeat): a finished run frees its slot at once 
 hands its outcome to the settler, which writes every outcome waiting when a write
 starts in one ack_many / nack_many statement (group commit), so nothing waits on a
 timer, and a drain or stop waits until every outcome is written. At most
-`concurrency + prefetch` outcomes wait at a time: past that, no new job starts. A crash therefore
-loses no written outcome; what it can repeat is a run that finished but whose settle
-had not committed: that job's lease lapses and another worker runs it again
+`concurrency + prefetch` outcomes wait at a time: past that, no new job starts. A crash
+therefore loses no written outcome; what it can repeat is a run that finished but whose
+settle had not committed: that job's lease lapses and another worker runs it again
 (at-least-once). Jobs still waiting in the local queue when the worker stops go back
 `interrupted` (not an attempt); after a crash their leases lapse like any other.
 
@@ -532,8 +532,8 @@ class Worker(Role):
             await asyncio.wait_for(self._stop_requested.wait(), seconds)
 
     def _claimable(self) -> int:
-        """How many jobs a claim may take now: room in the slots and the local queue,
-        and never more than `concurrency` outcomes waiting to be written."""
+        """How many jobs a claim may take now: room in the slots and the local queue;
+        none while `concurrency + prefetch` outcomes wait to be written."""
         if self._settling() >= self._settle_cap:
             return 0
         return self.concurrency + self.prefetch - self._busy - len(self._waiting)
