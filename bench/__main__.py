@@ -158,6 +158,9 @@ def side_by_side(args: argparse.Namespace, command: str) -> str:
                     for m in suite.measure(system, suite.WORKLOADS[name], args.dsn, rep):
                         runs.append(m)
                         log(m)
+                    # what a crash would otherwise lose (rename it side_by_side.json)
+                    dump(runs, _meta(command, load_start, repeats=args.repeat),
+                         OUT / "side_by_side.partial.json")
     if not args.no_count:
         with WireCounter(*suite.upstream(args.dsn)) as counter:
             for name in names:
@@ -183,6 +186,8 @@ def sustained(args: argparse.Namespace, command: str) -> str:
     for system in systems:
         m = suite.sustained(system, args.dsn, args.sustained_seconds, args.sustained_rate)
         runs.append(m)
+        dump(runs, _meta(command, load_start, rate=args.sustained_rate,
+                         seconds=args.sustained_seconds), OUT / "sustained.partial.json")
         print(f"[sustained] {system.name:17} p50={m.values['p50_ms']:.1f} ms "
               f"p99={m.values['p99_ms']:.1f} ms samples={len(m.extra['samples'])}",
               flush=True)
