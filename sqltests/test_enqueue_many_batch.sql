@@ -1,7 +1,7 @@
 -- jobs.enqueue_many: one (ord, id, outcome) per spec in input order; keys repeated in
 -- the batch (first created, rest deduped); a refusal anywhere writes nothing.
 begin;
-select plan(26);
+select plan(30);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
@@ -82,6 +82,36 @@ select results_eq(
       order by ord $$,
   $$ values (1, 'created'), (2, 'deduped'), (3, 'created') $$,
   'in a batch, tenant '''' repeats tenant null; tenant x is another job');
+
+-- ---------------------------------------------------------------- insert order
+-- Rows are inserted, and so draw their ids, in (name, tenant, key) order: the lock order
+-- that makes two batches sharing keys wait for each other instead of deadlocking.
+select results_eq(
+  $$ select key from jobs.job where id in (select id from b4) order by id $$,
+  $$ select key from jobs.job where id in (select id from b4) order by key $$,
+  'a batch of one name and tenant is inserted in key order');
+create temp table b9 as
+  select * from jobs.enqueue_many('[{"name": "batch.ord.b", "key": "k2"},
+                                    {"name": "batch.ord.a", "key": "k3", "tenant": "t"},
+                                    {"name": "batch.ord.a", "key": "k1"},
+                                    {"name": "batch.ord.b", "key": "k1", "tenant": "u"},
+                                    {"name": "batch.ord.a", "key": "k2", "tenant": "t"},
+                                    {"name": "batch.ord.a", "key": "k0", "tenant": ""}]');
+select results_eq(
+  $$ select j.name, coalesce(j.tenant, ''), j.key from jobs.job j where j.id in (select id from b9) order by j.id $$,
+  $$ select j.name, coalesce(j.tenant, ''), j.key from jobs.job j where j.id in (select id from b9)
+      order by j.name, coalesce(j.tenant, ''), j.key $$,
+  'a batch of several names and tenants is inserted in (name, tenant, key) order');
+
+-- ---------------------------------------------------------------- one spec
+select results_eq(
+  $$ select ord, id, outcome from jobs.enqueue_many('[{"name": "batch.job", "key": "a"}]') $$,
+  $$ values (1, jobs_test.jid('a'), 'deduped') $$,
+  'a one-spec batch of an existing key answers that job, deduped');
+select throws_ok(
+  $$ select * from jobs.enqueue_many('[{"name": "batch.job", "key": "a", "on_conflict": "error"}]') $$,
+  'SJ003', 'sqljobs.duplicate_job: spec 1: job ' || jobs_test.jid('a') || ' already exists for key ''a''',
+  'a strict one-spec batch of an existing key is refused, naming the job');
 
 -- ---------------------------------------------------------------- empty and large batches
 select is((select count(*)::int from jobs.enqueue_many('[]')), 0, 'an empty batch answers nothing');

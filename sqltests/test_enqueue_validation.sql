@@ -1,7 +1,7 @@
 -- jobs.enqueue_many / jobs.enqueue: every invalid spec is refused with invalid_argument
 -- (SJ001) before the first write.
 begin;
-select plan(52);
+select plan(67);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
@@ -99,6 +99,96 @@ select throws_ok($$ select * from jobs.enqueue('v.bad', 'k', '{}', null) $$, 'SJ
 select throws_ok($$ select * from jobs.enqueue('v.bad', 'k', '{}', '{"key": "other"}') $$, 'SJ001', null,
                  'enqueue: options carrying key are refused');
 select is(jobs_test.seq(), (select v from seq0), 'no refused enqueue drew an id');
+
+-- ---------------------------------------------------------------- messages
+-- The error a statement raises, as 'SQLSTATE message', or null when it succeeds.
+create function jobs_test.error_of(p_sql text) returns text language plpgsql as $$
+begin
+  execute p_sql;
+  return null;
+exception when others then
+  return sqlstate || ' ' || sqlerrm;
+end
+$$;
+select is(jobs.spec_problem('[{"name": "v", "key": "k", "zeta": 1, "alpha": 2}]'),
+          'spec 1: unknown field ''zeta''', 'the unknown field named is the first in jsonb key order');
+select is(jobs.spec_problem('[{"name": "v", "key": 5, "queue": 7}]'),
+          'spec 1: ''key'' must be a string', 'so is the text field that is not a string');
+select is(jobs.spec_problem('[{"name": "v", "key": "k", "priority": 99999}, {"name": "v", "key": "k2", "priority": "x"}]'),
+          'spec 1: priority must be between -32768 and 32767',
+          'a value problem in an earlier spec is reported before a later spec''s bad type');
+select is(jobs.spec_problem('[{"name": "v", "key": "k", "priority": "x"}, {"name": "v", "key": "k2", "colour": 1}]'),
+          'spec 2: unknown field ''colour''', 'a shape problem anywhere is reported before any bad type');
+select is(jobs.spec_problem('[{"name": "v", "key": "k", "priority": "x"}, {"name": "v", "key": "k2", "max_attempts": 0}]'),
+          'a field has the wrong type: invalid input syntax for type integer: "x"',
+          'a bad type in an earlier spec is reported before a later spec''s value problem');
+-- every spec the refusal tests above use, alone and second in a batch: the same message
+create temp table bad_specs as
+  select '{"name": "v.bad", "key": "k"}'::jsonb || f.v as spec
+    from (values ('{"colour": "red"}'::jsonb), ('{"Name": "x"}'), ('{"name": ""}'), ('{"name": null}'),
+                 ('{"key": ""}'), ('{"key": null}'), ('{"queue": ""}'), ('{"priority": "high"}'),
+                 ('{"priority": 1.5}'), ('{"max_attempts": "many"}'), ('{"run_at": "soon"}'),
+                 ('{"delay_s": "later"}'), ('{"timeout_s": [1]}'), ('{"dead_letter": "maybe"}'),
+                 ('{"name": {"type": "x"}}'), ('{"key": ["a", "b"]}'), ('{"queue": 7}'), ('{"tenant": true}'),
+                 ('{"priority": 32768}'), ('{"max_attempts": 0}'), ('{"retry_base_s": 0}'),
+                 ('{"retry_base_s": 10, "retry_cap_s": 5}'), ('{"retry_jitter": "linear"}'),
+                 ('{"timeout_s": 0}'), ('{"delay_s": -0.5}'), ('{"delay_s": 5, "run_at": "2030-01-02T00:00:00Z"}'),
+                 ('{"on_conflict": "ignore"}'), ('{"delay_s": "NaN"}'), ('{"retry_base_s": "NaN", "retry_cap_s": "NaN"}'),
+                 ('{"traceparent": 1, "colour": 2}')) f(v)
+  union all select s.v from (values ('1'::jsonb), ('null'), ('[]'), ('{"key": "k"}'), ('{"name": "v"}')) s(v);
+select is((select count(*)::int from bad_specs where jobs.spec_problem(pg_catalog.jsonb_build_array(spec)) is null), 0,
+          'setup: every spec of bad_specs is refused alone');
+select is_empty(
+  $$ select b.spec from bad_specs b
+      where jobs.spec_problem(pg_catalog.jsonb_build_array(b.spec))
+            is distinct from pg_catalog.replace(
+              jobs.spec_problem(pg_catalog.jsonb_build_array('{"name": "v.ok", "key": "ok"}'::jsonb, b.spec)),
+              'spec 2: ', 'spec 1: ') $$,
+  'a spec alone and the same spec second in a batch are refused with the same message');
+
+-- jobs.enqueue without options builds its row from its arguments: it refuses, answers and
+-- stores exactly as enqueue_many given the spec one_spec would make
+set local jobs.max_payload_bytes = 12;
+create temp table lean as
+  select n.v as name, k.v as key, p.v as payload
+    from (values (null::text), (''), ('v.lean')) n(v),
+         (values (null::text), (''), ('k')) k(v),
+         (values (null::jsonb), ('{}'), ('null'), ('"a string of 16"'), ('"ten chars!"'), ('[1, 2, 3]'),
+                 ('{"a": "b", "c": 1}')) p(v);
+select is_empty(
+  $$ select l.* from lean l
+      where jobs_test.error_of(pg_catalog.format('select * from jobs.enqueue(%L, %L, %L)', l.name, l.key, l.payload))
+            is distinct from
+            jobs_test.error_of(pg_catalog.format('select * from jobs.enqueue_many(%L)',
+              jobs.one_spec(l.name, l.key, l.payload, '{}'))) $$,
+  'enqueue and enqueue_many refuse each (name, key, payload) alike: the same code and message');
+select is(jobs_test.error_of($$ select * from jobs.enqueue(null, null, '"a string of 16"') $$),
+          'SJ001 sqljobs.invalid_argument: spec 1: name is required',
+          'a name problem is reported before a key or payload problem');
+select is(jobs_test.error_of($$ select * from jobs.enqueue('v.lean', 'k', '"a string of 16"') $$),
+          'SJ002 sqljobs.payload_too_large: spec 1: payload is 14 bytes; the limit is 12',
+          'a string payload is measured without its quotes');
+reset jobs.max_payload_bytes;
+select lives_ok($$ select * from jobs.enqueue('v.lean', 'row-a', '{"x": [1, 2]}') $$, 'setup: a job through enqueue');
+select lives_ok($$ select * from jobs.enqueue_many('[{"name": "v.lean", "key": "row-b", "payload": {"x": [1, 2]}}]') $$,
+                'setup: the same job through enqueue_many');
+select results_eq(
+  $$ select name, queue, tenant, payload, priority, run_at, state, attempt, max_attempts, retry_base_s,
+            retry_cap_s, retry_jitter, dead_letter, timeout_s, claim, traceparent, created_at
+       from jobs.job where name = 'v.lean' and key = 'row-a' $$,
+  $$ select name, queue, tenant, payload, priority, run_at, state, attempt, max_attempts, retry_base_s,
+            retry_cap_s, retry_jitter, dead_letter, timeout_s, claim, traceparent, created_at
+       from jobs.job where name = 'v.lean' and key = 'row-b' $$,
+  'both store the same row');
+select results_eq(
+  $$ select outcome from jobs.enqueue('v.lean', 'row-b', '{}') $$,
+  $$ values ('deduped') $$,
+  'enqueue answers a key enqueue_many took as deduped');
+create temp table nul as select * from jobs.enqueue('v.lean', 'nul', 'null');
+select results_eq(
+  $$ select j.id, j.payload from jobs.job j where j.name = 'v.lean' and j.key = 'nul' $$,
+  $$ select n.id, '{}'::jsonb from nul n where n.outcome = 'created' $$,
+  'a JSON null payload is stored as {}');
 
 select * from finish();
 rollback;
