@@ -137,8 +137,10 @@ def render_targets(timed: dict[tuple[str, str], list[Measurement]],
            med("enqueue_bulk", "sqljobs", "jobs_per_s"), 2 * gbulk if gbulk else None)
     target("latency p50 ≤ 3 ms", "ms", med("latency", "sqljobs", "p50_ms"), 3.0, False)
     target("latency p99 ≤ 10 ms", "ms", med("latency", "sqljobs", "p99_ms"), 10.0, False)
+    # 1 per step; 5 % for what else the window holds: the first preparation of the
+    # step statement on its connection (psycopg prepares in a round trip of its own)
     target("step: 1 round trip per new step", "round trips/step", per("step", "sqljobs"),
-           1.0, False)
+           1.05, False)
     target("replay: 0 round trips per stored step", "round trips/step",
            per("replay", "sqljobs"), 0.0, False)
     if not rows:
