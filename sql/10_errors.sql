@@ -85,15 +85,17 @@ comment on function jobs.raise_error(text, text, text, text) is
 
 -- The largest payload accepted, in bytes of its jsonb text form. A session or a role
 -- may lower or raise it with `set jobs.max_payload_bytes = ...`.
+-- PL/pgSQL for the same reason as jobs.now() (sql/00_schema.sql).
 create or replace function jobs.max_payload_bytes()
 returns integer
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select coalesce(
-    nullif(pg_catalog.current_setting('jobs.max_payload_bytes', true), '')::integer,
-    1048576)
+begin
+  return coalesce(nullif(pg_catalog.current_setting('jobs.max_payload_bytes', true), '')::integer,
+                  1048576);
+end
 $$;
 
 comment on function jobs.max_payload_bytes() is

@@ -205,9 +205,7 @@ as $$
 declare
   v_problem text := jobs.spec_problem(p_specs);
   v_ord     bigint;
-  -- jobs.max_payload_bytes(), inlined (see jobs.enqueue).
-  v_max     integer := coalesce(nullif(pg_catalog.current_setting('jobs.max_payload_bytes', true), '')::integer,
-                                1048576);
+  v_max     integer := jobs.max_payload_bytes();
 begin
   if v_problem is not null then
     perform jobs.raise_error('invalid_argument', v_problem);
@@ -288,9 +286,7 @@ set search_path = ''
 set plan_cache_mode = force_generic_plan
 as $$
 declare
-  -- jobs.now(), inlined (see jobs.enqueue).
-  v_now      timestamptz := coalesce(nullif(pg_catalog.current_setting('jobs.fake_now', true), '')::timestamptz,
-                                     pg_catalog.now());
+  v_now      timestamptz := jobs.now();
   v_dup      text;
   v_strict   boolean;
   v_ids      bigint[];   -- per spec, in input order: the job that answers it
@@ -549,13 +545,8 @@ begin
     return;
   end if;
 
-  -- jobs.now() and jobs.max_payload_bytes(), inlined: SQL functions with a SET clause
-  -- are parsed and planned again in every transaction that calls them (together about
-  -- a third of this call).
-  v_now := coalesce(nullif(pg_catalog.current_setting('jobs.fake_now', true), '')::timestamptz,
-                    pg_catalog.now());
-  v_max := coalesce(nullif(pg_catalog.current_setting('jobs.max_payload_bytes', true), '')::integer,
-                    1048576);
+  v_now := jobs.now();
+  v_max := jobs.max_payload_bytes();
 
   -- GUARD: every refusal happens here, before the first write.
   if p_name is null or p_name = '' then
