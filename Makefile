@@ -18,9 +18,10 @@ test: ## run every test: pytest and the pgTAP files in sqltests/
 sqltest: ## run only the pgTAP files in sqltests/
 	$(PYTEST) sqltests/
 
-lint: ## ruff and mypy (strict on pyclient/)
+lint: ## ruff, mypy (strict on pyclient/) and the package layers (import-linter)
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m mypy
+	lint-imports
 
 bench: ## the benchmark suite, peers included (about 2 hours; docs/benchmarks.md)
 	$(PYTHON) -m pip install --quiet -e '.[bench]'

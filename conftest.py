@@ -81,7 +81,7 @@ def _recreate(admin_dsn: str, name: str, template: str | None = None) -> None:
 def template_db(pg_admin_dsn: str) -> Iterator[str]:
     from tests.harness.pgtap import ensure_pgtap
 
-    from sqljobs import migrate
+    from sqljobs.schema import migrate
 
     _recreate(pg_admin_dsn, TEMPLATE)
     try:

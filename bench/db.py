@@ -122,7 +122,7 @@ def _memory() -> str:
 def code_facts() -> dict[str, str]:
     """Which engine was measured: the commit, whether sql/ differed from it, and a hash
     of the install SQL that was actually loaded."""
-    from sqljobs._resources import install_sql
+    from sqljobs.schema.resources import install_sql
 
     facts = {"schema_sha256": hashlib.sha256(install_sql().encode()).hexdigest()[:12]}
     try:

@@ -23,8 +23,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from bench.db import admin_dsn_from_env, drop_database, fresh_database, machine_facts
-from sqljobs import App, migrate
-from sqljobs.relay import Relay
+from sqljobs import App
+from sqljobs.runtime.relay import Relay
+from sqljobs.schema import migrate
 
 DB = "sqljobs_bench_relay"
 

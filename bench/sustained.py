@@ -78,7 +78,7 @@ def _patch_enqueue_many(conn: psycopg.Connection[Any], pattern: re.Pattern[str],
 
 
 def install(design: str, dsn: str, fix_enqueue_lookup: bool = False) -> None:
-    from sqljobs.migrate import upgrade  # not in the load processes: they only import this
+    from sqljobs.schema.migrate import upgrade  # not in the load processes: they only import this
 
     upgrade(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -7,9 +7,9 @@ from typing import Any
 import psycopg
 from typer.testing import CliRunner
 
-from sqljobs import queries
 from sqljobs.cli import app
-from sqljobs.client import Client
+from sqljobs.client import queries
+from sqljobs.client.connection import Client
 
 runner = CliRunner()
 

@@ -44,7 +44,7 @@ from sqljobs import (
     SqljobsError,
     queries,
 )
-from sqljobs.queries import ENQUEUE_CHUNK, Call
+from sqljobs.client.queries import ENQUEUE_CHUNK, Call
 from tests.helpers_db import SAFETY_S
 
 Scenario = Generator[Call[Any], Any, None]

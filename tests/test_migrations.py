@@ -27,9 +27,9 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-from sqljobs import migrate
 from sqljobs._version import SCHEMA_REVISION, SCHEMA_VERSION
 from sqljobs.cli import app as cli_app
+from sqljobs.schema import migrate
 from tests.harness.schema import (
     catalog_snapshot,
     find_pg_dump,

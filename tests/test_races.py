@@ -19,8 +19,9 @@ import psycopg
 import psycopg.errors
 import pytest
 
-from sqljobs import Client, LeaseLost, queries
-from sqljobs.models import ClaimedJob, Enqueued, JobSpec
+from sqljobs import Client, LeaseLost
+from sqljobs.client import queries
+from sqljobs.client.records import ClaimedJob, Enqueued, JobSpec
 from tests.helpers_db import run_together, session, wait_until_blocked_on_lock
 
 T0 = datetime(2100, 1, 1, tzinfo=UTC)  # after any real now: enqueued jobs are due

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import sqljobs
-from sqljobs import migrate
+from sqljobs.schema import migrate
 
 OLD_SCHEMA = """
 create or replace function jobs.schema_version() returns integer

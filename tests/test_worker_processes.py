@@ -225,5 +225,5 @@ def test_a_lost_listen_connection_degrades_to_polling_and_reconnects(
     worker.proc.send_signal(signal.SIGTERM)
     assert worker.wait(15) == 0
     output = worker.output()
-    assert "LISTEN connection lost" in output and "LISTEN jobs_wake reconnected" in output
+    assert "LISTEN jobs_wake connection lost" in output and "LISTEN jobs_wake reconnected" in output
     assert f"queues={QUEUE} concurrency=2" in output  # the start banner

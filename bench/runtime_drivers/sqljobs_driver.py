@@ -25,7 +25,7 @@ from _common import (
 from pydantic import BaseModel
 
 import sqljobs
-from sqljobs.migrate import upgrade
+from sqljobs.schema.migrate import upgrade
 
 A = args()
 REC = Recorder()

@@ -1,17 +1,30 @@
 """sqljobs: durable jobs, steps and schedules, with PostgreSQL as the engine.
 
 The public surface is what this module exports; modules starting with `_` are private.
+The package is layered, each layer a sub-package that imports only the layers below it
+(docs/design/package-layers.md):
+
+    sqljobs.client    statements, records, errors, connections, transactions, results
+    sqljobs.declare   App, jobs, tasks, retry policies, schedules
+    sqljobs.runtime   worker, durable steps, context, scheduler, relay
+    sqljobs.cli       the `sqljobs` command; sqljobs.demo, the demo
+    sqljobs.schema    installing and upgrading the schema (and sqljobs.alembic for hosts)
+    sqljobs.dev       the embedded PostgreSQL
+
+Importing `sqljobs` loads the client and declaration layers only: the runtime names
+below (Worker, JobContext, Steps, ...) are imported on first use, so a producer that
+only enqueues never loads the worker.
 """
 
 from __future__ import annotations
 
+import importlib
 import secrets
+from typing import TYPE_CHECKING, Any
 
-from sqljobs.app import App
-from sqljobs.client import AsyncClient, Client
-from sqljobs.context import JobContext, RunCancelled
-from sqljobs.control import Retry, Snooze
-from sqljobs.errors import (
+from sqljobs.client import queries
+from sqljobs.client.connection import AsyncClient, Client
+from sqljobs.client.errors import (
     ConfigurationError,
     DatabaseError,
     DuplicateJob,
@@ -31,8 +44,7 @@ from sqljobs.errors import (
     SqljobsError,
     UnknownJob,
 )
-from sqljobs.jobs import JobHandle, RetryPolicy
-from sqljobs.models import (
+from sqljobs.client.records import (
     BulkMoved,
     ClaimedJob,
     Enqueued,
@@ -43,11 +55,49 @@ from sqljobs.models import (
     Settled,
     Staged,
 )
-from sqljobs.relay import Relay
-from sqljobs.results import JobCancelled, JobDead, JobError, JobFailed, ResultTimeout
-from sqljobs.scheduler import Scheduler
-from sqljobs.steps import Event, EventTimeout, StepNameReused, Steps, StepTimeout, SyncSteps
-from sqljobs.worker import Worker
+from sqljobs.client.results import JobCancelled, JobDead, JobError, JobFailed, ResultTimeout
+from sqljobs.declare.app import App
+from sqljobs.declare.control import Retry, Snooze
+from sqljobs.declare.jobs import JobHandle, RetryPolicy
+
+if TYPE_CHECKING:
+    from sqljobs.runtime.context import JobContext
+    from sqljobs.runtime.relay import Relay
+    from sqljobs.runtime.scheduler import Scheduler
+    from sqljobs.runtime.steps import (
+        Event,
+        EventTimeout,
+        StepNameReused,
+        Steps,
+        StepTimeout,
+        SyncSteps,
+    )
+    from sqljobs.runtime.stopping import RunCancelled
+    from sqljobs.runtime.worker import Worker
+
+# Public names that live in the runtime layer, loaded when first asked for.
+_RUNTIME = {
+    "JobContext": "sqljobs.runtime.context",
+    "RunCancelled": "sqljobs.runtime.stopping",
+    "Relay": "sqljobs.runtime.relay",
+    "Scheduler": "sqljobs.runtime.scheduler",
+    "Event": "sqljobs.runtime.steps",
+    "EventTimeout": "sqljobs.runtime.steps",
+    "StepNameReused": "sqljobs.runtime.steps",
+    "StepTimeout": "sqljobs.runtime.steps",
+    "Steps": "sqljobs.runtime.steps",
+    "SyncSteps": "sqljobs.runtime.steps",
+    "Worker": "sqljobs.runtime.worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _RUNTIME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sqljobs' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
 
 
 def fresh_key() -> str:
@@ -111,4 +161,5 @@ __all__ = [
     "UnknownJob",
     "Worker",
     "fresh_key",
+    "queries",
 ]

@@ -24,7 +24,7 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
-from sqljobs._resources import install_sql, versions_dir
+from sqljobs.schema.resources import install_sql, versions_dir
 
 
 class _Operations(Protocol):

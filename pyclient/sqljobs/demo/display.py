@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from sqljobs.models import QueueStats
+from sqljobs.client.records import QueueStats
 
 STATES = ("ready", "running", "parked", "succeeded", "failed", "dead")
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sqljobs.app import App
-from sqljobs.context import JobContext
-from sqljobs.jobs import JobHandle, RetryPolicy
+from sqljobs.declare.app import App
+from sqljobs.declare.jobs import JobHandle, RetryPolicy
+from sqljobs.runtime.context import JobContext
 
 Say = Callable[[str], None]
 

@@ -30,15 +30,15 @@ import psycopg
 from psycopg.rows import dict_row
 from rich.console import Console
 
-from sqljobs import queries
-from sqljobs.client import AsyncClient, Client
+from sqljobs.client import queries
+from sqljobs.client.connection import AsyncClient, Client
+from sqljobs.client.errors import ScheduleNotFound
 from sqljobs.demo.display import Display, make_display, subtract
 from sqljobs.demo.jobs import HEARTBEAT, PAYMENT_EVENT, DemoJobs, build_app
 from sqljobs.demo.summary import JobRow, Report, render
-from sqljobs.errors import ScheduleNotFound
-from sqljobs.roles import run_roles
-from sqljobs.scheduler import Scheduler
-from sqljobs.worker import Worker
+from sqljobs.runtime.roles import run_roles
+from sqljobs.runtime.scheduler import Scheduler
+from sqljobs.runtime.worker import Worker
 
 QUEUES = ("demo-mail", "demo-crm", "demo-orders", "demo-cron", "demo-media")
 HEARTBEATS = 3  # the cron task fires this many times, then the demo pauses it

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqljobs import embedded
+from sqljobs.client.records import StepRecord
 from sqljobs.demo.jobs import HEARTBEAT, HEARTBEAT_CRON, WIDTHS
-from sqljobs.models import StepRecord
+from sqljobs.dev import embedded
 
 FINAL_STATES = frozenset({"succeeded", "failed", "dead", "cancelled"})
 

@@ -1,0 +1,34 @@
+"""`sqljobs demo`: every feature on example jobs, in one process."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import psycopg
+import typer
+from rich.markup import escape
+
+from sqljobs.cli.common import DsnOption, console, dsn_of, err_console
+from sqljobs.client.database import DSN_VARIABLES
+from sqljobs.client.errors import SqljobsError
+
+
+def demo(
+    dsn: DsnOption = None,
+    timeout: Annotated[float, typer.Option(
+        min=10.0, help="Stop after this many seconds even if some job is not final.")] = 50.0,
+) -> None:
+    """Show every feature on example jobs (retries, a dead letter, a saga with a sleep, an
+    event and compensations, a cron task, child jobs), served by a worker and a scheduler
+    in this process; ends by itself with a summary. The jobs stay in the database."""
+    from sqljobs.demo import run_demo
+
+    embedded_default = not (dsn or any(os.environ.get(v) for v in DSN_VARIABLES))
+    target = dsn_of(dsn)
+    try:
+        code = run_demo(target, embedded=embedded_default, timeout_s=timeout, console=console)
+    except (SqljobsError, psycopg.Error) as error:
+        err_console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
+        raise typer.Exit(2) from error
+    raise typer.Exit(code)

@@ -1,0 +1,36 @@
+"""The `sqljobs` command: every command group, assembled in the order `--help` lists them.
+
+Typer gives typed options and `--help` from the function signatures; Rich prints
+tables and progress (Typer uses it for its own help and errors too).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from sqljobs.cli import demo, install, operate, roles
+from sqljobs.cli.dev import dev_app
+from sqljobs.cli.schedules import schedules_app
+
+app = typer.Typer(
+    name="sqljobs",
+    help="Durable jobs with PostgreSQL as the engine.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+app.command()(install.migrate)
+app.command()(install.version)
+app.command()(roles.worker)
+app.command()(operate.workers)
+app.command()(demo.demo)
+app.command()(roles.relay)
+app.command()(roles.scheduler)
+app.add_typer(schedules_app, name="schedules")
+app.add_typer(dev_app, name="dev")
+app.add_typer(operate.jobs_app, name="jobs")
+app.add_typer(operate.queues_app, name="queues")
+
+
+def main() -> None:
+    app()

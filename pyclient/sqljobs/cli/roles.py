@@ -1,0 +1,143 @@
+"""The long-running commands: `sqljobs worker`, `sqljobs relay`, `sqljobs scheduler`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sqljobs.cli.common import DsnOption, dsn_of, err_console, load_app, setup_logs
+from sqljobs.client.errors import SqljobsError
+
+
+def worker(
+    target: Annotated[str, typer.Argument(help="The App to serve, as module:attribute.")],
+    queue: Annotated[list[str] | None, typer.Option(
+        "--queue", "-q",
+        help="A queue to serve (repeat; default: every queue the app's jobs use).")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1,
+                                             help="Jobs run at once.")] = 10,
+    dsn: DsnOption = None,
+    lease: Annotated[float, typer.Option(
+        help="Lease per claim, seconds (renewed every lease/3).")] = 30.0,
+    poll_interval: Annotated[float, typer.Option(help="Claim at least this often, seconds.")] = 1.0,
+    prefetch: Annotated[int | None, typer.Option(
+        min=0, help="Jobs claimed ahead into a local queue, beyond the free slots "
+                    "(default: as many as --concurrency; 0: claim only for free slots).")
+    ] = None,
+    drain_timeout: Annotated[float, typer.Option(
+        help="On SIGTERM, seconds running jobs get to finish before going back "
+             "interrupted.")] = 30.0,
+    listen: Annotated[bool, typer.Option(help="Wake on LISTEN jobs_wake (else poll only).")] = True,
+    listen_retry: Annotated[float, typer.Option(
+        help="Seconds before reconnecting a lost LISTEN connection (doubles up to 30).")] = 1.0,
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+    log_format: Annotated[str, typer.Option(help="text or json (one object per line).")] = "text",
+    with_relay: Annotated[bool, typer.Option(
+        "--with-relay", help="Also run the outbox relay in this process (`sqljobs relay`).")
+    ] = False,
+    with_scheduler: Annotated[bool, typer.Option(
+        "--with-scheduler", help="Also run a scheduler in this process (`sqljobs scheduler`); "
+                                 "one of all schedulers leads.")] = False,
+) -> None:
+    """Run the jobs an app declares until SIGTERM (drain) or a second signal (stop now)."""
+    from sqljobs.runtime.worker import Worker
+
+    setup_logs(log_level, log_format)
+    application = load_app(target)
+    # The --dsn flag, else the app's own, else $SQLJOBS_DSN / $DATABASE_URL, else embedded.
+    application._dsn = dsn_of(dsn if dsn is not None else application._dsn)
+    try:
+        runner = Worker(application, queue or None, concurrency, lease_s=lease,
+                        poll_interval=poll_interval, prefetch=prefetch,
+                        drain_timeout=drain_timeout,
+                        listen=listen, listen_retry_s=listen_retry,
+                        install_signals=not (with_relay or with_scheduler))
+        if with_relay or with_scheduler:
+            import asyncio
+
+            from sqljobs.runtime.relay import Relay
+            from sqljobs.runtime.roles import Role, run_roles
+            from sqljobs.runtime.scheduler import Scheduler
+
+            roles: list[Role] = [runner]
+            if with_relay:
+                roles.append(Relay(application, install_signals=False))
+            if with_scheduler:
+                roles.append(Scheduler(application, install_signals=False))
+            code = asyncio.run(run_roles(roles))
+        else:
+            code = runner.run_sync()
+    except SqljobsError as error:
+        err_console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+    raise typer.Exit(code)
+
+
+def relay(
+    target: Annotated[str, typer.Argument(help="The App whose database to relay, as "
+                                               "module:attribute.")],
+    dsn: DsnOption = None,
+    batch: Annotated[int, typer.Option(min=1, max=10_000,
+                                       help="Staged rows claimed per step.")] = 500,
+    lease: Annotated[float, typer.Option(
+        help="Lease on a claimed batch, seconds: a dead relay's batch waits this long.")] = 30.0,
+    poll_interval: Annotated[float, typer.Option(
+        help="Look for staged rows at least this often, seconds.")] = 1.0,
+    listen: Annotated[bool, typer.Option(
+        help="Wake on LISTEN jobs_outbox (else poll only).")] = True,
+    retention: Annotated[float, typer.Option(
+        help="Keep published outbox rows this long, seconds, then purge them.")] = 86_400.0,
+    drain_timeout: Annotated[float, typer.Option(
+        help="On SIGTERM, seconds to publish the batch held before giving up.")] = 30.0,
+    relay_id: Annotated[str | None, typer.Option(help="This relay's id (default: host:pid:random; "
+                                                      "must be unique).")] = None,
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+    log_format: Annotated[str, typer.Option(help="text or json (one object per line).")] = "text",
+) -> None:
+    """Publish staged jobs (the outbox) as jobs until SIGTERM (drain) or a second signal."""
+    from sqljobs.runtime.relay import Relay
+
+    setup_logs(log_level, log_format)
+    application = load_app(target)
+    application._dsn = dsn_of(dsn if dsn is not None else application._dsn)
+    try:
+        code = Relay(application, batch=batch, lease_s=lease, poll_interval=poll_interval,
+                     listen=listen, retention_s=retention, drain_timeout=drain_timeout,
+                     relay_id=relay_id).run_sync()
+    except SqljobsError as error:
+        err_console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+    raise typer.Exit(code)
+
+
+def scheduler(
+    target: Annotated[str, typer.Argument(help="The App whose tasks to schedule, as "
+                                               "module:attribute.")],
+    dsn: DsnOption = None,
+    lease: Annotated[float, typer.Option(
+        help="Leader lease, seconds: a dead leader is replaced within this.")] = 10.0,
+    tick: Annotated[float, typer.Option(
+        help="Renew the lease and look for due occurrences at least this often, seconds "
+             "(at most lease/3).")] = 1.0,
+    misfire_grace: Annotated[float | None, typer.Option(
+        help="catch_up=none: how late an occurrence may still fire, seconds "
+             "(default max(5, 2*tick)).")] = None,
+    scheduler_id: Annotated[str | None, typer.Option(
+        help="This scheduler's id (default: host:pid:random; must be unique).")] = None,
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+    log_format: Annotated[str, typer.Option(help="text or json (one object per line).")] = "text",
+) -> None:
+    """Fire the app's schedules as jobs (one leader among all schedulers) until SIGTERM."""
+    from sqljobs.runtime.scheduler import Scheduler
+
+    setup_logs(log_level, log_format)
+    application = load_app(target)
+    application._dsn = dsn_of(dsn if dsn is not None else application._dsn)
+    try:
+        code = Scheduler(application, lease_s=lease, tick=tick, misfire_grace_s=misfire_grace,
+                         scheduler_id=scheduler_id).run_sync()
+    except SqljobsError as error:
+        err_console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+    raise typer.Exit(code)

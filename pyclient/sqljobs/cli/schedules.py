@@ -1,0 +1,117 @@
+"""`sqljobs schedules ...`: manage schedules at run time."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from sqljobs.cli.common import DsnOption, console, dsn_of, err_console, load_app
+from sqljobs.client.errors import SqljobsError
+from sqljobs.declare.app import App
+
+schedules_app = typer.Typer(
+    help="Manage schedules at run time: list, add, pause, resume, remove.",
+    no_args_is_help=True,
+)
+
+
+def _schedules_app(target: str | None, dsn: str | None) -> App:
+    """The App named (its declared jobs give defaults), else a bare App on the DSN."""
+    application = load_app(target) if target else App()
+    application._dsn = dsn_of(dsn if dsn is not None else application._dsn)
+    return application
+
+
+AppOption = Annotated[str | None, typer.Option(
+    "--app", help="module:attribute of the App: its declared jobs validate the payload and "
+                  "give queue and retry defaults.")]
+
+
+@schedules_app.command("list")
+def schedules_list(dsn: DsnOption = None) -> None:
+    """List schedules with their next fire time."""
+    from rich.table import Table
+
+    application = _schedules_app(None, dsn)
+    with application:
+        found = application.schedules.list()
+    table = Table(title=f"{len(found)} schedule(s)")
+    for column in ("name", "job", "cron", "timezone", "catch up", "state", "next fire (UTC)",
+                   "last fired (UTC)", "origin"):
+        table.add_column(column)
+    for s in found:
+        table.add_row(
+            s.name, s.job_name, s.cron, s.timezone, s.catch_up,
+            "paused" if s.paused else "active",
+            s.next_fire_at.strftime("%Y-%m-%d %H:%M:%S") if s.next_fire_at else "-",
+            s.last_fired_at.strftime("%Y-%m-%d %H:%M:%S") if s.last_fired_at else "-",
+            s.origin)
+    console.print(table)
+
+
+@schedules_app.command("add")
+def schedules_add(
+    name: Annotated[str, typer.Argument(help="The schedule's name.")],
+    job: Annotated[str, typer.Option(help="The job type each occurrence enqueues.")],
+    cron: Annotated[str, typer.Option(help="Cron expression (5 fields, or 6 with seconds "
+                                           "first).")],
+    timezone: Annotated[str, typer.Option(help="IANA time zone the cron is read in.")] = "UTC",
+    catch_up: Annotated[str, typer.Option(help="all | latest | none.")] = "latest",
+    payload: Annotated[str, typer.Option(help="Payload of each occurrence, JSON.")] = "{}",
+    queue: Annotated[str | None, typer.Option(help="Queue (default: the job's).")] = None,
+    target: AppOption = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Add a schedule (or replace its definition); it fires from now on."""
+    import json
+
+    try:
+        body = json.loads(payload)
+    except json.JSONDecodeError as error:
+        err_console.print(f"[red]error:[/red] --payload is not JSON: {error}")
+        raise typer.Exit(2) from error
+    application = _schedules_app(target, dsn)
+    options = {} if queue is None else {"queue": queue}
+    try:
+        with application:
+            created = application.schedules.add(name, job=job, cron=cron, timezone=timezone,
+                                                catch_up=catch_up, payload=body, **options)
+    except (SqljobsError, ValueError) as error:
+        err_console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
+        raise typer.Exit(2) from error
+    console.print(f"schedule {name} {'added' if created else 'updated'}", highlight=False)
+
+
+def _schedule_verb(verb: str, name: str, dsn: str | None) -> None:
+    application = _schedules_app(None, dsn)
+    try:
+        with application:
+            getattr(application.schedules, verb)(name)
+    except SqljobsError as error:
+        err_console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
+        raise typer.Exit(2) from error
+    console.print(f"schedule {name}: {verb}d", highlight=False)
+
+
+@schedules_app.command("pause")
+def schedules_pause(name: Annotated[str, typer.Argument(help="The schedule.")],
+                    dsn: DsnOption = None) -> None:
+    """Stop firing a schedule until it is resumed."""
+    _schedule_verb("pause", name, dsn)
+
+
+@schedules_app.command("resume")
+def schedules_resume(name: Annotated[str, typer.Argument(help="The schedule.")],
+                     dsn: DsnOption = None) -> None:
+    """Fire a paused schedule again, from now (what it missed while paused is skipped)."""
+    _schedule_verb("resume", name, dsn)
+
+
+@schedules_app.command("remove")
+def schedules_remove(name: Annotated[str, typer.Argument(help="The schedule.")],
+                     dsn: DsnOption = None) -> None:
+    """Delete a schedule (jobs it enqueued stay). A declared task comes back when a
+    scheduler of that app starts: remove it from the code too."""
+    _schedule_verb("remove", name, dsn)

@@ -1,0 +1,559 @@
+"""Every SQL statement the package sends, in one place.
+
+Each builder returns a `Call`: the statement, its parameters and how to decode its
+rows. The sync and async clients only run calls, so each operation is written once.
+Statements are `LiteralString` so psycopg's typing keeps them free of interpolation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, LiteralString, TypeVar
+
+from psycopg.types.json import Jsonb
+
+from sqljobs.client.records import (
+    BulkMoved,
+    ClaimedJob,
+    Enqueued,
+    Fired,
+    JobOutcome,
+    JobRecord,
+    JobSpec,
+    LeaderRecord,
+    NackMode,
+    OutboxStats,
+    Purged,
+    QueueStats,
+    RelayStep,
+    ScheduleRecord,
+    Settled,
+    Staged,
+    StepInvoked,
+    StepRecord,
+    StepSleep,
+    StepWait,
+    UnservedJobs,
+    WorkerRecord,
+)
+
+T = TypeVar("T")
+Row = dict[str, Any]
+
+# Clients send enqueue_many in chunks of this many specs (one statement per chunk).
+ENQUEUE_CHUNK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One statement and the decoding of its rows."""
+
+    sql: LiteralString
+    params: Sequence[Any]
+    decode: Callable[[list[Row]], T]
+
+
+def _one(field: str) -> Callable[[list[Row]], Any]:
+    return lambda rows: rows[0][field] if rows else None
+
+
+def _none(rows: list[Row]) -> None:
+    return None
+
+
+def _json(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
+# -- version ------------------------------------------------------------------------
+
+def schema_version() -> Call[int | None]:
+    """The installed schema version.
+
+    With no sqljobs schema (or one without jobs.schema_version()) the statement fails to
+    parse: InvalidSchemaName or UndefinedFunction (`sqljobs.client.database.SCHEMA_MISSING`), which
+    App.open turns into SchemaError. No guard inside one statement can avoid that, since
+    names are resolved before anything runs; run it outside a transaction you care about.
+    """
+    return Call(
+        "select jobs.schema_version() as version",
+        (),
+        _one("version"),
+    )
+
+
+# -- enqueue --------------------------------------------------------------------------
+
+
+def enqueue(name: str, key: str, payload: Any, options: Mapping[str, Any]) -> Call[Enqueued]:
+    return Call(
+        "select id, outcome from jobs.enqueue(%s, %s, %s, %s)",
+        (name, key, Jsonb(payload if payload is not None else {}), Jsonb(dict(options))),
+        lambda rows: Enqueued.model_validate(rows[0]),
+    )
+
+
+def enqueue_many(specs: Sequence[JobSpec]) -> Call[list[Enqueued]]:
+    """At most ENQUEUE_CHUNK specs; the clients chunk longer batches."""
+    if len(specs) > ENQUEUE_CHUNK:
+        raise ValueError(f"enqueue_many takes at most {ENQUEUE_CHUNK} specs per call")
+    return Call(
+        "select ord, id, outcome from jobs.enqueue_many(%s)",
+        (Jsonb([spec.to_sql() for spec in specs]),),
+        lambda rows: [Enqueued.model_validate(row) for row in rows],
+    )
+
+
+def enqueue_chunks(specs: Sequence[JobSpec]) -> list[Call[list[Enqueued]]]:
+    """One enqueue_many call per chunk of ENQUEUE_CHUNK specs; run them in one transaction."""
+    return [enqueue_many(specs[i:i + ENQUEUE_CHUNK]) for i in range(0, len(specs), ENQUEUE_CHUNK)]
+
+
+# -- claim and settle -----------------------------------------------------------------
+
+_CLAIMED_COLUMNS: LiteralString = (
+    "id, name, queue, tenant, key, payload, priority, attempt, max_attempts, claim, "
+    "lease_expires_at, timeout_s, progress, traceparent, created_at, started_at, steps"
+)
+
+
+def claim(
+    queues: Sequence[str],
+    worker: str,
+    limit: int = 1,
+    lease_s: float = 30.0,
+    names: Sequence[str] | None = None,
+    recover: bool = True,
+) -> Call[list[ClaimedJob]]:
+    """recover=False skips lapsed-lease recovery and parked wake-ups (a worker's claims
+    as slots free; its periodic claims recover)."""
+    options: dict[str, Any] = {} if names is None else {"names": list(names)}
+    if not recover:
+        options["recover"] = False
+    return Call(
+        "select " + _CLAIMED_COLUMNS + " from jobs.claim(%s, %s, %s, %s, %s)",
+        (list(queues), worker, limit, lease_s, Jsonb(options)),
+        lambda rows: [ClaimedJob.model_validate(row) for row in rows],
+    )
+
+
+def ack(job_id: int, claim: int, result: Any = None) -> Call[None]:
+    return Call("select jobs.ack(%s, %s, %s)", (job_id, claim, _json(result)), _none)
+
+
+def ack_many(
+    ids: Sequence[int], claims: Sequence[int], results: Sequence[Any] | None = None
+) -> Call[list[Settled]]:
+    return Call(
+        "select id, ok from jobs.ack_many(%s, %s, %s::jsonb[])",
+        (list(ids), list(claims), None if results is None else [_json(r) for r in results]),
+        lambda rows: [Settled.model_validate(row) for row in rows],
+    )
+
+
+def nack(
+    job_id: int,
+    claim: int,
+    error: Any = None,
+    mode: NackMode = "retry",
+    delay_s: float | None = None,
+) -> Call[str]:
+    return Call(
+        "select jobs.nack(%s, %s, %s, %s, %s)::text as state",
+        (job_id, claim, _json(error), mode, delay_s),
+        _one("state"),
+    )
+
+
+def nack_many(
+    ids: Sequence[int],
+    claims: Sequence[int],
+    errors: Sequence[Any] | None = None,
+    modes: Sequence[NackMode] | None = None,
+    delays_s: Sequence[float | None] | None = None,
+) -> Call[list[Settled]]:
+    return Call(
+        "select id, ok, state::text as state "
+        "from jobs.nack_many(%s, %s, %s::jsonb[], %s::text[], %s::float8[])",
+        (
+            list(ids),
+            list(claims),
+            None if errors is None else [_json(e) for e in errors],
+            None if modes is None else list(modes),
+            None if delays_s is None else list(delays_s),
+        ),
+        lambda rows: [Settled.model_validate(row) for row in rows],
+    )
+
+
+def heartbeat(job_id: int, claim: int, lease_s: float = 30.0) -> Call[bool]:
+    return Call("select jobs.heartbeat(%s, %s, %s) as ok", (job_id, claim, lease_s), _one("ok"))
+
+
+def heartbeat_many(
+    ids: Sequence[int], claims: Sequence[int], lease_s: float
+) -> Call[list[Settled]]:
+    return Call(
+        "select id, ok from jobs.heartbeat_many(%s, %s, %s)",
+        (list(ids), list(claims), lease_s),
+        lambda rows: [Settled.model_validate(row) for row in rows],
+    )
+
+
+def progress(job_id: int, claim: int, value: Any) -> Call[bool]:
+    return Call(
+        "select jobs.progress(%s, %s, %s) as ok", (job_id, claim, _json(value)), _one("ok")
+    )
+
+
+# -- operator verbs -------------------------------------------------------------------
+
+
+def cancel(job_id: int) -> Call[None]:
+    return Call("select jobs.cancel(%s)", (job_id,), _none)
+
+
+def requeue(job_ids: Sequence[int]) -> Call[None]:
+    return Call("select jobs.requeue(%s)", (list(job_ids),), _none)
+
+
+def promote(job_id: int) -> Call[None]:
+    return Call("select jobs.promote(%s)", (job_id,), _none)
+
+
+def remove(job_id: int) -> Call[None]:
+    return Call("select jobs.remove(%s)", (job_id,), _none)
+
+
+def _bulk(rows: list[Row]) -> BulkMoved:
+    return BulkMoved.model_validate(rows[0])
+
+
+def cancel_where(filter: Mapping[str, Any], max: int = 1000) -> Call[BulkMoved]:
+    return Call("select moved, remaining from jobs.cancel_where(%s, %s)",
+                (Jsonb(dict(filter)), max), _bulk)
+
+
+def requeue_where(filter: Mapping[str, Any], max: int = 1000) -> Call[BulkMoved]:
+    return Call("select moved, remaining from jobs.requeue_where(%s, %s)",
+                (Jsonb(dict(filter)), max), _bulk)
+
+
+def promote_where(filter: Mapping[str, Any], max: int = 1000) -> Call[BulkMoved]:
+    return Call("select moved, remaining from jobs.promote_where(%s, %s)",
+                (Jsonb(dict(filter)), max), _bulk)
+
+
+def remove_where(filter: Mapping[str, Any], max: int = 1000) -> Call[BulkMoved]:
+    return Call("select moved, remaining from jobs.remove_where(%s, %s)",
+                (Jsonb(dict(filter)), max), _bulk)
+
+
+def pause_queue(queue: str) -> Call[None]:
+    return Call("select jobs.pause_queue(%s)", (queue,), _none)
+
+
+def resume_queue(queue: str) -> Call[None]:
+    return Call("select jobs.resume_queue(%s)", (queue,), _none)
+
+
+# -- read side ------------------------------------------------------------------------
+
+
+def queue_stats() -> Call[list[QueueStats]]:
+    return Call(
+        "select queue, paused, ready, running, parked, interrupted, succeeded, failed, dead, "
+        "cancelled, oldest_ready_s, unserved from jobs.queue_stats()",
+        (),
+        lambda rows: [QueueStats.model_validate(row) for row in rows],
+    )
+
+
+_JOB_VIEW_COLUMNS: LiteralString = (
+    # A job parked with no wake-up time has run_at = 'infinity', which no Python
+    # datetime can hold: it reads as None.
+    "id, name, queue, tenant, key, state::text as state, priority, "
+    "nullif(run_at, 'infinity') as run_at, attempt, "
+    "max_attempts, retry_base_s, retry_cap_s, retry_jitter, dead_letter, timeout_s, claim, "
+    "lease_expires_at, worker, progress, last_error, result, traceparent, created_at, "
+    "started_at, finished_at"
+)
+
+
+def get_job(job_id: int) -> Call[JobRecord | None]:
+    return Call(
+        "select " + _JOB_VIEW_COLUMNS + " from jobs.job_view where id = %s",
+        (job_id,),
+        lambda rows: JobRecord.model_validate(rows[0]) if rows else None,
+    )
+
+
+def job_payload(job_id: int) -> Call[Any]:
+    return Call("select jobs.job_payload(%s) as payload", (job_id,), _one("payload"))
+
+
+def list_jobs(
+    states: Sequence[str] | None = None,
+    queue: str | None = None,
+    name: str | None = None,
+    tenant: str | None = None,
+    limit: int = 50,
+) -> Call[list[JobRecord]]:
+    """Newest jobs first, filtered by state(s), queue, name and tenant (None: any)."""
+    return Call(
+        "select " + _JOB_VIEW_COLUMNS + " from jobs.job_view"
+        " where (%s::text[] is null or state::text = any (%s::text[]))"
+        " and (%s::text is null or queue = %s) and (%s::text is null or name = %s)"
+        " and (%s::text is null or tenant = %s)"
+        " order by id desc limit %s",
+        (
+            None if not states else list(states), None if not states else list(states),
+            queue, queue, name, name, tenant, tenant, limit,
+        ),
+        lambda rows: [JobRecord.model_validate(row) for row in rows],
+    )
+
+
+def job_steps(job_id: int) -> Call[list[StepRecord]]:
+    return Call(
+        "select name, ordinal, kind, value, created_at from jobs.job_steps(%s)",
+        (job_id,),
+        lambda rows: [StepRecord.model_validate(row) for row in rows],
+    )
+
+
+# -- workers registry (sql/45_workers.sql) ----------------------------------------------
+
+
+def worker_heartbeat(
+    worker_id: str,
+    queues: Sequence[str],
+    names: Sequence[str],
+    concurrency: int,
+    ttl_s: float,
+    host: str | None = None,
+    pid: int | None = None,
+    info: Mapping[str, Any] | None = None,
+) -> Call[Any]:
+    return Call(
+        "select jobs.worker_heartbeat(%s, %s, %s, %s, %s, %s, %s, %s) as expires_at",
+        (worker_id, list(queues), list(names), concurrency, ttl_s, host, pid,
+         Jsonb(dict(info or {}))),
+        _one("expires_at"),
+    )
+
+
+def worker_stop(worker_id: str) -> Call[bool]:
+    return Call("select jobs.worker_stop(%s) as ok", (worker_id,), _one("ok"))
+
+
+def workers() -> Call[list[WorkerRecord]]:
+    return Call(
+        "select id, started_at, heartbeat_at, expires_at, queues, names, concurrency, host, "
+        "pid, running from jobs.workers()",
+        (),
+        lambda rows: [WorkerRecord.model_validate(row) for row in rows],
+    )
+
+
+def unserved_jobs() -> Call[list[UnservedJobs]]:
+    return Call(
+        "select queue, name, waiting, oldest_s from jobs.unserved_jobs()",
+        (),
+        lambda rows: [UnservedJobs.model_validate(row) for row in rows],
+    )
+
+
+# -- results ------------------------------------------------------------------------------
+
+SETTLED_CHANNEL: LiteralString = "jobs_settled"
+
+
+def watch_outcome(job_id: int) -> Call[JobOutcome | None]:
+    """The job's state, result and last error; its settlement now notifies jobs_settled."""
+    return Call(
+        "select id, state::text as state, result, last_error from jobs.watch_outcome(%s)",
+        (job_id,),
+        lambda rows: JobOutcome.model_validate(rows[0]) if rows else None,
+    )
+
+
+# -- durable steps and events (sql/50_steps.sql, sql/60_events.sql) -----------------------
+
+
+def step_put(job_id: int, claim: int, name: str, value: Any, lease_s: float | None = None,
+             options: Mapping[str, bool] | None = None) -> Call[Any]:
+    """Store a step (first write wins); answers the stored value (its JSON round trip)."""
+    return Call(
+        "select jobs.step_put(%s, %s, %s, %s, %s, %s) as value",
+        (job_id, claim, name, Jsonb(value), lease_s, Jsonb(dict(options or {}))),
+        _one("value"),
+    )
+
+
+def step_unwind(job_id: int, claim: int, mode: str, error: Any,
+                lease_s: float | None = None) -> Call[Any]:
+    return Call(
+        "select jobs.step_unwind(%s, %s, %s, %s, %s) as value",
+        (job_id, claim, mode, _json(error), lease_s),
+        _one("value"),
+    )
+
+
+def step_unwound(job_id: int, claim: int) -> Call[str]:
+    return Call(
+        "select jobs.step_unwound(%s, %s)::text as state", (job_id, claim), _one("state"))
+
+
+def step_sleep(job_id: int, claim: int, name: str, until: Any = None,
+               delay_s: float | None = None) -> Call[StepSleep]:
+    return Call(
+        "select wake_at, parked from jobs.step_sleep(%s, %s, %s, %s, %s)",
+        (job_id, claim, name, until, delay_s),
+        lambda rows: StepSleep.model_validate(rows[0]),
+    )
+
+
+def step_wait(job_id: int, claim: int, name: str, specs: Sequence[Mapping[str, Any]],
+              timeout_s: float | None = None, lease_s: float | None = None) -> Call[StepWait]:
+    return Call(
+        "select value, parked from jobs.step_wait(%s, %s, %s, %s, %s, %s)",
+        (job_id, claim, name, Jsonb([dict(s) for s in specs]), timeout_s, lease_s),
+        lambda rows: StepWait.model_validate(rows[0]),
+    )
+
+
+def emit_event(name: str, payload: Mapping[str, Any] | None = None) -> Call[int]:
+    return Call(
+        "select jobs.emit_event(%s, %s) as id",
+        (name, Jsonb(dict(payload or {}))),
+        _one("id"),
+    )
+
+
+# -- outbox (sql/70_outbox.sql) --------------------------------------------------------
+
+
+def stage_many(specs: Sequence[Mapping[str, Any]]) -> Call[list[Staged]]:
+    """Stage at most ENQUEUE_CHUNK specs (JobSpec.to_sql() plus an optional ordering_key)."""
+    if len(specs) > ENQUEUE_CHUNK:
+        raise ValueError(f"stage_many takes at most {ENQUEUE_CHUNK} specs per call")
+    return Call(
+        "select ord, id, outcome from jobs.stage_many(%s)",
+        (Jsonb(list(specs)),),
+        lambda rows: [Staged.model_validate(row) for row in rows],
+    )
+
+
+def stage_chunks(specs: Sequence[Mapping[str, Any]]) -> list[Call[list[Staged]]]:
+    """One stage_many call per chunk of ENQUEUE_CHUNK specs; run them in one transaction."""
+    return [stage_many(specs[i:i + ENQUEUE_CHUNK]) for i in range(0, len(specs), ENQUEUE_CHUNK)]
+
+
+def relay(batch: int, relay_id: str, lease_s: float = 30.0) -> Call[RelayStep]:
+    return Call(
+        "select published, deduped, held from jobs.relay(%s, %s, %s)",
+        (batch, relay_id, lease_s),
+        lambda rows: RelayStep.model_validate(rows[0]),
+    )
+
+
+def purge_outbox(retention_s: float, max: int = 1000) -> Call[Purged]:
+    return Call(
+        "select purged, remaining from jobs.purge_outbox(%s, %s)",
+        (retention_s, max),
+        lambda rows: Purged.model_validate(rows[0]),
+    )
+
+
+def outbox_stats() -> Call[OutboxStats]:
+    return Call(
+        "select pending, held, lapsed, published, oldest_pending_s from jobs.outbox_stats()",
+        (),
+        lambda rows: OutboxStats.model_validate(rows[0]),
+    )
+
+
+def step_invoke(job_id: int, claim: int, names: Sequence[str], specs: Sequence[JobSpec],
+                lease_s: float | None = None) -> Call[list[StepInvoked]]:
+    return Call(
+        "select name, value, child_id, parked from jobs.step_invoke(%s, %s, %s, %s, %s)",
+        (job_id, claim, list(names), Jsonb([spec.to_sql() for spec in specs]), lease_s),
+        lambda rows: [StepInvoked.model_validate(row) for row in rows],
+    )
+
+
+# -- schedules and the leader lease (sql/80_schedule.sql) -----------------------------
+
+_SCHEDULE_COLUMNS: LiteralString = (
+    "name, job_name, cron, timezone, catch_up, options, payload, paused, origin, watermark, "
+    "last_fired_at, created_at, updated_at"
+)
+
+
+def database_now() -> Call[datetime]:
+    """The database's clock, `jobs.now()` (a session's jobs.fake_now when set)."""
+    return Call("select jobs.now() as now", (), _one("now"))
+
+
+def schedule_put(name: str, definition: Mapping[str, Any]) -> Call[bool]:
+    return Call(
+        "select jobs.schedule_put(%s, %s) as created",
+        (name, Jsonb(dict(definition))),
+        _one("created"),
+    )
+
+
+def schedule_pause(name: str) -> Call[None]:
+    return Call("select jobs.schedule_pause(%s)", (name,), _none)
+
+
+def schedule_resume(name: str) -> Call[None]:
+    return Call("select jobs.schedule_resume(%s)", (name,), _none)
+
+
+def schedule_remove(name: str) -> Call[None]:
+    return Call("select jobs.schedule_remove(%s)", (name,), _none)
+
+
+def schedules() -> Call[list[ScheduleRecord]]:
+    return Call(
+        "select " + _SCHEDULE_COLUMNS + " from jobs.schedules()",
+        (),
+        lambda rows: [ScheduleRecord.model_validate(row) for row in rows],
+    )
+
+
+def schedule_fire(name: str, occurrences: Sequence[datetime], watermark: datetime,
+                  token: int) -> Call[list[Fired]]:
+    return Call(
+        "select occurrence, job_id, outcome from jobs.schedule_fire(%s, %s, %s, %s)",
+        (name, list(occurrences), watermark, token),
+        lambda rows: [Fired.model_validate(row) for row in rows],
+    )
+
+
+def leader_acquire(role: str, holder: str, lease_s: float) -> Call[int | None]:
+    return Call(
+        "select jobs.leader_acquire(%s, %s, %s) as token",
+        (role, holder, lease_s),
+        _one("token"),
+    )
+
+
+def leader_release(role: str, holder: str, token: int) -> Call[bool]:
+    return Call(
+        "select jobs.leader_release(%s, %s, %s) as released",
+        (role, holder, token),
+        _one("released"),
+    )
+
+
+def leaders() -> Call[list[LeaderRecord]]:
+    return Call(
+        "select role, holder, token, lease_expires_at, acquired_at, live from jobs.leaders()",
+        (),
+        lambda rows: [LeaderRecord.model_validate(row) for row in rows],
+    )

@@ -1,0 +1,1 @@
+"""Development tools, apart from the library: the embedded PostgreSQL (`sqljobs dev`)."""

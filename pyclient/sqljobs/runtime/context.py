@@ -1,0 +1,121 @@
+"""`JobContext`: what a handler gets as `ctx`.
+
+    @app.job(queue="mail")
+    async def send(ctx: JobContext, payload: Mail) -> dict[str, str]:
+        ctx.logger.info("sending", extra={"to": payload.to})
+        await ctx.progress_async({"step": "render"})
+        ...
+
+`ctx.cancelled` is set when the run must stop: its lease was lost or the job was
+cancelled, its timeout passed, or a drain cut-off came. An async handler is also
+cancelled (`asyncio.CancelledError` at its next await); a sync handler runs in a thread,
+which Python cannot interrupt, so it should check `ctx.cancelled` (or call
+`ctx.raise_if_cancelled()`) in its loops. Whatever a stopped run returns is discarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from sqljobs.runtime.steps import Steps, SyncSteps
+from sqljobs.runtime.stopping import RunCancelled, StopReason
+
+
+class JobContext:
+    """The running job, as its handler sees it."""
+
+    def __init__(
+        self,
+        *,
+        job_id: int,
+        name: str,
+        queue: str,
+        tenant: str | None,
+        key: str,
+        attempt: int,
+        max_attempts: int,
+        claim: int,
+        worker_id: str,
+        logger: logging.LoggerAdapter[logging.Logger],
+        loop: asyncio.AbstractEventLoop,
+        report_progress: Callable[[Any], Coroutine[Any, Any, bool]],
+        saved_progress: Any = None,
+    ) -> None:
+        self.job_id = job_id
+        self.name = name
+        self.queue = queue
+        self.tenant = tenant
+        self.key = key
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.claim = claim  # the claim token: a fencing token for resources the job guards
+        self.worker_id = worker_id
+        # The progress stored when this attempt was claimed (e.g. where a previous,
+        # interrupted run got to); `progress()` writes a new value.
+        self.saved_progress = saved_progress
+        self.logger = logger
+        self.cancelled = threading.Event()
+        self.cancel_reason: StopReason | None = None
+        self._loop = loop
+        self._report_progress = report_progress
+        self._steps: Steps | None = None  # set by the worker (sqljobs.runtime.steps)
+
+    @property
+    def step(self) -> Steps:
+        """Durable steps for async handlers: `await ctx.step.run("name", fn)` (sqljobs.steps)."""
+        if self._steps is None:
+            raise RuntimeError("durable steps are only available in a worker's run")
+        return self._steps
+
+    @property
+    def step_sync(self) -> SyncSteps:
+        """Durable steps for sync handlers: `ctx.step_sync.run("name", fn)` (blocking)."""
+        return SyncSteps(self.step)
+
+    @property
+    def id(self) -> int:
+        return self.job_id
+
+    @property
+    def is_final_attempt(self) -> bool:
+        return self.attempt >= self.max_attempts
+
+    def raise_if_cancelled(self) -> None:
+        """Raise RunCancelled when the worker has told this run to stop."""
+        if self.cancelled.is_set():
+            raise RunCancelled(f"job {self.job_id} run stopped: {self.cancel_reason}")
+
+    async def progress_async(self, value: Any) -> bool:
+        """Record progress (any JSON value) on the job, fenced by this run's claim.
+
+        Answers False, writing nothing, once the run was told to stop or lost its lease.
+        """
+        if self.cancelled.is_set():
+            return False
+        return await self._report_progress(value)
+
+    def progress(self, value: Any) -> bool:
+        """`progress_async` for sync handlers (call it from the handler's thread)."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            raise RuntimeError("on the event loop, use `await ctx.progress_async(value)`")
+        if self.cancelled.is_set():
+            return False
+        future = asyncio.run_coroutine_threadsafe(self._report_progress(value), self._loop)
+        return bool(future.result())
+
+    def _stop(self, reason: StopReason) -> None:
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        self.cancelled.set()
+
+    def __repr__(self) -> str:
+        return (f"JobContext(job_id={self.job_id}, name={self.name!r}, queue={self.queue!r}, "
+                f"attempt={self.attempt}/{self.max_attempts})")

@@ -1,0 +1,587 @@
+"""Durable steps: `ctx.step` (async handlers) and `ctx.step_sync` (sync handlers).
+
+    @app.job(queue="orders")
+    async def fulfil(ctx: JobContext, order: Order) -> None:
+        charge = await ctx.step.run("charge", lambda: psp.charge(order))
+        await ctx.step.sleep("cool-off", 3600)
+        paid = await ctx.step.wait_for_event("paid", event="invoice.paid",
+                                             match={"order": order.id}, timeout=86400)
+        ...
+
+Each step's outcome is stored in the database (`jobs.step_put`, fenced on the run's
+claim, one round trip) BEFORE the call returns, and the call returns exactly what was
+stored: the JSON round trip of the value (validated into the step's type when it has
+one: `result_type=`, or the function's return annotation). When the job runs again —
+a retry, a wake-up after a sleep or an event, a crashed worker's job — the claim hands
+back every stored step, so those calls return the stored value at once, with no round
+trip and without running the function again. Only steps never stored run.
+
+Rules:
+  * step names are unique within a run: reusing one raises `StepNameReused`;
+  * a step's function may run more than once (a crash after it ran but before its
+    value was stored re-runs it): make its effects idempotent, e.g. keyed by
+    `ctx.job_id` and the step name;
+  * once the run lost its lease or was cancelled nothing more is stored: the call
+    raises `LeaseLost` (SJ004) or `RunCancelled` and the worker stops the run;
+  * a sleep or an event wait that has to wait parks the job (not an attempt) and ends
+    the run at once, freeing the worker's slot (it raises `Suspended`, a BaseException
+    the worker handles: don't catch it); the job resumes, replaying, when it is due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import random
+import threading
+import time
+import typing
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar, overload
+
+import psycopg
+from pydantic import TypeAdapter
+
+from sqljobs.client import queries
+from sqljobs.client.encoding import json_result
+from sqljobs.client.errors import LeaseLost, SqljobsError
+from sqljobs.client.queries import Call
+from sqljobs.client.records import JobSpec, JobState
+from sqljobs.client.results import JobCancelled, JobDead, JobError, JobFailed
+from sqljobs.declare.jobs import JobHandle, RetryPolicy
+from sqljobs.runtime.stopping import RunCancelled
+
+T = TypeVar("T")
+RunCall = Callable[[Call[Any]], Awaitable[Any]]
+
+# Step names the runtime keeps for itself: the unwind record and the compensations.
+RESERVED_PREFIX = "sqljobs."
+UNWIND_STEP = "sqljobs.unwind"
+
+# How often a wait registration is retried after a deadlock with an emitting
+# transaction (see sql/60_events.sql, "Locks").
+_DEADLOCK_RETRIES = 3
+
+
+class Suspended(BaseException):
+    """A step parked the job (a sleep or a wait); the run ends here without settling.
+
+    A BaseException so that a handler's `except Exception` does not swallow it; the
+    worker catches it and frees the slot. The job resumes, replaying, when due.
+    """
+
+
+class Unwinding(BaseException):
+    """The job is unwinding (a saga): a step that was never stored does not run; the
+    worker runs the compensations of the stored steps instead (a BaseException: don't
+    catch it)."""
+
+
+class StepNameReused(SqljobsError, ValueError):
+    """Two steps of one run were given the same name."""
+
+
+class StepTimeout(SqljobsError, TimeoutError):
+    """A step's function ran longer than its `timeout`."""
+
+
+class EventTimeout(SqljobsError, TimeoutError):
+    """An event wait declared `raise_on_timeout=True` timed out (recorded durably)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An event a wait received: its name, payload and id."""
+
+    name: str
+    payload: dict[str, Any]
+    id: int
+
+
+EventSpec = str | tuple[str, Mapping[str, Any]]
+
+
+def _specs(events: Sequence[EventSpec]) -> list[dict[str, Any]]:
+    specs: list[dict[str, Any]] = []
+    for spec in events:
+        if isinstance(spec, str):
+            specs.append({"event": spec, "match": {}})
+        else:
+            name, match = spec
+            specs.append({"event": name, "match": dict(match)})
+    if not specs:
+        raise ValueError("wait for at least one event")
+    return specs
+
+
+def _seconds(value: float | timedelta) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _backoff(policy: RetryPolicy, failures: int) -> float:
+    delay = min(policy.cap_s, policy.base_s * 2 ** min(failures - 1, 60))
+    if policy.jitter == "full":
+        return float(random.uniform(0, delay))
+    if policy.jitter == "equal":
+        return float(delay / 2 + random.uniform(0, delay / 2))
+    return float(delay)
+
+
+@functools.lru_cache(maxsize=512)
+def _adapter(tp: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(tp)
+
+
+def _declared_type(fn: Callable[..., Any]) -> Any:
+    """The return annotation of fn (unwrapping Awaitable/Coroutine), or None."""
+    try:
+        hint = typing.get_type_hints(fn).get("return")
+    except Exception:
+        return None
+    if hint is None or hint is Any or hint is type(None):
+        return None
+    origin = typing.get_origin(hint)
+    if origin is not None and isinstance(origin, type) and issubclass(origin, Awaitable):
+        args = typing.get_args(hint)
+        hint = args[-1] if args else None
+        if hint is Any or hint is type(None):
+            return None
+    return hint
+
+
+class Steps:
+    """The durable steps of one run (async). `ctx.step` in an async handler."""
+
+    def __init__(
+        self,
+        *,
+        job_id: int,
+        claim: int,
+        stored: Mapping[str, Any] | None,
+        started_at: datetime | None,
+        lease_s: float | None,
+        run: RunCall,
+        cancelled: threading.Event,
+        lost: Callable[[], None],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.job_id = job_id
+        self.claim = claim
+        self._stored: dict[str, Any] = dict(stored or {})
+        self._used: set[str] = set()
+        self._started_at = started_at or datetime.now(UTC)
+        self._started_mono = time.monotonic()
+        self._lease_s = lease_s
+        self._run = run
+        self._cancelled = cancelled
+        self._lost = lost
+        self.loop = loop
+        self.round_trips = 0  # statements this run's steps sent (for tests and benchmarks)
+        # (step name, compensation, the step's value) of completed compensable steps, in
+        # the order the handler reached them (sagas).
+        self._compensations: list[tuple[str, Callable[[Any], Any], Any]] = []
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    @property
+    def stored(self) -> dict[str, Any]:
+        """The steps stored so far: name -> stored value (a copy)."""
+        return dict(self._stored)
+
+    @property
+    def unwinding(self) -> bool:
+        """The job is unwinding its saga: stored steps replay, no new step runs."""
+        return UNWIND_STEP in self._stored
+
+    @property
+    def has_compensations(self) -> bool:
+        return bool(self._compensations)
+
+    def reopen(self) -> None:
+        """Let the worker store steps after the handler was stopped by its timeout (to
+        run a saga's compensations); the SQL fence still refuses a lost or cancelled job."""
+        self._cancelled = threading.Event()
+
+    def now(self) -> datetime:
+        """The database clock, as of the claim plus the time since (no round trip)."""
+        return self._started_at + timedelta(seconds=time.monotonic() - self._started_mono)
+
+    def _begin(self, name: str) -> tuple[bool, Any]:
+        """Refuse a reused name or a stopped run; answers (stored?, stored value)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("a step needs a non-empty name")
+        if name.startswith(RESERVED_PREFIX):
+            raise ValueError(f"step names starting with {RESERVED_PREFIX!r} are reserved")
+        if name in self._used:
+            raise StepNameReused(
+                f"step {name!r} was already used in this run of job {self.job_id}; "
+                f"give every step of a job its own name (e.g. f'charge-{{i}}' in loops)")
+        self._used.add(name)
+        if name in self._stored:
+            return True, self._stored[name]
+        if self.unwinding:
+            raise Unwinding(f"job {self.job_id} is unwinding: step {name!r} does not run")
+        self._check_running()
+        return False, None
+
+    def _check_running(self) -> None:
+        if self._cancelled.is_set():
+            raise RunCancelled(f"job {self.job_id}: the run was stopped; no more steps are stored")
+
+    async def _call(self, call: Call[T]) -> T:
+        self._check_running()
+        self.round_trips += 1
+        try:
+            result: T = await self._run(call)
+        except LeaseLost:
+            self._lost()
+            raise
+        return result
+
+    @staticmethod
+    def _typed(value: Any, fn: Callable[..., Any] | None, result_type: Any) -> Any:
+        tp = result_type if result_type is not None else (
+            _declared_type(fn) if fn is not None else None)
+        if tp is None:
+            return value
+        return _adapter(tp).validate_python(value)
+
+    async def _put(self, name: str, value: Any, options: Mapping[str, bool] | None = None,
+                   ) -> Any:
+        stored = await self._call(queries.step_put(
+            self.job_id, self.claim, name, json_result(value), self._lease_s, options))
+        self._stored[name] = stored
+        return stored
+
+    # -- run --------------------------------------------------------------------------
+
+    @overload
+    async def run(self, name: str, fn: Callable[[], Awaitable[T]], *,
+                  timeout: float | None = ..., retry: RetryPolicy | None = ...,
+                  compensate: Callable[[Any], Any] | None = ...,
+                  result_type: Any = ...) -> T: ...
+
+    @overload
+    async def run(self, name: str, fn: Callable[[], T], *, timeout: float | None = ...,
+                  retry: RetryPolicy | None = ...,
+                  compensate: Callable[[Any], Any] | None = ...,
+                  result_type: Any = ...) -> T: ...
+
+    async def run(self, name: str, fn: Callable[[], Any], *, timeout: float | None = None,
+                  retry: RetryPolicy | None = None,
+                  compensate: Callable[[Any], Any] | None = None,
+                  result_type: Any = None) -> Any:
+        """Run step `name` once: its stored value when it has one, else `fn()` (a
+        coroutine function, or a plain function run in a thread), stored and returned.
+
+        `timeout` (seconds) bounds each try (StepTimeout); `retry` retries a failing try
+        in this run (exponential backoff) before the error fails the attempt of the job.
+        `compensate(value)` undoes the step (a saga): when the job fails for good or is
+        cancelled, the compensations of its completed steps run in reverse order.
+        """
+        done, value = self._begin(name)
+        if done:
+            typed = self._typed(value, fn, result_type)
+            if compensate is not None:
+                self._compensations.append((name, compensate, typed))
+            return typed
+        failures = 0
+        while True:
+            self._check_running()
+            try:
+                result = await self._try(fn, timeout)
+            except Exception:
+                failures += 1
+                if retry is None or failures >= retry.max_attempts:
+                    raise
+                await asyncio.sleep(_backoff(retry, failures))
+                continue
+            break
+        options = {"compensable": True} if compensate is not None else None
+        typed = self._typed(await self._put(name, result, options), fn, result_type)
+        if compensate is not None:
+            self._compensations.append((name, compensate, typed))
+        return typed
+
+    # -- sagas ------------------------------------------------------------------------
+
+    async def unwind(self, mode: str, error: Any) -> None:
+        """Run the compensations of the completed compensable steps in reverse order,
+        each stored as step 'sqljobs.undo:<name>' (a finished one never runs again), then
+        settle the job in the final state the unwind recorded. Called by the worker: for
+        a job that failed for good (`mode` fail or retry, with its `error`) this records
+        the unwind first; a job already unwinding (cancelled, or resumed after a crash)
+        carries on where it was."""
+        if not self.unwinding:
+            self._stored[UNWIND_STEP] = await self._call(queries.step_unwind(
+                self.job_id, self.claim, mode, error, self._lease_s))
+        for name, undo, value in reversed(self._compensations):
+            undo_name = f"{RESERVED_PREFIX}undo:{name}"
+            if undo_name in self._stored:
+                continue
+            self._check_running()
+            result = await self._try(functools.partial(undo, value), None)
+            await self._put(undo_name, result, {"undo": True})
+        await self._call(queries.step_unwound(self.job_id, self.claim))
+
+    async def _try(self, fn: Callable[[], Any], timeout: float | None) -> Any:
+        if inspect.iscoroutinefunction(fn):
+            awaitable: Awaitable[Any] = fn()
+        else:
+            awaitable = asyncio.to_thread(fn)
+        try:
+            result = await asyncio.wait_for(awaitable, timeout)
+        except TimeoutError:
+            raise StepTimeout(f"step function ran longer than {timeout:g} s") from None
+        if inspect.isawaitable(result):  # a lambda returning a coroutine
+            result = await asyncio.wait_for(result, timeout)
+        return result
+
+    # -- sleep ------------------------------------------------------------------------
+
+    async def sleep(self, name: str, duration: float | timedelta) -> None:
+        """Sleep `duration` (seconds or timedelta), measured on the database clock.
+
+        The first call stores the wake-up time and parks the job (Suspended: the run
+        ends, its slot frees, the attempt is not counted); the job resumes at that time,
+        replays, and this call then returns.
+        """
+        await self._sleep(name, None, _seconds(duration))
+
+    async def sleep_until(self, name: str, when: datetime) -> None:
+        """Sleep until `when` (timezone-aware), on the database clock."""
+        if when.tzinfo is None:
+            raise ValueError("sleep_until needs a timezone-aware datetime")
+        await self._sleep(name, when, None)
+
+    async def _sleep(self, name: str, until: datetime | None, delay_s: float | None) -> None:
+        if delay_s is not None and delay_s < 0:
+            raise ValueError("a sleep cannot be negative")
+        done, value = self._begin(name)
+        if done and (self.unwinding or datetime.fromisoformat(value["until"]) <= self.now()):
+            return
+        self._check_running()
+        answer = await self._call(queries.step_sleep(self.job_id, self.claim, name, until, delay_s))
+        self._stored[name] = {"until": answer.wake_at.isoformat()}
+        if answer.parked:
+            raise Suspended(f"job {self.job_id} sleeps until {answer.wake_at.isoformat()}")
+
+    # -- events -----------------------------------------------------------------------
+
+    async def wait_for_event(self, name: str, event: str,
+                             match: Mapping[str, Any] | None = None, *,
+                             timeout: float | timedelta | None = None,
+                             raise_on_timeout: bool = False) -> dict[str, Any] | None:
+        """Wait for an event named `event` whose payload contains `match`; answers its
+        payload, or None when `timeout` passed first (EventTimeout if raise_on_timeout).
+
+        An event emitted since the job first started counts, even before this call.
+        Waiting parks the job (Suspended); the emit wakes it at once.
+        """
+        received = await self.wait_for_any(name, [(event, match or {})], timeout=timeout,
+                                           raise_on_timeout=raise_on_timeout)
+        return None if received is None else received.payload
+
+    async def wait_for_any(self, name: str, events: Sequence[EventSpec], *,
+                           timeout: float | timedelta | None = None,
+                           raise_on_timeout: bool = False) -> Event | None:
+        """Wait for the first of several events: each an event name, or (name, match).
+        Answers the Event that came first, or None on timeout."""
+        specs = _specs(events)
+        done, value = self._begin(name)
+        if not done:
+            timeout_s = None if timeout is None else _seconds(timeout)
+            for tries in range(_DEADLOCK_RETRIES + 1):
+                try:
+                    answer = await self._call(queries.step_wait(
+                        self.job_id, self.claim, name, specs, timeout_s, self._lease_s))
+                    break
+                except psycopg.errors.DeadlockDetected:
+                    if tries == _DEADLOCK_RETRIES:
+                        raise
+            if answer.parked:
+                raise Suspended(f"job {self.job_id} waits for {[s['event'] for s in specs]}")
+            value = answer.value
+            self._stored[name] = value
+        if value.get("timeout"):
+            if raise_on_timeout:
+                raise EventTimeout(f"step {name!r}: no matching event before the timeout")
+            return None
+        return Event(name=value["event"], payload=value["payload"], id=value["id"])
+
+
+    # -- child jobs -------------------------------------------------------------------
+
+    async def invoke(self, name: str, job: JobHandle[Any] | str, payload: Any = None, *,
+                     key: str | None = None, **options: Any) -> Any:
+        """Run another job as step `name` and answer its result.
+
+        The child is enqueued once (its key defaults to "<this job id>:<step name>"), and
+        this job parks (Suspended; its slot frees) until the child settles, then replays
+        and answers the child's result, or raises JobFailed / JobDead / JobCancelled with
+        the child's error. `job` is a JobHandle (payload validated, its declared queue and
+        policy) or a job name; `options` are JobHandle.spec's (queue, priority, tenant...).
+        """
+        return (await self._invoke([name], job, [payload], [key], options))[0]
+
+    async def invoke_many(self, name: str, job: JobHandle[Any] | str, payloads: Sequence[Any],
+                          *, keys: Sequence[str] | None = None, **options: Any) -> list[Any]:
+        """Fan out: one child per payload (steps "name[0]", "name[1]", ...), enqueued in
+        one statement; answers every result, in order, once all settled (raises the first
+        failed child's error, in order)."""
+        if keys is not None and len(keys) != len(payloads):
+            raise ValueError("give one key per payload")
+        names = [f"{name}[{i}]" for i in range(len(payloads))]
+        return await self._invoke(names, job, list(payloads),
+                                  list(keys) if keys is not None else [None] * len(payloads),
+                                  options)
+
+    async def _invoke(self, names: list[str], job: JobHandle[Any] | str, payloads: list[Any],
+                      keys: list[str | None], options: Mapping[str, Any]) -> list[Any]:
+        outcomes: dict[str, Any] = {}
+        pending: list[str] = []
+        for step_name in names:
+            done, value = self._begin(step_name)
+            if done:
+                outcomes[step_name] = value
+            else:
+                pending.append(step_name)
+        if pending:
+            specs = []
+            for step_name, payload, key in zip(names, payloads, keys, strict=True):
+                if step_name not in pending:
+                    continue
+                child_key = key or f"{self.job_id}:{step_name}"
+                if isinstance(job, JobHandle):
+                    specs.append(job.spec(payload, key=child_key, **options))
+                else:
+                    specs.append(JobSpec(name=job, key=child_key,
+                                         payload=payload if payload is not None else {},
+                                         **options))
+            answers = await self._call(queries.step_invoke(
+                self.job_id, self.claim, pending, specs, self._lease_s))
+            if any(a.parked for a in answers):
+                raise Suspended(f"job {self.job_id} awaits child jobs "
+                                f"{[a.child_id for a in answers if a.value is None]}")
+            for answer in answers:
+                self._stored[answer.name] = outcomes[answer.name] = answer.value
+        return [_child_result(outcomes[step_name]) for step_name in names]
+
+
+_CHILD_ERRORS: dict[JobState, type[JobError]] = {
+    JobState.FAILED: JobFailed, JobState.DEAD: JobDead, JobState.CANCELLED: JobCancelled}
+
+
+def _child_result(value: Mapping[str, Any]) -> Any:
+    state = JobState(value["state"])
+    if state == JobState.SUCCEEDED:
+        return value.get("result")
+    raise _CHILD_ERRORS[state](int(value["job_id"]), value.get("error"))
+
+
+class SyncSteps:
+    """The durable steps of one run, for sync handlers (`ctx.step_sync`): the same calls
+    as `Steps`, blocking. A step's function runs in the handler's own thread."""
+
+    def __init__(self, steps: Steps) -> None:
+        self._steps = steps
+
+    @property
+    def stored(self) -> dict[str, Any]:
+        return self._steps.stored
+
+    def now(self) -> datetime:
+        return self._steps.now()
+
+    def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._steps.loop:
+            raise RuntimeError("on the event loop, use `await ctx.step...`, not ctx.step_sync")
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._steps.loop)
+        return future.result()
+
+    def run(self, name: str, fn: Callable[[], T], *, timeout: float | None = None,
+            retry: RetryPolicy | None = None, compensate: Callable[[Any], Any] | None = None,
+            result_type: Any = None) -> T:
+        """`Steps.run`, blocking; `fn` is called in this thread."""
+        steps = self._steps
+        done, value = steps._begin(name)
+        if done:
+            typed: T = steps._typed(value, fn, result_type)
+            if compensate is not None:
+                steps._compensations.append((name, compensate, typed))
+            return typed
+        failures = 0
+        while True:
+            steps._check_running()
+            try:
+                result = self._try(fn, timeout)
+            except Exception:
+                failures += 1
+                if retry is None or failures >= retry.max_attempts:
+                    raise
+                time.sleep(_backoff(retry, failures))
+                continue
+            break
+        options = {"compensable": True} if compensate is not None else None
+        stored = self._wait(steps._put(name, result, options))
+        answer: T = steps._typed(stored, fn, result_type)
+        if compensate is not None:
+            steps._compensations.append((name, compensate, answer))
+        return answer
+
+    @staticmethod
+    def _try(fn: Callable[[], T], timeout: float | None) -> T:
+        if timeout is None:
+            return fn()
+        box: Future[T] = Future()
+
+        def call() -> None:
+            try:
+                box.set_result(fn())
+            except BaseException as error:
+                box.set_exception(error)
+
+        threading.Thread(target=call, daemon=True, name="sqljobs-step").start()
+        try:
+            return box.result(timeout)
+        except TimeoutError:
+            raise StepTimeout(f"step function ran longer than {timeout:g} s") from None
+
+    def sleep(self, name: str, duration: float | timedelta) -> None:
+        self._wait(self._steps.sleep(name, duration))
+
+    def sleep_until(self, name: str, when: datetime) -> None:
+        self._wait(self._steps.sleep_until(name, when))
+
+    def wait_for_event(self, name: str, event: str, match: Mapping[str, Any] | None = None, *,
+                       timeout: float | timedelta | None = None,
+                       raise_on_timeout: bool = False) -> dict[str, Any] | None:
+        return self._wait(self._steps.wait_for_event(
+            name, event, match, timeout=timeout, raise_on_timeout=raise_on_timeout))
+
+    def wait_for_any(self, name: str, events: Sequence[EventSpec], *,
+                     timeout: float | timedelta | None = None,
+                     raise_on_timeout: bool = False) -> Event | None:
+        return self._wait(self._steps.wait_for_any(
+            name, events, timeout=timeout, raise_on_timeout=raise_on_timeout))
+
+
+    def invoke(self, name: str, job: JobHandle[Any] | str, payload: Any = None, *,
+               key: str | None = None, **options: Any) -> Any:
+        return self._wait(self._steps.invoke(name, job, payload, key=key, **options))
+
+    def invoke_many(self, name: str, job: JobHandle[Any] | str, payloads: Sequence[Any], *,
+                    keys: Sequence[str] | None = None, **options: Any) -> list[Any]:
+        return self._wait(self._steps.invoke_many(name, job, payloads, keys=keys, **options))
+
+
+__all__ = ["Event", "EventTimeout", "StepNameReused", "StepTimeout", "Steps", "Suspended",
+           "SyncSteps", "Unwinding"]

@@ -1,0 +1,344 @@
+"""The worker: claims jobs, runs their handlers, settles them in batches.
+
+    worker = Worker(app, queues=["mail", "default"], concurrency=20)
+    exit_code = worker.run_sync()          # or: await worker.run(); app.run_worker(...)
+    $ sqljobs worker myapp.jobs:app --queue mail --queue default --concurrency 20
+
+One asyncio loop and a handful of connections (a small pool for claim, settle,
+heartbeat and progress, plus one LISTEN connection), never one connection per job.
+`Worker` wires the parts together and follows each job along its path, one file per
+step of it (package `sqljobs.runtime.worker`):
+
+    claiming.py   the claim loop: when to claim, how many (free slots + prefetch)
+    runs.py       a held job (`Run`) and the slots: waiting -> running -> settling
+    running.py    one handler run, from payload to the outcome to write; sagas
+    settling.py   outcomes written many per statement (group commit); error records
+    leases.py     every held lease renewed on a timer, lost runs stopped
+    draining.py   SIGTERM: hand back what waits, let what runs finish, cut off
+    (runtime/listening.py: the LISTEN connection that wakes the claim loop)
+
+What a crash can lose or repeat: no written outcome is lost; a run that finished but
+whose settle had not committed runs again elsewhere once its lease lapses
+(at-least-once); jobs still waiting locally go back `interrupted` on a clean stop, and
+after a crash their leases lapse like any other.
+
+The worker registers in `jobs.worker` (sql/45_workers.sql) and refreshes that row with
+each heartbeat tick; a clean exit removes it. `sqljobs workers` lists live workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from sqljobs.client import queries
+from sqljobs.client.connection import AsyncClient
+from sqljobs.client.database import check_schema_version
+from sqljobs.client.errors import ConfigurationError
+from sqljobs.client.records import ClaimedJob
+from sqljobs.runtime.lifecycle import Role
+from sqljobs.runtime.listening import WAKE_CHANNEL, Listener
+from sqljobs.runtime.threads import DaemonThreadPool
+from sqljobs.runtime.worker.claiming import ClaimLoop
+from sqljobs.runtime.worker.draining import Drain
+from sqljobs.runtime.worker.leases import LeaseKeeper
+from sqljobs.runtime.worker.running import Runner
+from sqljobs.runtime.worker.runs import Run, Slots
+from sqljobs.runtime.worker.settling import Settler
+
+if TYPE_CHECKING:
+    from sqljobs.declare.app import App
+    from sqljobs.declare.jobs import JobDefinition
+
+logger = logging.getLogger("sqljobs.worker")
+
+
+class Worker(Role):
+    """Runs the jobs an `App` declares. See the module docstring for the guarantees."""
+
+    def __init__(
+        self,
+        app: App,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 10,
+        *,
+        lease_s: float = 30.0,
+        heartbeat_s: float | None = None,
+        poll_interval: float = 1.0,
+        prefetch: int | None = None,
+        drain_timeout: float = 30.0,
+        listen: bool = True,
+        listen_retry_s: float = 1.0,
+        install_signals: bool = True,
+        worker_id: str | None = None,
+    ) -> None:
+        Role.__init__(self)
+        definitions = {name: handle.definition for name, handle in app.jobs.items()}
+        if not definitions:
+            raise ConfigurationError("the app declares no jobs: a worker would run nothing")
+        if concurrency < 1:
+            raise ConfigurationError("concurrency must be at least 1")
+        if prefetch is not None and prefetch < 0:
+            raise ConfigurationError("prefetch must be zero or more")
+        if lease_s <= 0 or poll_interval <= 0 or drain_timeout < 0:
+            raise ConfigurationError("lease_s and poll_interval must be positive, "
+                                     "drain_timeout zero or more")
+        self.app = app
+        self.queues = list(dict.fromkeys(queues or sorted({d.queue for d in definitions.values()})))
+        if not self.queues:
+            raise ConfigurationError("a worker needs at least one queue")
+        self.names = sorted(definitions)
+        self.concurrency = concurrency
+        self.prefetch = concurrency if prefetch is None else prefetch
+        self.lease_s = float(lease_s)
+        self.heartbeat_s = float(heartbeat_s) if heartbeat_s else self.lease_s / 3
+        if self.heartbeat_s >= self.lease_s:
+            raise ConfigurationError("heartbeat_s must be shorter than lease_s")
+        self.poll_interval = float(poll_interval)
+        self.drain_timeout = float(drain_timeout)
+        self.listen = listen
+        self.listen_retry_s = float(listen_retry_s)
+        self.install_signals = install_signals
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.id = worker_id or f"{self.host}:{self.pid}:{secrets.token_hex(3)}"
+        self._definitions: dict[str, JobDefinition[Any]] = definitions
+        self._slots = Slots(concurrency, self.prefetch)
+        self._stop_requested: asyncio.Event | None = None
+        self._force_requested: asyncio.Event | None = None
+        self._client: AsyncClient | None = None
+        self._claims: ClaimLoop | None = None
+        self._runner: Runner | None = None
+        self._settler: Settler | None = None
+        self._listener: Listener | None = None
+        self._threads = DaemonThreadPool(concurrency, name=f"sqljobs-{self.pid}")
+        self.counts: dict[str, int] = {}
+        self._log_extra = {"worker_id": self.id}
+
+    @property
+    def listening(self) -> bool:
+        """True while the LISTEN connection is up."""
+        return self._listener is not None and self._listener.listening
+
+    # -- public control ---------------------------------------------------------------
+
+    def _on_stop_requested(self) -> None:
+        logger.info("draining: no new claims; %d running job(s) get %.0f s to finish",
+                    len(self._slots.runs), self.drain_timeout, extra=self._log_extra)
+
+    def _on_force_requested(self) -> None:
+        logger.warning("stopping at once: %d running job(s) go back as interrupted",
+                       len(self._slots.runs), extra=self._log_extra)
+
+    def _request_stop(self) -> None:
+        super()._request_stop()
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+
+    def _request_force(self) -> None:
+        super()._request_force()
+        if self._force_requested is not None:
+            self._force_requested.set()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def run_sync(self) -> int:
+        """Run until stopped; answers the exit code (0 after a drain, 1 after a forced stop)."""
+        return asyncio.run(self.run())
+
+    async def run(self) -> int:
+        """Run until stopped; answers the exit code (0 after a drain, 1 after a forced stop)."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._stop_requested = asyncio.Event()
+        self._force_requested = asyncio.Event()
+        if self._stopping:
+            self._stop_requested.set()
+        dsn = self.app.dsn
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            dsn, min_size=2, max_size=4, open=False, timeout=10.0,
+            kwargs={"autocommit": True, "prepare_threshold": 0,
+                    "application_name": f"sqljobs-worker {self.id}"[:63]},
+            name="sqljobs-worker",
+        )
+        await pool.open(wait=True, timeout=30.0)
+        client = self._client = AsyncClient(pool)
+        background: list[asyncio.Task[None]] = []
+        signals: list[signal.Signals] = []
+        try:
+            check_schema_version(await client.run(queries.schema_version()))
+            await self._register()
+            self._wire(client, dsn)
+            assert self._settler is not None and self._claims is not None
+            background.append(asyncio.create_task(self._settler.serve(), name="settler"))
+            leases = LeaseKeeper(client=client, slots=self._slots, lease_s=self.lease_s,
+                                 heartbeat_s=self.heartbeat_s, register=self._register,
+                                 log_extra=self._log_extra)
+            background.append(asyncio.create_task(leases.serve(), name="heartbeats"))
+            if self._listener is not None:
+                background.append(asyncio.create_task(self._listener.serve(), name="listen"))
+            signals = self._install_signals(loop)
+            logger.info(
+                "sqljobs worker %s started: queues=%s concurrency=%d prefetch=%d jobs=%d "
+                "lease=%gs poll=%gs listen=%s", self.id, ",".join(self.queues),
+                self.concurrency, self.prefetch, len(self.names), self.lease_s,
+                self.poll_interval,
+                "on" if self.listen else "off",
+                extra={**self._log_extra, "queues": self.queues, "concurrency": self.concurrency,
+                       "names": self.names},
+            )
+            await self._claims.run()
+            await Drain(slots=self._slots, settler=self._settler, timeout=self.drain_timeout,
+                        force_requested=self._force_requested, log_extra=self._log_extra).run()
+        finally:
+            self._remove_signals(loop, signals)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            for run in list(self._slots.runs.values()):
+                if run.task is not None and not run.task.done():
+                    run.task.cancel()
+            try:
+                await asyncio.wait_for(client.run(queries.worker_stop(self.id)), 5.0)
+            except Exception as error:  # the row expires on its own
+                logger.warning("could not deregister: %s", error, extra=self._log_extra)
+            self._threads.shutdown()
+            await pool.close()
+        code = 1 if self._forced else 0
+        logger.info("sqljobs worker %s stopped (exit %d): %s", self.id, code,
+                    ", ".join(f"{k}={v}" for k, v in sorted(self.counts.items())) or "no jobs",
+                    extra={**self._log_extra, "counts": dict(self.counts)})
+        return code
+
+    def _wire(self, client: AsyncClient, dsn: str) -> None:
+        """The parts a running worker is made of (see the module docstring)."""
+        self._settler = Settler(client, self.id)
+        self._runner = Runner(definitions=self._definitions, client=client,
+                              threads=self._threads, worker_id=self.id, lease_s=self.lease_s,
+                              log_extra=self._log_extra)
+        self._claims = ClaimLoop(
+            client=client, slots=self._slots, worker_id=self.id, queues=self.queues,
+            names=self.names, lease_s=self.lease_s, poll_interval=self.poll_interval,
+            wake=self._wake, claimed=self._hold, stopping=lambda: self._stopping,
+            sleep=self._sleep, log_extra=self._log_extra)
+        if self.listen:
+            queues = frozenset(self.queues)
+            self._listener = Listener(
+                dsn=dsn, channel=WAKE_CHANNEL, wake=self._claims.want,
+                accept=queues.__contains__, retry_s=self.listen_retry_s,
+                poll_interval=self.poll_interval, holder=self.id, log=logger,
+                log_extra=self._log_extra)
+
+    async def _register(self) -> None:
+        assert self._client is not None
+        await self._client.run(queries.worker_heartbeat(
+            self.id, self.queues, self.names, self.concurrency,
+            ttl_s=max(3 * self.heartbeat_s, 5.0), host=self.host, pid=self.pid,
+            info={"lease_s": self.lease_s, "poll_interval": self.poll_interval}))
+
+    async def _sleep(self, seconds: float) -> None:
+        assert self._stop_requested is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_requested.wait(), seconds)
+
+    # -- the path of a job: held, started, run, settled, released ----------------------
+
+    def _hold(self, job: ClaimedJob, sent: float) -> None:
+        """A claimed job: its lease counts from when the claim was sent."""
+        self._slots.hold(Run(job, lease_deadline=sent + self.lease_s))
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Start waiting runs while slots are free and the settler keeps up."""
+        if self._stopping:
+            return
+        started, dropped = self._slots.startable()
+        if dropped:
+            self.counts["lost"] = self.counts.get("lost", 0) + dropped
+        for run in started:
+            run.task = asyncio.create_task(self._execute(run), name=f"job-{run.job.id}")
+
+    def _free_slot(self, run: Run) -> None:
+        if self._slots.free(run):
+            self._start_waiting()
+            self._wake.set()
+
+    async def _execute(self, run: Run) -> None:
+        job = run.job
+        fields = {**self._log_extra, **run.log_fields}
+        assert self._runner is not None and self._settler is not None
+        try:
+            settlement = await self._runner.outcome(run)
+            if settlement is not None and not settlement.written:
+                settlement = await self._runner.saga(run, settlement)
+            if settlement is None:
+                self._count("lost")
+                logger.warning("job %s stopped: no longer held by this worker (%s); "
+                               "nothing written", job.id, run.stop_reason,
+                               extra={**fields, "outcome": "lost"})
+                return
+            run.settling = True
+            if run.thread is None or run.thread.done():
+                self._free_slot(run)  # the slot is free; the outcome waits for the settler
+            if settlement.written:  # a durable step parked the job, or a saga settled it
+                self._count(settlement.label)
+                logger.info("job %s %s %s", job.id, job.name, settlement.label,
+                            extra={**fields, "outcome": settlement.label})
+                return
+            ok = await self._settler.settle(run, settlement)
+            duration_ms = round((time.monotonic() - run.started) * 1000, 1)
+            if ok:
+                self._count(settlement.label)
+                level = logging.INFO if settlement.ack or settlement.mode in (
+                    "shed", "interrupt") else logging.WARNING
+                error = settlement.error or {}
+                reason = f" ({error.get('kind')}: {error.get('message')})" if error else ""
+                logger.log(level, "job %s %s %s%s", job.id, job.name, settlement.label, reason,
+                           extra={**fields, "outcome": settlement.label,
+                                  "duration_ms": duration_ms,
+                                  "error_kind": error.get("kind")})
+            else:
+                self._count("lost")
+                logger.warning("job %s %s: settle refused, the lease was lost (another "
+                               "worker may run it again)", job.id, settlement.label,
+                               extra={**fields, "outcome": "lost"})
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("job %s: worker error", job.id, extra=fields)
+        finally:
+            run.settled.set()
+            if run.thread is not None and not run.thread.done():
+                # A sync handler Python cannot interrupt: its slot stays taken until
+                # its thread returns (its outcome is already written or discarded).
+                await asyncio.wrap_future(run.thread)
+            self._slots.release(run)
+            self._start_waiting()
+            self._wake.set()
+
+    def _count(self, label: str) -> None:
+        self.counts[label] = self.counts.get(label, 0) + 1
+
+
+def run_worker(app: App, queues: Sequence[str] | None = None, concurrency: int = 10,
+               **options: Any) -> int:
+    """Run a worker for `app` until SIGTERM/SIGINT; answers the exit code."""
+    return Worker(app, queues, concurrency, **options).run_sync()
+
+
+async def run_worker_async(app: App, queues: Sequence[str] | None = None,
+                           concurrency: int = 10, **options: Any) -> int:
+    return await Worker(app, queues, concurrency, **options).run()
+
+
+__all__ = ["Worker", "run_worker", "run_worker_async"]

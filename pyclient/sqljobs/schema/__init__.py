@@ -1,0 +1,8 @@
+"""The schema's installation and upgrades: `sqljobs migrate`, the packaged SQL and
+Alembic revisions, and the host-application plug-in behind `sqljobs.alembic`.
+
+    migrate.py    apply sqljobs' own Alembic revisions to a database, standalone
+    resources.py  where the packaged SQL and revisions live (wheel or checkout)
+
+Imports nothing from the rest of sqljobs but `sqljobs._version`.
+"""
