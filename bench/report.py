@@ -106,7 +106,7 @@ def render(results: Results, facts: dict[str, str], workloads: dict[str, str],
     bound = {wl: name for name, (_, _, wl) in ceilings.items() if wl}
     w("### Workloads (sqljobs, SQL level, no handlers)\n")
     w("| workload | what | repeats | jobs/s | commits/job | ceiling (jobs/s, this run) "
-      "| ratio to ceiling | target (DESIGN.md §5) | met |")
+      "| ratio to ceiling | target (docs/benchmarks.md) | met |")
     w("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, summary in workloads.items():
         rate, commits = results.rate(name), results.commits(name)
@@ -131,7 +131,7 @@ def render(results: Results, facts: dict[str, str], workloads: dict[str, str],
 
     w("### Ceilings (pgbench, minimal queue table, same server, same run)\n")
     w("| ceiling | what | clients | repeats | tps | jobs/s | commits/job "
-      "| ANCHORS.md figure (not measured here) |")
+      "| published figure (not measured here) |")
     w("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, (summary, clients, _) in ceilings.items():
         key = f"ceiling:{name}"

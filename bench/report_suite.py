@@ -106,7 +106,7 @@ def render_side_by_side(runs: list[Measurement], meta: dict[str, Any]) -> str:
 
 def render_targets(timed: dict[tuple[str, str], list[Measurement]],
                    counted: dict[tuple[str, str], Measurement]) -> str:
-    """DESIGN.md §5's targets that this section can judge, against this run."""
+    """The targets (docs/benchmarks.md) that this section can judge, against this run."""
 
     def med(result: str, system: str, key: str) -> float | None:
         ms = timed.get((result, system))
@@ -145,7 +145,7 @@ def render_targets(timed: dict[tuple[str, str], list[Measurement]],
            per("replay", "sqljobs"), 0.0, False)
     if not rows:
         return ""
-    out = ["### Targets (DESIGN.md §5) judged on this run\n",
+    out = ["### Targets (docs/benchmarks.md) judged on this run\n",
            "| target | unit | sqljobs | needs | met |", "| --- | --- | --- | --- | --- |"]
     for what, unit, have, need, higher in rows:
         met = have >= need if higher else have <= need

@@ -1,27 +1,26 @@
-"""Where should finished jobs live? A sustained enqueue + drain, sampled every 10 s.
+"""Does the hot table stay healthy? A sustained enqueue + drain, sampled every 10 s.
 
-    python -m bench.sustained                          # both designs, 3 minutes each
-    python -m bench.sustained --design history --minutes 10
+    python -m bench.sustained                          # 3 minutes
+    python -m bench.sustained --minutes 10
 
-Designs, each in its own fresh database sqljobs_bench_sustained_<design>:
-  current  the installed schema: finished rows stay in jobs.job; the claim reads only
-           the partial index job_claimable_idx (ready/interrupted rows).
-  history  the same install plus bench/scratch/history.sql: ack_many moves finished
-           rows to jobs.job_history; jobs.job keeps live rows only.
+The production schema, as installed, in a fresh database sqljobs_bench_sustained_current:
+finished rows stay in jobs.job; the claim reads only the partial index
+job_claimable_idx (ready/interrupted rows). (docs/design/finished-jobs.md records the
+history-table alternative this once ran beside; it was measured and retired.)
 
 Load: one producer enqueues --rate jobs/s with enqueue_many in batches of --batch on a
 fixed schedule; --workers processes loop claim(--limit) then ack_many, sleeping
 --poll-s whenever a claim came back short. Every --sample-s the sampler records claim
 latency (p50/p99 of the claim calls in that window, client side), throughput, backlog,
-and jobs.job's heap and index sizes and dead tuples (plus job_history's, when present).
+and jobs.job's heap and index sizes and dead tuples.
 
 Vacuum: a server running with `autovacuum = off` (as the CI-configured one this was
-written on) never cleans either design, so by default (--vacuum auto) the bench then
+written on) never cleans the table, so by default (--vacuum auto) the bench then
 stands in for autovacuum: stock thresholds, checked every --naptime-s, throttled like
 autovacuum (see Autovacuum). Server settings are left alone.
 
-Writes bench/.out/sustained-<design>[-fixed]-<minutes>m-<vacuum><naptime>s.json and prints
-a markdown table per design.
+Writes bench/.out/sustained-current-<minutes>m-<vacuum><naptime>s.json and prints a
+markdown table.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import re
 import statistics
 import sys
 import time
@@ -45,50 +43,13 @@ from bench.adapters.sqljobs_sql import ACK_MANY, CLAIM, ENQUEUE_MANY, JOB_NAME, 
 from bench.autovacuum import Autovacuum
 
 HERE = Path(__file__).resolve().parent
-HISTORY_SQL = HERE / "scratch" / "history.sql"
-DESIGNS = ("current", "history")
-
-# The one probe the history design adds to enqueue_many's insert: a finished key lives
-# in jobs.job_history and must still dedupe. A scalar subquery, so it stays an index
-# probe per spec whatever the statistics say.
-_INSERT_ORDER = re.compile(r"(\n(\s*)order by s\.name, coalesce\(s\.tenant, ''\), s\.key)")
-_HISTORY_PROBE = (
-    "\n{indent}where (select h.id from jobs.job_history h"
-    "\n{indent}        where h.name = s.name and coalesce(h.tenant, '') = coalesce(s.tenant, '')"
-    "\n{indent}          and h.key = s.key limit 1) is null"
-)
-# --fix-enqueue-lookup: the change suggested for sql/20_enqueue.sql. enqueue_many's
-# key look-ups are lateral subqueries that the planner pulls up into a plain join; a
-# cached generic plan made while jobs.job was small then hash-joins a sequential scan
-# of the whole table on every call. `limit 1` keeps each an index probe.
-_KEY_LOOKUP = re.compile(r"and k\.key = s\.key\)( as j)")
+DESIGNS = ("current",)
 
 
-def _patch_enqueue_many(conn: psycopg.Connection[Any], pattern: re.Pattern[str], repl: Any,
-                        expected: int) -> None:
-    row = conn.execute(
-        "select pg_catalog.pg_get_functiondef('jobs.enqueue_many(jsonb)'::regprocedure)"
-    ).fetchone()
-    assert row is not None
-    source, n = pattern.subn(repl, str(row[0]))
-    if n != expected:
-        raise RuntimeError(f"bench/sustained.py: {pattern.pattern!r} matched {n} times in "
-                           f"jobs.enqueue_many, expected {expected}; update the pattern")
-    conn.execute(source)
-
-
-def install(design: str, dsn: str, fix_enqueue_lookup: bool = False) -> None:
+def install(design: str, dsn: str) -> None:
     from sqljobs.schema.migrate import upgrade  # not in the load processes: they only import this
 
     upgrade(dsn)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        if fix_enqueue_lookup:
-            _patch_enqueue_many(conn, _KEY_LOOKUP, r"and k.key = s.key limit 1)\1", 3)
-        if design == "history":
-            conn.execute(HISTORY_SQL.read_text(encoding="utf-8"))
-            _patch_enqueue_many(
-                conn, _INSERT_ORDER,
-                lambda m: _HISTORY_PROBE.format(indent=m.group(2)) + m.group(1), 1)
 
 
 # -- load ------------------------------------------------------------------------------
@@ -149,11 +110,7 @@ select pg_catalog.pg_relation_size('jobs.job') as job_heap,
        pg_catalog.pg_indexes_size('jobs.job') as job_indexes,
        pg_catalog.pg_relation_size('jobs.job_claimable_idx') as claimable_idx,
        pg_catalog.pg_relation_size('jobs.job_pkey') as pkey_idx,
-       pg_catalog.pg_relation_size('jobs.job_key_idx') as key_idx,
-       coalesce(pg_catalog.pg_relation_size(pg_catalog.to_regclass('jobs.job_history')), 0)
-         as history_heap,
-       coalesce(pg_catalog.pg_indexes_size(pg_catalog.to_regclass('jobs.job_history')), 0)
-         as history_indexes
+       pg_catalog.pg_relation_size('jobs.job_key_idx') as key_idx
 """
 TABLE_STATS = """
 select n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd,
@@ -171,8 +128,6 @@ class Sample:
     claimable_idx: int
     pkey_idx: int
     key_idx: int
-    history_heap: int
-    history_indexes: int
     n_live_tup: int
     n_dead_tup: int
     n_tup_upd: int
@@ -211,7 +166,6 @@ def pct(values: list[float], q: float) -> float:
 @dataclass
 class Run:
     design: str
-    fix_enqueue_lookup: bool
     minutes: float
     rate: float
     batch: int
@@ -227,14 +181,14 @@ class Run:
 def run_design(design: str, args: argparse.Namespace) -> Run:
     dbname = f"sqljobs_bench_sustained_{design}"
     dsn = db.fresh_database(args.dsn, dbname)
-    install(design, dsn, args.fix_enqueue_lookup)
+    install(design, dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("select pg_catalog.current_setting('autovacuum')").fetchone()
     server_autovacuum = bool(row and row[0] == "on")
     vacuum = args.vacuum
     if vacuum == "auto":
         vacuum = "server" if server_autovacuum else "emulate"
-    result = Run(design, args.fix_enqueue_lookup, args.minutes, args.rate, args.batch,
+    result = Run(design, args.minutes, args.rate, args.batch,
                  args.workers, args.limit, args.poll_s, vacuum)
     ctx = mp.get_context("spawn")
     stop, out = ctx.Event(), ctx.Queue()
@@ -305,8 +259,6 @@ def run_design(design: str, args: argparse.Namespace) -> Run:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         live = conn.execute("select count(*) from jobs.job").fetchone()
-        hist = conn.execute("select count(*) from jobs.job_history").fetchone() \
-            if design == "history" else (0,)
     claim_ms = [r[1] * 1e3 for r in claim_records if r[0] <= duration]
     result.totals = {
         "enqueued": sum(r[2] for r in producer_records),
@@ -317,7 +269,6 @@ def run_design(design: str, args: argparse.Namespace) -> Run:
         "claim_nonempty_p50_ms": pct([r[1] * 1e3 for r in claim_records if r[2]], 0.50),
         "claim_nonempty_p99_ms": pct([r[1] * 1e3 for r in claim_records if r[2]], 0.99),
         "rows_in_job": int(live[0]) if live else 0,
-        "rows_in_history": int(hist[0]) if hist else 0,
     }
     if not args.keep:
         db.drop_database(args.dsn, dbname)
@@ -330,13 +281,13 @@ def mib(n: int) -> str:
 
 def table(run: Run) -> str:
     lines = [
-        f"### {run.design}{' + enqueue look-up fix' if run.fix_enqueue_lookup else ''}: "
+        f"### {run.design}: "
         f"{run.minutes:g} min, vacuum: {run.vacuum}, {run.rate:,.0f} jobs/s in batches of "
         f"{run.batch}, {run.workers} workers claiming {run.limit}\n",
         "| t (s) | enq/s | ack/s | backlog | claim p50 / p99 (ms) | ack p50 / p99 (ms) "
         "| enqueue p50 / p99 (ms) | job heap (MiB) | job indexes (MiB) | claimable idx (MiB) "
-        "| dead tuples | history heap + idx (MiB) | vacuums |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| dead tuples | vacuums |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     prev = 0.0
     for s in run.samples:
@@ -347,15 +298,13 @@ def table(run: Run) -> str:
             f"| {s.claim_p50_ms:.2f} / {s.claim_p99_ms:.2f} | {s.ack_p50_ms:.2f} / "
             f"{s.ack_p99_ms:.2f} | {s.enqueue_p50_ms:.2f} / {s.enqueue_p99_ms:.2f} "
             f"| {mib(s.job_heap)} | {mib(s.job_indexes)} | {mib(s.claimable_idx)} "
-            f"| {s.n_dead_tup:,} | {mib(s.history_heap)} + {mib(s.history_indexes)} "
-            f"| {s.vacuums} |")
+            f"| {s.n_dead_tup:,} | {s.vacuums} |")
     t = run.totals
     lines.append(
         f"\nTotals: enqueued {t['enqueued']:,}, acked {t['acked']:,}; claim p50 / p99 "
         f"{t['claim_p50_ms']:.2f} / {t['claim_p99_ms']:.2f} ms over {t['claim_calls']:,} calls "
         f"(claims that got jobs: {t['claim_nonempty_p50_ms']:.2f} / "
-        f"{t['claim_nonempty_p99_ms']:.2f} ms); rows left in jobs.job {t['rows_in_job']:,}, "
-        f"in jobs.job_history {t['rows_in_history']:,}.")
+        f"{t['claim_nonempty_p99_ms']:.2f} ms); rows left in jobs.job {t['rows_in_job']:,}.")
     if run.vacuum_events:
         lines.append("\nEmulated autovacuum: " + "; ".join(
             f"{what} at {at:.0f} s ({took:.1f} s)" for at, took, what in run.vacuum_events))
@@ -365,7 +314,6 @@ def table(run: Run) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sustained", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--design", choices=[*DESIGNS, "both"], default="both")
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--rate", type=float, default=2000.0, help="jobs/s enqueued")
     parser.add_argument("--batch", type=int, default=200, help="specs per enqueue_many")
@@ -381,17 +329,14 @@ def main(argv: list[str] | None = None) -> int:
                              "auto (default): emulate when the server's autovacuum is off")
     parser.add_argument("--naptime-s", type=float, default=60.0,
                         help="the emulated autovacuum's naptime (stock: 60)")
-    parser.add_argument("--fix-enqueue-lookup", action="store_true",
-                        help="apply the suggested enqueue_many key look-up fix (both designs)")
     parser.add_argument("--keep", action="store_true", help="keep the databases")
     args = parser.parse_args(argv)
 
-    designs = DESIGNS if args.design == "both" else (args.design,)
+    designs = DESIGNS
     for design in designs:
         print(f"== {design}", flush=True)
         result = run_design(design, args)
-        tag = "-fixed" if args.fix_enqueue_lookup else ""
-        out = HERE / ".out" / (f"sustained-{design}{tag}-{args.minutes:g}m-{result.vacuum}"
+        out = HERE / ".out" / (f"sustained-{design}-{args.minutes:g}m-{result.vacuum}"
                                f"{args.naptime_s:g}s.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(asdict(result), indent=2) + "\n", encoding="utf-8")

@@ -1,4 +1,4 @@
-"""The workloads, each defined once (DESIGN.md §5), run against any adapter.
+"""The workloads, each defined once (docs/benchmarks.md), run against any adapter.
 
 A workload gets a fresh database with the adapter's schema installed, does its
 untimed setup, then times the work and counts commits in that database (from

@@ -1,4 +1,4 @@
--- sqljobs: the transactional outbox (SPEC §6).
+-- sqljobs: the transactional outbox (docs/howto-outbox.md, docs/design/outbox-and-scheduler.md).
 --
 -- A service that must not talk to the worker fleet stages jobs in its OWN transaction
 -- (jobs.stage / jobs.stage_many); a relay publishes them as jobs later (jobs.relay).

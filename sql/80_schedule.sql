@@ -1,4 +1,4 @@
--- sqljobs: schedules (cron tasks) and the scheduler's leader lease (SPEC §6).
+-- sqljobs: schedules (cron tasks) and the scheduler's leader lease (docs/howto-scheduler.md).
 --
 -- A schedule names a job type, a cron expression in a time zone, a catch-up policy and
 -- the enqueue options and payload of each occurrence. The database stores schedules

@@ -1,4 +1,4 @@
--- The public surface of the jobs schema, pinned (DESIGN §1: signatures are frozen once
+-- The public surface of the jobs schema, pinned (docs/design/schema-upgrades.md: signatures are frozen once
 -- released). A change here is a change to the API: add a function with a new name instead.
 -- Functions not listed here are private helpers.
 begin;

@@ -1,4 +1,4 @@
-"""One table of error codes (DESIGN §1), kept in step in four places.
+"""One table of error codes (docs/reference/errors.md), kept in step in four places.
 
 `jobs.error_codes()`, the comment table at the top of sql/10_errors.sql, the Python
 registry (`sqljobs.errors.DatabaseError.registry()`) and docs/reference/errors.md agree

@@ -1,4 +1,4 @@
-"""Installing the schema (SPEC §1, DESIGN §2): every path gives the same `jobs` schema.
+"""Installing the schema (docs/howto-alembic.md): every path gives the same `jobs` schema.
 
 * the Alembic revision (`sqljobs.migrate.upgrade`) equals running `sql/*.sql` directly;
 * installing twice changes nothing;

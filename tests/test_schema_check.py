@@ -1,4 +1,4 @@
-"""The client checks the installed schema when it opens (DESIGN §2).
+"""The client checks the installed schema when it opens.
 
 Missing or older than this client needs: `SchemaError`, naming the command to run
 (`sqljobs migrate`). Current: the app opens. Sync and async alike.

@@ -1,4 +1,4 @@
-"""No production statement reads or returns a whole row (SPEC §2, DESIGN §1).
+"""No production statement reads or returns a whole row (docs/reference/sql.md, the rules).
 
 Scans the SQL in `sql/` and the SQL in string literals under `pyclient/` for
 `select *`, `returning *` and `alias.*` (e.g. `select j.*`, `returning j.*`, `(t).*`),

@@ -1,4 +1,4 @@
-"""The built wheel carries the SQL (SPEC §1): a non-editable install can install the schema.
+"""The built wheel carries the SQL: a non-editable install can install the schema.
 
 Builds the wheel from this checkout, installs it into a new virtualenv outside the
 checkout, and runs that virtualenv's `sqljobs migrate --dsn` against an empty database.
@@ -102,3 +102,11 @@ def test_installed_wheel_migrates_an_empty_database(wheel: Path, empty_db: str,
     with psycopg.connect(empty_db) as conn:
         row = conn.execute("select jobs.schema_version()").fetchone()
     assert row == (SCHEMA_VERSION,)
+
+
+def test_the_license_pyproject_names_is_in_the_repository() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert project["license"] == "MIT" and license_text.startswith("MIT License")

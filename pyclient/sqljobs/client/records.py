@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 
 class JobState(StrEnum):
-    """SPEC §2's states; docs/reference/states.md draws the machine."""
+    """A job's states; docs/reference/states.md draws the machine."""
 
     READY = "ready"
     RUNNING = "running"
