@@ -1,6 +1,6 @@
-"""The targets (docs/benchmarks.md) for the SQL-level engine workloads, and the ceilings' figures
-quoted from figures published for the same machine class, for orientation (measured elsewhere, not in this run). The peers
-themselves are measured in the same run (bench/suite.py, bench/systems.py)."""
+"""The targets (docs/benchmarks.md) for the SQL-level engine workloads, and published
+figures for the same ceilings, for orientation (measured elsewhere, not in this run).
+The peers themselves are measured in the same run (bench/suite.py, bench/systems.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The job state machine (docs/reference/states.md), driven at random against the real SQL functions.
+"""The job state machine (docs/reference/states.md), driven at random against the SQL.
 
 A hypothesis `RuleBasedStateMachine` runs random sequences of enqueue, enqueue_many,
 claim, ack, nack (every mode, with and without delay), heartbeat, progress, cancel,
