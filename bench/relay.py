@@ -50,7 +50,7 @@ async def relay_all(dsn: str, relays: int, batch: int) -> float:
                    purge_interval=3600.0) for _ in range(relays)]
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         started = time.perf_counter()
-        tasks = [asyncio.create_task(role.run()) for role in roles]
+        tasks = [asyncio.create_task(role.run_async()) for role in roles]
         while True:
             cur = await conn.execute("select pending from jobs.outbox_stats()")
             row = await cur.fetchone()

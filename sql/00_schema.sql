@@ -49,38 +49,52 @@ create sequence if not exists jobs.job_id_seq as bigint;
 -- jobs.job: every job, live and finished (docs/design/finished-jobs.md says why one
 -- table). The claim only ever reads `job_claimable_idx`, a partial index holding
 -- nothing but claimable rows, so finished rows never slow it down.
+--
+-- The job spec (docs/reference/sql.md, "Job specs") is read off this table: every
+-- column but the engine's own (jobs.define_spec in sql/20_enqueue.sql names those) is
+-- a spec field a caller may set, and its DEFAULT here is the field's default. Adding a
+-- spec field is adding a column here (and its field to sqljobs.JobSpec).
 -- ---------------------------------------------------------------------------
 create table if not exists jobs.job (
   id               bigint primary key default pg_catalog.nextval('jobs.job_id_seq'),
+  -- spec fields: set by the caller, defaulted here
   name             text not null,                  -- the declared job type
   queue            text not null default 'default',
   tenant           text,                           -- null: not tenant-scoped
   key              text not null,                  -- idempotency key (required)
   payload          jsonb not null default '{}',
   priority         smallint not null default 0,    -- lower runs first
-  run_at           timestamptz not null,           -- not before; for parked: wake-up time
-  state            jobs.job_state not null default 'ready',
-  attempt          integer not null default 0,     -- attempts started (moved by claim)
+  run_at           timestamptz not null,           -- not before (default: now + delay_s)
   max_attempts     integer not null default 25,
   retry_base_s     double precision not null default 1,    -- backoff: base * 2^(attempt-1)
   retry_cap_s      double precision not null default 3600, -- capped here
   retry_jitter     text not null default 'full',           -- none | full | equal
   dead_letter      boolean not null default true,  -- exhausted -> dead (true) or failed
   timeout_s        double precision,               -- per attempt; enforced by the worker
+  traceparent      text,                           -- W3C traceparent of the producer span
+  -- the engine's own: moved by the functions only
+  state            jobs.job_state not null default 'ready',  -- for parked: run_at = wake-up
+  attempt          integer not null default 0,     -- attempts started (moved by claim)
   claim            bigint not null default 0,      -- claim token: moved by every claim
   lease_expires_at timestamptz,                    -- set while running
   worker           text,                           -- who holds the claim
   progress         jsonb,
   last_error       jsonb,
   result           jsonb,
-  traceparent      text,
   created_at       timestamptz not null,
   started_at       timestamptz,                    -- start of the latest attempt
   finished_at      timestamptz,                    -- set on entering a final state
-  constraint job_priority_range check (priority between -32768 and 32767),
-  constraint job_attempts_positive check (max_attempts >= 1),
-  constraint job_jitter_mode check (retry_jitter in ('none', 'full', 'equal'))
+  first_started_at timestamptz,                    -- the first claim: an event wait's cursor
+  step_seq         integer not null default 0,     -- moved by every step write (sql/50_steps.sql)
+  compensable      boolean not null default false, -- a step with a compensation was stored
+  compensating     boolean not null default false, -- unwinding its saga (never buried)
+  parent_id        bigint,                         -- a child job: the parent awaiting it
+  parent_step      text,                           --   and the parent's step
+  settle_watched   boolean not null default false  -- someone awaits its result (40_settle)
 ) with (fillfactor = 70);  -- room for HOT updates of progress and heartbeats
+-- No CHECK constraints: every value a caller gives is checked once, by
+-- jobs.spec_problem, before any write (a CHECK would repeat those rules, and cost a
+-- parse of its expression on every insert).
 
 comment on table jobs.job is 'Private storage of every job; use the jobs.* functions.';
 
@@ -104,6 +118,9 @@ create index if not exists job_parked_idx
   on jobs.job (run_at)
   where state = 'parked';
 
+-- A child's settlement finds its parent's other children (sql/50_steps.sql).
+create index if not exists job_parent_idx on jobs.job (parent_id) where parent_id is not null;
+
 -- Operator filters and retention sweep finished rows by age.
 create index if not exists job_finished_idx
   on jobs.job (finished_at)
@@ -120,6 +137,165 @@ create table if not exists jobs.queue (
 );
 
 comment on table jobs.queue is 'Private: per-queue pause state; use jobs.pause_queue/resume_queue.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.worker: the workers registry (sql/45_workers.sql).
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.worker (
+  id           text primary key,            -- the id the worker claims under (jobs.job.worker)
+  started_at   timestamptz not null,
+  heartbeat_at timestamptz not null,
+  expires_at   timestamptz not null,        -- live while expires_at > jobs.now()
+  queues       text[] not null,
+  names        text[] not null,             -- the job names it can run (its claim filter)
+  concurrency  integer not null,
+  host         text,
+  pid          integer,
+  info         jsonb not null default '{}', -- free-form: client version, lease, poll interval
+  constraint worker_concurrency_positive check (concurrency >= 1)
+);
+
+comment on table jobs.worker is
+  'Private: live workers and their last heartbeat; use jobs.worker_heartbeat/worker_stop/workers.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.step: one row per stored step of a job.
+--   kind: run (a step.run result), sleep ({"until": time}), event ({"event", "payload",
+--   "id"}), timeout ({"timeout": true}: an event wait that timed out), child ({"job_id",
+--   "state", "result", "error"}: an invoked child job's outcome), undo (a compensation
+--   ran; name 'sqljobs.undo:<step>'), unwind (name 'sqljobs.unwind': the job is
+--   unwinding; {"state": the final state to settle in, "error": why}).
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.step (
+  job_id     bigint not null references jobs.job (id) on delete cascade,
+  name       text not null,
+  ordinal    integer not null,          -- order of first writing within the job
+  kind       text not null,
+  value      jsonb,
+  event_id   bigint,                    -- kind = event: the event it consumed
+  created_at timestamptz not null,
+  primary key (job_id, name),
+  constraint step_kind check (kind in ('run', 'sleep', 'event', 'timeout', 'child', 'undo',
+                                       'unwind'))
+);
+
+comment on table jobs.step is 'Private: stored durable steps of jobs; written by jobs.step_* functions.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.event: emitted events.
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.event (
+  id         bigint generated always as identity primary key,
+  name       text not null,
+  payload    jsonb not null default '{}',
+  created_at timestamptz not null
+);
+
+comment on table jobs.event is 'Private: emitted events; use jobs.emit_event.';
+
+-- A wait looks back by name from its cursor.
+create index if not exists event_name_idx on jobs.event (name, created_at, id);
+
+-- ---------------------------------------------------------------------------
+-- jobs.event_wait: open event waits, one per (job, step); removed once resolved.
+--   specs: [{"event": name, "match": {...}}, ...]  (first of several)
+--   names: the event names of specs (for the emit's index lookup)
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.event_wait (
+  job_id     bigint not null references jobs.job (id) on delete cascade,
+  step       text not null,
+  specs      jsonb not null,
+  names      text[] not null,
+  deadline   timestamptz not null,     -- 'infinity': no timeout
+  created_at timestamptz not null,
+  primary key (job_id, step)
+);
+
+comment on table jobs.event_wait is 'Private: open event waits of parked jobs; written by jobs.step_wait.';
+
+create index if not exists event_wait_names_idx on jobs.event_wait using gin (names);
+
+-- ---------------------------------------------------------------------------
+-- jobs.outbox: staged jobs waiting for a relay (sql/70_outbox.sql).
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.outbox (
+  id               bigint primary key default pg_catalog.nextval('jobs.job_id_seq'),
+  name             text not null,
+  tenant           text,
+  key              text not null,
+  ordering_key     text,                  -- null: no ordering among these rows
+  spec             jsonb not null,        -- the job spec (validated at stage; no ordering_key)
+  staged_at        timestamptz not null,
+  claimed_by       text,                  -- relay holding the row (until published)
+  claim            bigint not null default 0,  -- fencing token: moved by every claim
+  lease_expires_at timestamptz,
+  published_at     timestamptz,
+  job_id           bigint,                -- the job it became: id, or an existing job's id
+  outcome          text,                  -- created | deduped (set at publish)
+  constraint outbox_outcome check (outcome in ('created', 'deduped'))
+);
+
+comment on table jobs.outbox is
+  'Private: staged jobs waiting for a relay; use jobs.stage / jobs.relay.';
+
+-- One unpublished staged row per idempotency key (stage dedupes on it).
+create unique index if not exists outbox_key_idx
+  on jobs.outbox (name, (coalesce(tenant, '')), key)
+  where published_at is null;
+
+-- The relay's claim seeks unpublished rows in id order.
+create index if not exists outbox_pending_idx
+  on jobs.outbox (id)
+  where published_at is null;
+
+-- The ordering check: unpublished rows of one ordering key, in id order.
+create index if not exists outbox_ordering_idx
+  on jobs.outbox (ordering_key, id)
+  where published_at is null and ordering_key is not null;
+
+-- A relay's held rows.
+create index if not exists outbox_claimed_idx
+  on jobs.outbox (claimed_by)
+  where published_at is null and claimed_by is not null;
+
+-- Retention sweeps published rows by age.
+create index if not exists outbox_published_idx
+  on jobs.outbox (published_at)
+  where published_at is not null;
+
+-- ---------------------------------------------------------------------------
+-- jobs.schedule and jobs.leader: cron schedules and leader leases (sql/80_schedule.sql).
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.schedule (
+  name          text primary key,             -- the schedule's name (a task: its job's name)
+  job_name      text not null,                -- the job type each occurrence enqueues
+  cron          text not null,                -- 5 fields, or 6 with seconds first
+  timezone      text not null default 'UTC',  -- IANA zone the cron is read in
+  catch_up      text not null default 'latest',
+  options       jsonb not null default '{}',  -- enqueue options: queue, priority, retry...
+  payload       jsonb not null default '{}',
+  paused        boolean not null default false,
+  origin        text not null default 'api',  -- declared (@app.task) | api (added at run time)
+  watermark     timestamptz not null,         -- occurrences <= this are done
+  last_fired_at timestamptz,                  -- the latest occurrence fired
+  created_at    timestamptz not null,
+  updated_at    timestamptz not null,
+  constraint schedule_catch_up check (catch_up in ('all', 'latest', 'none')),
+  constraint schedule_origin check (origin in ('declared', 'api'))
+);
+
+comment on table jobs.schedule is
+  'Private: cron schedules; use jobs.schedule_put / pause / resume / remove / schedules().';
+
+create table if not exists jobs.leader (
+  role             text primary key,          -- e.g. 'scheduler'
+  holder           text,                      -- who holds the lease (null: released)
+  token            bigint not null default 0, -- fencing token: moved by every new holder
+  lease_expires_at timestamptz,
+  acquired_at      timestamptz
+);
+
+comment on table jobs.leader is 'Private: leader leases; use jobs.leader_acquire / leader_release.';
 
 -- ---------------------------------------------------------------------------
 -- Clock. Every function reads time through jobs.now(), so tests (and pgTAP, where

@@ -16,6 +16,7 @@
 --   SJ008     job_live              requeue of a job that is still live (ready/running/…)
 --   SJ009     job_running           remove or promote of a job that a worker is running
 --   SJ010     job_finished          cancel or promote of a job already in a final state
+--   SJ011     reserved_step_name    a step name starting with 'sqljobs.' (the runtime's own)
 --   SJ030     not_leader            a scheduler fire whose leader token is not the live lease's
 --   SJ031     schedule_not_found    a schedule verb names a schedule that does not exist
 
@@ -36,6 +37,7 @@ as $$
     ('SJ008', 'job_live',            'the job is still live (ready, running, parked or interrupted)'),
     ('SJ009', 'job_running',         'a worker is running the job'),
     ('SJ010', 'job_finished',        'the job already reached a final state'),
+    ('SJ011', 'reserved_step_name',  'step names starting with sqljobs. are the runtime''s own'),
     ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
     ('SJ031', 'schedule_not_found',  'no schedule has that name')
 $$;

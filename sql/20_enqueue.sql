@@ -1,27 +1,18 @@
 -- sqljobs: enqueue.
 --
--- A job spec is a jsonb object. `name` and `key` are required; everything else has a
--- default:
+-- A job spec is a jsonb object. Its fields are the columns of jobs.job that a caller
+-- may set (sql/00_schema.sql; jobs.spec_fields() lists them with their types), plus two
+-- that only steer the enqueue:
 --
---   name          text     the job type (required, non-empty)
---   key           text     idempotency key (required, non-empty)
---   payload       jsonb    default {}; at most jobs.max_payload_bytes() as text
---   queue         text     default 'default'
---   tenant        text     default null
---   priority      int      default 0, lower runs first, -32768..32767
---   run_at        timestamptz   not before this time (default now)
---   delay_s       float    seconds from now; exclusive with run_at
---   max_attempts  int      default 25, >= 1
---   retry_base_s  float    backoff base, default 1, > 0
---   retry_cap_s   float    backoff cap, default 3600, >= retry_base_s
---   retry_jitter  text     none | full (default) | equal
---   dead_letter   bool     default true: exhausted -> dead; false -> failed
---   timeout_s     float    per-attempt timeout, > 0, default none
---   traceparent   text     W3C traceparent of the producer span
---   on_conflict   text     'return' (default): answer the existing job as deduped;
---                          'error': raise duplicate_job (SJ003)
+--   delay_s      float   run_at = now + delay_s; exclusive with run_at
+--   on_conflict  text    'return' (default): answer the existing job as deduped;
+--                        'error': raise duplicate_job (SJ003)
 --
--- Text fields must be JSON strings and numbers finite; anything else is invalid_argument.
+-- `name` and `key` are required; every other field takes its column's DEFAULT
+-- (jobs.spec_defaults()), and a field given as JSON null does too. run_at defaults to
+-- now (+ delay_s). Values must be of their column's JSON type (text: a string; a whole
+-- number within the column's range; a number; true/false; a time as an ISO 8601
+-- string) and within the rules of jobs.spec_problem; anything else is invalid_argument.
 --
 -- Idempotency namespace: (name, coalesce(tenant, ''), key). A second enqueue in it
 -- answers the existing job, live or finished, with outcome 'deduped'.
@@ -31,165 +22,374 @@
 -- turns it off for a session (workers also poll).
 
 -- ---------------------------------------------------------------------------
--- jobs.job_spec: the fields of a spec, for jsonb_populate_record. Private: callers pass
--- jsonb, so a field added here needs no new function signature.
+-- jobs.define_spec(): derive the job spec from jobs.job. (Re)creates
+--   jobs.job_spec         the spec's fields as a record type
+--   jobs.spec_fields()    {field: type} of every spec field (and delay_s, on_conflict)
+--   jobs.spec_defaults()  {field: default} from the columns' DEFAULTs
+--   jobs.spec_problem_of() the validation of one spec: each rule once, the type rules
+--                         read off the columns' types
+--   jobs.insert_jobs()    the one insert of jobs that enqueue, enqueue_many, stage's
+--                         relay and every other path share
+-- from the catalog, so a column added to jobs.job is a spec field with its default
+-- everywhere at once. Runs at install, and again in any revision that changes jobs.job.
+-- The engine's own columns, which no caller sets, are named here.
 -- ---------------------------------------------------------------------------
-do $$
+create or replace function jobs.define_spec()
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $define$
+declare
+  v_engine   text[] := array['id', 'state', 'attempt', 'claim', 'lease_expires_at', 'worker',
+                             'progress', 'last_error', 'result', 'created_at', 'started_at',
+                             'finished_at', 'first_started_at', 'step_seq', 'compensable',
+                             'compensating', 'parent_id', 'parent_step', 'settle_watched'];
+  -- the fields that only steer an enqueue (not columns)
+  v_steering jsonb := '{"delay_s": "double precision", "on_conflict": "text"}';
+  v_fields   jsonb := '{}';
+  v_defaults jsonb := '{}';
+  v_columns  text[] := '{}';  -- spec columns the insert names (run_at is computed)
+  v_checks   text := '';      -- one WHEN per field: a value not of its column's JSON type
+  v_values   text;            -- the value rules
+  v_given    text;            -- a spec without the fields it gives as JSON null
+  v_base     text;            -- the spec's fields with their defaults, before it gives any
+  v_known    text;            -- the fields' names
+  v_col      record;
+  v_default  jsonb;
+  v_wrong    text;
+  v_want     text;
 begin
-  if not exists (select 1 from pg_catalog.pg_type t
-                 join pg_catalog.pg_namespace n on n.oid = t.typnamespace
-                 where n.nspname = 'jobs' and t.typname = 'job_spec') then
-    create type jobs.job_spec as (
-      name text, key text, payload jsonb, queue text, tenant text, priority integer,
-      run_at timestamptz, delay_s double precision, max_attempts integer,
-      retry_base_s double precision, retry_cap_s double precision, retry_jitter text,
-      dead_letter boolean, timeout_s double precision, traceparent text, on_conflict text);
+  -- FIELDS and DEFAULTS, from the columns of jobs.job
+  for v_col in
+    select a.attname::text as name, pg_catalog.format_type(a.atttypid, a.atttypmod) as type,
+           pg_catalog.pg_get_expr(d.adbin, d.adrelid) as default_expr
+      from pg_catalog.pg_attribute a
+      left join pg_catalog.pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
+     where a.attrelid = 'jobs.job'::pg_catalog.regclass and a.attnum > 0
+       and not a.attisdropped and a.attname <> all (v_engine)
+     order by a.attnum
+  loop
+    v_fields := v_fields || pg_catalog.jsonb_build_object(v_col.name, v_col.type);
+    if v_col.default_expr is not null then
+      -- a constant the catalog wrote itself (e.g. 'default'::text, 25, '{}'::jsonb)
+      execute 'select pg_catalog.to_jsonb(' || v_col.default_expr || ')' into v_default;
+      v_defaults := v_defaults || pg_catalog.jsonb_build_object(v_col.name, v_default);
+    end if;
+    if v_col.name <> 'run_at' then
+      v_columns := v_columns || v_col.name;
+    end if;
+  end loop;
+  v_fields := v_fields || v_steering;
+
+  -- TYPES: what a JSON value of each column type must be (null always is: the field
+  -- then takes its default). One WHEN per field, in jsonb key order, so the first
+  -- wrong field named is the first in the spec as jsonb stores it.
+  for v_col in
+    select f.key as name, f.value #>> '{}' as type, pg_catalog.quote_literal(f.key) as lit
+      from pg_catalog.jsonb_each(v_fields) f
+     order by pg_catalog.octet_length(f.key), f.key
+  loop
+    v_wrong := case v_col.type
+      when 'jsonb' then null
+      when 'text' then 'when ''string'' then false'
+      when 'boolean' then 'when ''boolean'' then false'
+      when 'double precision' then 'when ''number'' then @ ({spec}->{field})::numeric > 1e308'
+      when 'smallint' then 'when ''number'' then ({spec}->{field})::numeric % 1 <> 0 '
+                           'or ({spec}->{field})::numeric not between -32768 and 32767'
+      when 'integer' then 'when ''number'' then ({spec}->{field})::numeric % 1 <> 0 '
+                          'or ({spec}->{field})::numeric not between -2147483648 and 2147483647'
+      when 'timestamp with time zone' then 'when ''string'' then not jobs.is_time({spec}->>{field})'
+    end;
+    v_want := case v_col.type
+      when 'text' then 'a string'
+      when 'boolean' then 'true or false'
+      when 'double precision' then 'a number'
+      when 'smallint' then 'a whole number between -32768 and 32767'
+      when 'integer' then 'a whole number between -2147483648 and 2147483647'
+      when 'timestamp with time zone' then 'a time (ISO 8601, e.g. 2030-01-02T03:04:05Z)'
+    end;
+    if v_col.type <> 'jsonb' and v_wrong is null then
+      raise exception 'jobs.define_spec: no JSON rule for column type % (field %)',
+        v_col.type, v_col.name;
+    end if;
+    if v_wrong is not null then
+      v_checks := v_checks || pg_catalog.format(
+        E'\n        when case pg_catalog.jsonb_typeof({spec}->%1$s) when ''null'' then false %2$s'
+        || E'\n                  else {spec} ? %1$s end then %3$L',
+        v_col.lit, pg_catalog.replace(v_wrong, '{field}', v_col.lit),
+        pg_catalog.format('%L must be %s', v_col.name, v_want));
+    end if;
+  end loop;
+
+  -- jobs.job_spec: a spec's fields as one record (narrow, so reading a spec is cheap).
+  -- Fields are added, never dropped or changed: a column of jobs.job is never either.
+  if pg_catalog.to_regtype('jobs.job_spec') is null then
+    execute 'create type jobs.job_spec as (' ||
+            (select pg_catalog.string_agg(pg_catalog.format('%I %s', f.key, f.value #>> '{}'),
+                                          ', ' order by f.key)
+               from pg_catalog.jsonb_each(v_fields) f) || ')';
+  else
+    for v_col in
+      select f.key as name, f.value #>> '{}' as type
+        from pg_catalog.jsonb_each(v_fields) f
+       where not exists (select from pg_catalog.pg_attribute a
+                          where a.attrelid = 'jobs.job_spec'::pg_catalog.regclass
+                            and a.attname = f.key and not a.attisdropped)
+    loop
+      execute pg_catalog.format('alter type jobs.job_spec add attribute %I %s',
+                                v_col.name, v_col.type);
+    end loop;
   end if;
+  comment on type jobs.job_spec is
+    'Private: the fields of a job spec (made by jobs.define_spec() from jobs.job).';
+
+  execute pg_catalog.format($f$
+    create or replace function jobs.spec_fields()
+    returns jsonb language sql immutable set search_path = ''
+    as $b$ select %L::jsonb $b$ $f$, v_fields);
+  comment on function jobs.spec_fields() is
+    'The job spec''s fields and their types (made by jobs.define_spec()).';
+  execute pg_catalog.format($f$
+    create or replace function jobs.spec_defaults()
+    returns jsonb language sql immutable set search_path = ''
+    as $b$ select %L::jsonb $b$ $f$, v_defaults);
+  comment on function jobs.spec_defaults() is
+    'The job spec''s defaults (made by jobs.define_spec() from the DEFAULTs of jobs.job).';
+
+  -- The validation of one spec, written once here as two pieces of SQL over {spec} (the
+  -- spec) and {r} (its fields with their defaults), then used by jobs.spec_problem_of
+  -- (one spec: simple expressions, no query) and jobs.spec_problem (a batch: one query).
+  v_values := $rules$case
+        when {r}.name is null or {r}.name = '' then 'name is required'
+        when {r}.key is null or {r}.key = '' then 'key is required (the idempotency key)'
+        when {r}.queue = '' then 'queue must not be empty'
+        when {r}.max_attempts < 1 then 'max_attempts must be at least 1'
+        when {r}.retry_base_s <= 0 then 'retry_base_s must be positive'
+        when {r}.retry_cap_s < {r}.retry_base_s then 'retry_cap_s must be at least retry_base_s'
+        when {r}.retry_jitter not in ('none', 'full', 'equal')
+          then 'retry_jitter must be none, full or equal'
+        when {r}.timeout_s <= 0 then 'timeout_s must be positive'
+        when {r}.delay_s < 0 then 'delay_s must not be negative'
+        when {r}.delay_s is not null and {r}.run_at is not null
+          then 'give run_at or delay_s, not both'
+        when {r}.on_conflict not in ('return', 'error') then 'on_conflict must be return or error'
+      end$rules$;
+  v_given := 'case when {spec} @? ''$.* ? (@ == null)'' then jobs.spec_given({spec}) else {spec} end';
+  v_base := 'pg_catalog.jsonb_populate_record(null::jobs.job_spec, '
+            || pg_catalog.quote_literal(v_defaults) || '::jsonb)';
+  v_known := pg_catalog.quote_literal(array(select pg_catalog.jsonb_object_keys(v_fields)))
+             || '::text[]';
+
+  -- jobs.spec_problem_of(spec) -> what is wrong with one spec, or null. Reads no table.
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+          pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
+    create or replace function jobs.spec_problem_of(p_spec jsonb)
+    returns text
+    language plpgsql
+    immutable
+    set search_path = ''
+    as $b$
+    declare
+      v_problem text;
+      v_r       jobs.job_spec;
+    begin
+      -- SHAPE: an object of known fields, each of its column's JSON type
+      if pg_catalog.jsonb_typeof({spec}) is distinct from 'object' then
+        return 'must be a JSON object';
+      end if;
+      if {spec} - {known} <> '{}' then  -- the first unknown field in jsonb key order
+        return pg_catalog.format('unknown field %L',
+          (select k from pg_catalog.jsonb_object_keys({spec} - {known}) k limit 1));
+      end if;
+      v_problem := case{checks}
+      end;
+      if v_problem is not null then
+        return v_problem;
+      end if;
+      -- VALUES: the fields with their defaults, now that every type is right
+      v_r := pg_catalog.jsonb_populate_record({base}, {given});
+      return {values};
+    end
+    $b$ $f$, '{values}', v_values), '{given}', v_given), '{base}', v_base), '{checks}', v_checks),
+      '{known}', v_known), '{spec}', 'p_spec'), '{r}', 'v_r');
+  comment on function jobs.spec_problem_of(jsonb) is
+    'What is wrong with one job spec, or null (made by jobs.define_spec() from jobs.job).';
+
+  -- jobs.spec_problem(specs) -> the first thing wrong with a batch of specs, or null:
+  -- 'spec N: <problem>' for the first spec that has one, and its first problem.
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+          pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
+    create or replace function jobs.spec_problem(p_specs jsonb)
+    returns text
+    language plpgsql
+    immutable
+    set search_path = ''
+    -- Generic plans: re-planning this statement on every call cost more than running it.
+    set plan_cache_mode = force_generic_plan
+    as $b$
+    begin
+      if p_specs is null or pg_catalog.jsonb_typeof(p_specs) <> 'array' then
+        return 'specs must be a JSON array of job specs';
+      end if;
+      if pg_catalog.jsonb_array_length(p_specs) = 1 then
+        return 'spec 1: ' || jobs.spec_problem_of(p_specs->0);
+      end if;
+      return (
+        select pg_catalog.format('spec %s: %s', p.ord, p.problem)
+          from (select e.ord, case
+              when pg_catalog.jsonb_typeof({spec}) <> 'object' then 'must be a JSON object'
+              when {spec} - {known} <> '{}' then
+                pg_catalog.format('unknown field %L',
+                  (select k from pg_catalog.jsonb_object_keys({spec} - {known}) k limit 1)){checks}
+              else (select {values}
+                      -- (offset 0: the record is made once, not once per field read)
+                      from (select pg_catalog.jsonb_populate_record({base}, {given}) as r
+                            offset 0) x)
+            end as problem
+              from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+            offset 0) p
+         where p.problem is not null
+         order by p.ord
+         limit 1);
+    end
+    $b$ $f$, '{values}', v_values), '{given}', v_given), '{base}', v_base), '{checks}', v_checks),
+      '{known}', v_known), '{spec}', 'e.spec'), '{r}', '(x.r)');
+  comment on function jobs.spec_problem(jsonb) is
+    'The first problem in a jsonb array of job specs, or null when all are valid. Reads no table.';
+
+  -- jobs.insert_jobs(specs, now, ids) -> (ord, id, queue, run_at) per job it created.
+  -- Inserts every spec (already checked) as a ready job, in (name, tenant, key) order so
+  -- two batches that share keys wait for each other instead of deadlocking; a key that
+  -- has a job (or that an earlier spec of the batch takes) is skipped, not answered.
+  -- ids: the id of each spec (the relay's staged rows); null: from jobs.job_id_seq.
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
+    create or replace function jobs.insert_jobs(p_specs jsonb, p_now timestamptz,
+                                                p_ids bigint[] default null)
+    returns table (ord integer, id bigint, queue text, run_at timestamptz)
+    language plpgsql volatile set search_path = ''
+    -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every call.
+    set plan_cache_mode = force_generic_plan
+    as $b$
+    declare
+      v_base jobs.job_spec := pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults});
+      v_r    jobs.job_spec;
+    begin
+      -- ONE SPEC (most calls): one row, without the batch statement's set-up.
+      if pg_catalog.jsonb_array_length(p_specs) = 1 then
+        v_r := pg_catalog.jsonb_populate_record(v_base,
+                 case when p_specs->0 @? '$.* ? (@ == null)' then jobs.spec_given(p_specs->0)
+                      else p_specs->0 end);
+        insert into jobs.job as j (id, {columns}, run_at, created_at)
+        values (coalesce(p_ids[1], pg_catalog.nextval('jobs.job_id_seq')), {values1},
+                coalesce(v_r.run_at,
+                         p_now + pg_catalog.make_interval(secs => coalesce(v_r.delay_s, 0))),
+                p_now)
+        on conflict (name, (coalesce(tenant, '')), key) do nothing
+        returning j.id, j.queue, j.run_at into id, queue, run_at;
+        if found then
+          ord := 1;
+          return next;
+        end if;
+        return;
+      end if;
+      -- A BATCH: one statement.
+      return query
+      with s as materialized (
+        select e.ord::integer as ord,
+               pg_catalog.jsonb_populate_record(v_base,
+                 case when e.spec @? '$.* ? (@ == null)' then jobs.spec_given(e.spec)
+                      else e.spec end) as r
+          from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+      ), mixed as (
+        -- Whether the batch spans several (name, tenant). Usually it does not, and then
+        -- key order is (name, tenant, key) order: sorting by key alone is far cheaper.
+        select exists (select from s, (select (s1.r).name, (s1.r).tenant from s as s1 limit 1) f
+                        where (s.r).name <> f.name
+                           or coalesce((s.r).tenant, '') <> coalesce(f.tenant, '')) as yes
+      ), sorted as materialized (
+        -- in lock order, the ids drawn in that order too
+        select o.ord, coalesce(p_ids[o.ord], pg_catalog.nextval('jobs.job_id_seq')) as id, o.r
+          from (select s.ord, s.r
+                  from s
+                 order by case when (select mixed.yes from mixed) then (s.r).name end,
+                          case when (select mixed.yes from mixed) then coalesce((s.r).tenant, '') end,
+                          (s.r).key, s.ord) o
+      ), ins as (
+        insert into jobs.job as j (id, {columns}, run_at, created_at)
+        select s.id, {values},
+               coalesce((s.r).run_at,
+                        p_now + pg_catalog.make_interval(secs => coalesce((s.r).delay_s, 0))),
+               p_now
+          from sorted s
+        on conflict (name, (coalesce(tenant, '')), key) do nothing
+        returning j.id, j.queue, j.run_at
+      )
+      select s.ord, ins.id, ins.queue, ins.run_at from ins join sorted s on s.id = ins.id;
+    end
+    $b$ $f$, '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
+      '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
+                      from pg_catalog.unnest(v_columns) c)),
+      '{values}', (select pg_catalog.string_agg('(s.r).' || pg_catalog.quote_ident(c), ', ')
+                     from pg_catalog.unnest(v_columns) c)),
+      '{values1}', (select pg_catalog.string_agg('v_r.' || pg_catalog.quote_ident(c), ', ')
+                      from pg_catalog.unnest(v_columns) c));
+  comment on function jobs.insert_jobs(jsonb, timestamp with time zone, bigint[]) is
+    'Private: the one insert of jobs (made by jobs.define_spec()).';
+end
+$define$;
+
+comment on function jobs.define_spec() is
+  'Derive the job spec (fields, defaults, the insert) from the columns of jobs.job.';
+
+-- jobs.spec_given(spec): the fields a spec gives, without those given as JSON null
+-- (which take their default). Private.
+create or replace function jobs.spec_given(p_spec jsonb)
+returns jsonb
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  if not p_spec @? '$.* ? (@ == null)' then
+    return p_spec;  -- the common case: a spec gives no nulls
+  end if;
+  return coalesce((select pg_catalog.jsonb_object_agg(f.key, f.value)
+                     from pg_catalog.jsonb_each(p_spec) as f
+                    where pg_catalog.jsonb_typeof(f.value) <> 'null'), '{}');
 end
 $$;
 
--- ---------------------------------------------------------------------------
--- jobs.spec_problem(specs): the first thing wrong with a batch of specs, or null.
--- Pure: reads no table. Used by enqueue_many (and by jobs.stage) before any write.
--- A batch of several specs is scanned with cheap per-spec tests for the first refused
--- one; the message is then worked out for that spec alone, by the same code that checks
--- a batch of one spec (jobs.enqueue, jobs.stage, most single client calls) directly.
--- ---------------------------------------------------------------------------
-create or replace function jobs.spec_problem(p_specs jsonb)
-returns text
+-- jobs.is_time(text): whether the text reads as a timestamptz. Private.
+create or replace function jobs.is_time(p_text text)
+returns boolean
 language plpgsql
 stable
 set search_path = ''
--- Generic plans: re-planning these statements on every call cost more than running them.
-set plan_cache_mode = force_generic_plan
 as $$
-declare
-  v_ord  bigint;
-  v_spec jsonb;
-  v_s    jobs.job_spec;
 begin
-  if p_specs is null or pg_catalog.jsonb_typeof(p_specs) <> 'array' then
-    return 'specs must be a JSON array of job specs';
-  end if;
-
-  if pg_catalog.jsonb_array_length(p_specs) = 1 then
-    v_ord := 1;
-  else
-    -- Shape: each spec an object with known fields only (removing the known ones leaves
-    -- {}); text fields hold JSON strings (the text cast below would turn {"a": 1} into a
-    -- job named '{"a": 1}').
-    select e.ord into v_ord
-      from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
-     where case when pg_catalog.jsonb_typeof(e.spec) <> 'object' then true
-                else e.spec - array['name', 'key', 'payload', 'queue', 'tenant', 'priority',
-                                    'run_at', 'delay_s', 'max_attempts', 'retry_base_s',
-                                    'retry_cap_s', 'retry_jitter', 'dead_letter', 'timeout_s',
-                                    'traceparent', 'on_conflict'] <> '{}'
-                  or pg_catalog.jsonb_typeof(e.spec -> 'name') not in ('string', 'null')
-                  or pg_catalog.jsonb_typeof(e.spec -> 'key') not in ('string', 'null')
-                  or pg_catalog.jsonb_typeof(e.spec -> 'queue') not in ('string', 'null')
-                  or pg_catalog.jsonb_typeof(e.spec -> 'tenant') not in ('string', 'null')
-                  or pg_catalog.jsonb_typeof(e.spec -> 'retry_jitter') not in ('string', 'null')
-                  or pg_catalog.jsonb_typeof(e.spec -> 'traceparent') not in ('string', 'null')
-                  or pg_catalog.jsonb_typeof(e.spec -> 'on_conflict') not in ('string', 'null')
-           end
-     order by e.ord
-     limit 1;
-
-    -- Values: types are checked by the casts (caught below), ranges here. One composite
-    -- per spec, made as the scan reaches it, so a cast error in a later spec cannot hide
-    -- an earlier spec's problem.
-    if v_ord is null then
-      begin
-        select x.ord into v_ord
-          from (select e.ord, pg_catalog.jsonb_populate_record(null::jobs.job_spec, e.spec) as r
-                  from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
-                 order by e.ord
-                offset 0) as x
-         cross join lateral (select (x.r).name, (x.r).key, (x.r).queue, (x.r).priority,
-                                    (x.r).run_at, (x.r).delay_s, (x.r).max_attempts,
-                                    (x.r).retry_base_s, (x.r).retry_cap_s, (x.r).retry_jitter,
-                                    (x.r).timeout_s, (x.r).on_conflict) as s
-         where s.name is null or s.name = '' or s.key is null or s.key = '' or s.queue = ''
-            or s.priority not between -32768 and 32767 or s.max_attempts < 1
-            or greatest(@ s.delay_s, @ s.retry_base_s, @ s.retry_cap_s, @ s.timeout_s)
-               >= 'Infinity'::double precision
-            or s.retry_base_s <= 0 or s.retry_cap_s < coalesce(s.retry_base_s, 1)
-            or s.retry_jitter not in ('none', 'full', 'equal') or s.timeout_s <= 0
-            or s.delay_s < 0 or (s.delay_s is not null and s.run_at is not null)
-            or s.on_conflict not in ('return', 'error')
-         order by x.ord
-         limit 1;
-      exception when data_exception then
-        return 'a field has the wrong type: ' || sqlerrm;
-      end;
-    end if;
-    if v_ord is null then
-      return null;
-    end if;
-  end if;
-
-  -- Spec v_ord: what is wrong with it, the same rules in the same order.
-  v_spec := p_specs -> (v_ord - 1)::integer;
-  if pg_catalog.jsonb_typeof(v_spec) <> 'object' then
-    return pg_catalog.format('spec %s: must be a JSON object', v_ord);
-  end if;
-  if v_spec - array['name', 'key', 'payload', 'queue', 'tenant', 'priority', 'run_at', 'delay_s',
-                    'max_attempts', 'retry_base_s', 'retry_cap_s', 'retry_jitter', 'dead_letter',
-                    'timeout_s', 'traceparent', 'on_conflict'] <> '{}' then
-    -- the first unknown field in jsonb key order
-    return pg_catalog.format('spec %s: unknown field %s', v_ord, pg_catalog.quote_literal(
-      (select f.field
-         from pg_catalog.jsonb_object_keys(
-                v_spec - array['name', 'key', 'payload', 'queue', 'tenant', 'priority', 'run_at',
-                               'delay_s', 'max_attempts', 'retry_base_s', 'retry_cap_s',
-                               'retry_jitter', 'dead_letter', 'timeout_s', 'traceparent',
-                               'on_conflict']) as f(field)
-        limit 1)));
-  end if;
-  if pg_catalog.jsonb_typeof(v_spec -> 'name') not in ('string', 'null')
-     or pg_catalog.jsonb_typeof(v_spec -> 'key') not in ('string', 'null')
-     or pg_catalog.jsonb_typeof(v_spec -> 'queue') not in ('string', 'null')
-     or pg_catalog.jsonb_typeof(v_spec -> 'tenant') not in ('string', 'null')
-     or pg_catalog.jsonb_typeof(v_spec -> 'retry_jitter') not in ('string', 'null')
-     or pg_catalog.jsonb_typeof(v_spec -> 'traceparent') not in ('string', 'null')
-     or pg_catalog.jsonb_typeof(v_spec -> 'on_conflict') not in ('string', 'null') then
-    -- the first such field in jsonb key order
-    return pg_catalog.format('spec %s: %s must be a string', v_ord, pg_catalog.quote_literal(
-      (select f.key from pg_catalog.jsonb_each(v_spec) as f
-        where f.key = any (array['name', 'key', 'queue', 'tenant', 'retry_jitter', 'traceparent',
-                                 'on_conflict'])
-          and pg_catalog.jsonb_typeof(f.value) not in ('string', 'null')
-        limit 1)));
-  end if;
-  begin
-    v_s := pg_catalog.jsonb_populate_record(null::jobs.job_spec, v_spec);
-  exception when data_exception then
-    return 'a field has the wrong type: ' || sqlerrm;
-  end;
-  return pg_catalog.format('spec %s: ', v_ord) || case
-           when v_s.name is null or v_s.name = '' then 'name is required'
-           when v_s.key is null or v_s.key = '' then 'key is required (the idempotency key)'
-           when v_s.queue = '' then 'queue must not be empty'
-           when v_s.priority not between -32768 and 32767 then 'priority must be between -32768 and 32767'
-           when v_s.max_attempts < 1 then 'max_attempts must be at least 1'
-           -- 'NaN' and 'Infinity' arrive as strings; NaN sorts above Infinity.
-           when greatest(@ v_s.delay_s, @ v_s.retry_base_s, @ v_s.retry_cap_s, @ v_s.timeout_s)
-                >= 'Infinity'::double precision
-             then 'delay_s, retry_base_s, retry_cap_s and timeout_s must be finite'
-           when v_s.retry_base_s <= 0 then 'retry_base_s must be positive'
-           when v_s.retry_cap_s < coalesce(v_s.retry_base_s, 1) then 'retry_cap_s must be at least retry_base_s'
-           when v_s.retry_jitter not in ('none', 'full', 'equal') then 'retry_jitter must be none, full or equal'
-           when v_s.timeout_s <= 0 then 'timeout_s must be positive'
-           when v_s.delay_s < 0 then 'delay_s must not be negative'
-           when v_s.delay_s is not null and v_s.run_at is not null then 'give run_at or delay_s, not both'
-           when v_s.on_conflict not in ('return', 'error') then 'on_conflict must be return or error'
-         end;
+  perform p_text::timestamptz;
+  return true;
+exception when data_exception then
+  return false;
 end
 $$;
 
-comment on function jobs.spec_problem(jsonb) is
-  'The first problem in a jsonb array of job specs, or null when all are valid. Reads no table.';
+-- jobs.job_of_key(name, tenant, key) -> the id of the job that holds the key, or null.
+create or replace function jobs.job_of_key(p_name text, p_tenant text, p_key text)
+returns bigint
+language plpgsql
+stable
+set search_path = ''
+set plan_cache_mode = force_generic_plan
+as $$
+begin
+  return (select k.id from jobs.job k
+           where k.name = p_name and coalesce(k.tenant, '') = coalesce(p_tenant, '')
+             and k.key = p_key
+           limit 1);
+end
+$$;
 
 -- ---------------------------------------------------------------------------
 -- jobs.check_specs(specs): raise invalid_argument (SJ001) for the first problem
@@ -210,8 +410,8 @@ begin
   if v_problem is not null then
     perform jobs.raise_error('invalid_argument', v_problem);
   end if;
-  if pg_catalog.jsonb_array_length(p_specs) = 1 then
-    if pg_catalog.octet_length(p_specs -> 0 ->> 'payload') > v_max then
+  if pg_catalog.jsonb_array_length(p_specs) = 1 then  -- one spec: no query
+    if pg_catalog.octet_length(p_specs->0->>'payload') > v_max then
       v_ord := 1;
     end if;
   else
@@ -256,6 +456,23 @@ $$;
 comment on function jobs.wake(text[]) is
   'Notify jobs_wake once per queue (off when the session sets jobs.notify = off).';
 
+-- jobs.refuse_duplicate(ord, id, key): raise duplicate_job (SJ003) for spec `ord`, whose
+-- key already has job `id`; nothing when id is null. Private.
+create or replace function jobs.refuse_duplicate(p_ord bigint, p_id bigint, p_key text)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  if p_id is not null then
+    perform jobs.raise_error('duplicate_job',
+      pg_catalog.format('spec %s: job %s already exists for key %s', p_ord, p_id,
+                        pg_catalog.quote_literal(p_key)));
+  end if;
+end
+$$;
+
 -- ---------------------------------------------------------------------------
 -- jobs.enqueue_many(specs jsonb) -> (ord, id, outcome), one row per spec, in input order.
 --
@@ -264,18 +481,16 @@ comment on function jobs.wake(text[]) is
 --     (invalid_argument SJ001, payload_too_large SJ002) or when a spec with
 --     on_conflict = 'error' meets an existing key, or a key an earlier spec of the
 --     same batch takes (duplicate_job SJ003).
---   * Inserts every new job as ready in one statement; a key already present (also a
---     key repeated inside the batch) answers the existing job with outcome 'deduped'.
+--   * Inserts every new job as ready in one statement (jobs.insert_jobs); a key already
+--     present (also a key repeated inside the batch) answers the existing job with
+--     outcome 'deduped'.
 --   * Notifies 'jobs_wake' once per queue that received a job runnable now.
 -- Locks: inserts rows in (name, tenant, key) order, so two batches that share keys
 --   wait for each other instead of deadlocking.
 -- Clients send at most 1,000 specs per call (one statement per chunk).
--- Answers: the insert's RETURNING answers the specs it created (and the repeats of their
---   keys in the batch); only the other specs probe the key index, in a later statement,
---   so a key a concurrent transaction committed meanwhile is seen.
--- Plans: generic (see plan_cache_mode below). Each key look-up is a lateral or correlated
--- subquery with `limit 1`, so a plan cached while jobs.job was small stays an index probe
--- per spec instead of hash-joining a sequential scan of the whole table (bench/sustained.py).
+-- Answers: the insert answers the specs it created; only the other specs probe the key
+--   index, in a later statement, so a key a concurrent transaction committed meanwhile
+--   is seen.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.enqueue_many(p_specs jsonb)
 returns table (ord integer, id bigint, outcome text)
@@ -292,7 +507,7 @@ declare
   v_ids      bigint[];   -- per spec, in input order: the job that answers it
   v_created  boolean[];  -- per spec: whether it created that job
   v_wake     text[];
-  v_s        jobs.job_spec;  -- the spec of a one-spec batch
+  v_spec     jsonb;
   v_id       bigint;
   v_queue    text;
   v_run_at   timestamptz;
@@ -300,37 +515,21 @@ begin
   -- GUARD: every refusal happens here, before the first write.
   perform jobs.check_specs(p_specs);
 
-  -- ONE SPEC (jobs.enqueue with options, most client calls): the same steps for one row,
-  -- without the batch statements' set-up.
+  -- ONE SPEC (jobs.enqueue, most client calls): the same steps for one row, without the
+  -- batch statements' set-up.
   if pg_catalog.jsonb_array_length(p_specs) = 1 then
-    v_s := pg_catalog.jsonb_populate_record(null::jobs.job_spec, p_specs -> 0);
-    if v_s.on_conflict = 'error' then
-      select k.id into v_id
-        from jobs.job k
-       where k.name = v_s.name and coalesce(k.tenant, '') = coalesce(v_s.tenant, '') and k.key = v_s.key
-       limit 1;
-      if v_id is not null then
-        perform jobs.raise_error('duplicate_job',
-          pg_catalog.format('spec 1: job %s already exists for key %s', v_id,
-                            pg_catalog.quote_literal(v_s.key)));
-      end if;
+    v_spec := p_specs->0;
+    v_strict := v_spec->>'on_conflict' = 'error';
+    if v_strict then
+      perform jobs.refuse_duplicate(1, jobs.job_of_key(v_spec->>'name', v_spec->>'tenant',
+                                                       v_spec->>'key'), v_spec->>'key');
     end if;
-    insert into jobs.job as j (name, queue, tenant, key, payload, priority, run_at,
-                               max_attempts, retry_base_s, retry_cap_s, retry_jitter,
-                               dead_letter, timeout_s, traceparent, created_at)
-    values (v_s.name, coalesce(v_s.queue, 'default'), v_s.tenant, v_s.key, coalesce(v_s.payload, '{}'),
-            coalesce(v_s.priority, 0),
-            coalesce(v_s.run_at, v_now + pg_catalog.make_interval(secs => coalesce(v_s.delay_s, 0))),
-            coalesce(v_s.max_attempts, 25), coalesce(v_s.retry_base_s, 1),
-            coalesce(v_s.retry_cap_s, greatest(3600, coalesce(v_s.retry_base_s, 1))),
-            coalesce(v_s.retry_jitter, 'full'), coalesce(v_s.dead_letter, true), v_s.timeout_s,
-            v_s.traceparent, v_now)
-    on conflict (name, (coalesce(tenant, '')), key) do nothing
-    returning j.id, j.queue, j.run_at into v_id, v_queue, v_run_at;
+    select c.id, c.queue, c.run_at into v_id, v_queue, v_run_at
+      from jobs.insert_jobs(p_specs, v_now) c;
     ord := 1;
-    if found then
+    if v_id is not null then
       if v_run_at <= v_now then
-        perform jobs.wake(array[v_queue]);
+        perform jobs.wake(array[v_queue]);  -- WAKE: runnable now
       end if;
       id := v_id;
       outcome := 'created';
@@ -339,51 +538,39 @@ begin
     end if;
     -- The key has a job: an existing one, or one a concurrent transaction committed
     -- first (this later statement sees it).
-    select k.id into v_id
-      from jobs.job k
-     where k.name = v_s.name and coalesce(k.tenant, '') = coalesce(v_s.tenant, '') and k.key = v_s.key
-     limit 1;
-    if v_s.on_conflict = 'error' and v_id is not null then
-      perform jobs.raise_error('duplicate_job',
-        pg_catalog.format('spec 1: job %s already exists for key %s', v_id,
-                          pg_catalog.quote_literal(v_s.key)));
+    id := jobs.job_of_key(v_spec->>'name', v_spec->>'tenant', v_spec->>'key');
+    if v_strict then
+      perform jobs.refuse_duplicate(1, id, v_spec->>'key');
     end if;
-    id := v_id;
     outcome := 'deduped';
     return next;
     return;
   end if;
 
+  -- A BATCH
   v_strict := p_specs @? '$[*] ? (@.on_conflict == "error")';
   if v_strict then
-    select pg_catalog.format('spec %s: job %s already exists for key %s', e.ord, j.id,
-                             pg_catalog.quote_literal(s.key))
-      into v_dup
-      from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
-      cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec, e.spec) as s
-      cross join lateral (select k.id from jobs.job k
-                           where k.name = s.name and coalesce(k.tenant, '') = coalesce(s.tenant, '')
-                             and k.key = s.key
-                           limit 1) as j
-     where s.on_conflict = 'error'
-     order by e.ord
-     limit 1;
-    if v_dup is not null then
-      perform jobs.raise_error('duplicate_job', v_dup);
-    end if;
+    perform jobs.refuse_duplicate(e.ord, e.id, e.key)
+       from (select e.ord, e.spec->>'key' as key,
+                    jobs.job_of_key(e.spec->>'name', e.spec->>'tenant', e.spec->>'key') as id
+               from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+              where e.spec->>'on_conflict' = 'error') e
+      where e.id is not null
+      order by e.ord
+      limit 1;
     -- A strict spec whose key an earlier spec of the same batch already takes.
     select pg_catalog.format('spec %s: key %s is already taken by spec %s of this batch',
-                             e.ord, pg_catalog.quote_literal(s.key), f.ord)
+                             e.ord, pg_catalog.quote_literal(e.spec->>'key'), f.ord)
       into v_dup
       from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
-      cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec, e.spec) as s
       cross join lateral (
         select p.ord
           from pg_catalog.jsonb_array_elements(p_specs) with ordinality as p(spec, ord)
-         where p.ord < e.ord and p.spec->>'name' = s.name and p.spec->>'key' = s.key
-           and coalesce(p.spec->>'tenant', '') = coalesce(s.tenant, '')
+         where p.ord < e.ord and p.spec->>'name' = e.spec->>'name'
+           and p.spec->>'key' = e.spec->>'key'
+           and coalesce(p.spec->>'tenant', '') = coalesce(e.spec->>'tenant', '')
          limit 1) as f
-     where s.on_conflict = 'error'
+     where e.spec->>'on_conflict' = 'error'
      order by e.ord
      limit 1;
     if v_dup is not null then
@@ -391,77 +578,32 @@ begin
     end if;
   end if;
 
-  -- WRITE: one insert for the whole batch, in key order. The same statement matches what
-  -- it inserted back to the specs: a key repeated in the batch was created by its first
-  -- spec (ord breaks the sort's ties), the repeats answer that job as deduped.
-  with s as (
-    select r.ordinality, r.name, r.key, r.payload, r.queue, r.tenant, r.priority, r.run_at,
-           r.delay_s, r.max_attempts, r.retry_base_s, r.retry_cap_s, r.retry_jitter,
-           r.dead_letter, r.timeout_s, r.traceparent
-      from pg_catalog.jsonb_populate_recordset(null::jobs.job_spec, p_specs) with ordinality as r
-  ), mixed as (
-    -- Whether the batch spans several (name, tenant). Usually it does not, and then key
-    -- order is (name, tenant, key) order: sorting by key alone is far cheaper.
-    select exists (select from s, (select s1.name, s1.tenant from s as s1 limit 1) as f
-                    where s.name <> f.name or coalesce(s.tenant, '') <> coalesce(f.tenant, ''))
-           as yes
-  ), ins as (
-    insert into jobs.job as j (name, queue, tenant, key, payload, priority, run_at,
-                               max_attempts, retry_base_s, retry_cap_s, retry_jitter,
-                               dead_letter, timeout_s, traceparent, created_at)
-    select s.name, coalesce(s.queue, 'default'), s.tenant, s.key, coalesce(s.payload, '{}'),
-           coalesce(s.priority, 0),
-           coalesce(s.run_at, v_now + pg_catalog.make_interval(secs => coalesce(s.delay_s, 0))),
-           coalesce(s.max_attempts, 25), coalesce(s.retry_base_s, 1),
-           coalesce(s.retry_cap_s, greatest(3600, coalesce(s.retry_base_s, 1))),
-           coalesce(s.retry_jitter, 'full'), coalesce(s.dead_letter, true), s.timeout_s,
-           s.traceparent, v_now
-      from s
-     order by case when (select mixed.yes from mixed) then s.name end,
-              case when (select mixed.yes from mixed) then coalesce(s.tenant, '') end,
-              s.key, s.ordinality
-    on conflict (name, (coalesce(tenant, '')), key) do nothing
-    returning j.id, j.name, j.tenant, j.key, j.queue, j.run_at
-  ), a as (
-    select s.ordinality as ord, i.id,
-           i.id is not null
-             and pg_catalog.row_number() over (partition by i.id order by s.ordinality) = 1
-             as created
-      from s
-      left join ins as i
-        on i.name = s.name and coalesce(i.tenant, '') = coalesce(s.tenant, '') and i.key = s.key
-  )
-  select pg_catalog.array_agg(a.id order by a.ord), pg_catalog.array_agg(a.created order by a.ord),
-         (select pg_catalog.array_agg(distinct i.queue) from ins as i where i.run_at <= v_now)
+  -- WRITE: one insert for the whole batch. A key repeated in the batch is created by
+  -- its first spec; the repeats answer that job as deduped.
+  with created as (select c.ord, c.id, c.queue, c.run_at from jobs.insert_jobs(p_specs, v_now) c)
+  select pg_catalog.array_agg(c.id order by u.ord),
+         pg_catalog.array_agg(c.id is not null order by u.ord),
+         (select pg_catalog.array_agg(distinct w.queue) from created w where w.run_at <= v_now)
     into v_ids, v_created, v_wake
-    from a;
+    from pg_catalog.generate_series(1, pg_catalog.jsonb_array_length(p_specs)) as u(ord)
+    left join created c on c.ord = u.ord;
 
   -- Specs the insert did not take: their key had a job already, or a concurrent
   -- transaction committed one first. This later statement sees it: answer that job.
-  if pg_catalog.array_position(v_ids, null) is not null then
+  if pg_catalog.array_position(v_created, false) is not null then
     v_ids := array(
-      select coalesce(e.id,
-                      (select k.id from jobs.job k
-                        where k.name = e.spec->>'name'
-                          and coalesce(k.tenant, '') = coalesce(e.spec->>'tenant', '')
-                          and k.key = e.spec->>'key'
-                        limit 1))
+      select coalesce(e.id, jobs.job_of_key(e.spec->>'name', e.spec->>'tenant', e.spec->>'key'))
         from rows from (pg_catalog.jsonb_array_elements(p_specs), pg_catalog.unnest(v_ids))
              with ordinality as e(spec, id, ord)
        order by e.ord);
     -- A key that met a concurrent insert after the guard: still refuse when asked to.
     if v_strict then
-      select pg_catalog.format('spec %s: job %s already exists for key %s', e.ord, e.id,
-                               pg_catalog.quote_literal(e.spec->>'key'))
-        into v_dup
-        from rows from (pg_catalog.jsonb_array_elements(p_specs), pg_catalog.unnest(v_ids),
-                        pg_catalog.unnest(v_created)) with ordinality as e(spec, id, created, ord)
-       where e.spec->>'on_conflict' = 'error' and not e.created and e.id is not null
-       order by e.ord
-       limit 1;
-      if v_dup is not null then
-        perform jobs.raise_error('duplicate_job', v_dup);
-      end if;
+      perform jobs.refuse_duplicate(e.ord, e.id, e.spec->>'key')
+         from rows from (pg_catalog.jsonb_array_elements(p_specs), pg_catalog.unnest(v_ids),
+                         pg_catalog.unnest(v_created)) with ordinality as e(spec, id, created, ord)
+        where e.spec->>'on_conflict' = 'error' and not e.created and e.id is not null
+        order by e.ord
+        limit 1;
     end if;
   end if;
 
@@ -512,11 +654,8 @@ $$;
 
 -- ---------------------------------------------------------------------------
 -- jobs.enqueue(name, key, payload, options) -> (id, outcome): one job.
--- options takes every spec field but name, key and payload; with options it is exactly
--- a one-spec enqueue_many. Without (the common call) it takes a lean path with the same
--- refusals (codes and messages), answers and wake-up: the spec can then only be wrong in
--- name, key or payload, checked here in check_specs' order, and the row is built from
--- the arguments.
+-- options takes every spec field but name, key and payload; it is exactly a one-spec
+-- jobs.enqueue_many: the same refusals, answer and wake-up.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.enqueue(
   p_name    text,
@@ -528,71 +667,15 @@ returns table (id bigint, outcome text)
 language plpgsql
 volatile
 set search_path = ''
--- Generic plans: re-planning these statements on every call cost more than running them.
-set plan_cache_mode = force_generic_plan
 as $$
-declare
-  v_now    timestamptz;
-  v_max    integer;
-  v_size   integer;
-  v_id     bigint;
-  v_queue  text;
 begin
-  if p_options is distinct from '{}' then
-    return query
-      select m.id, m.outcome
-        from jobs.enqueue_many(jobs.one_spec(p_name, p_key, p_payload, p_options)) m;
-    return;
-  end if;
-
-  v_now := jobs.now();
-  v_max := jobs.max_payload_bytes();
-
-  -- GUARD: every refusal happens here, before the first write.
-  if p_name is null or p_name = '' then
-    perform jobs.raise_error('invalid_argument', 'spec 1: name is required');
-  end if;
-  if p_key is null or p_key = '' then
-    perform jobs.raise_error('invalid_argument', 'spec 1: key is required (the idempotency key)');
-  end if;
-  -- The size of the payload's text form; none for a JSON null payload (stored as {}).
-  v_size := pg_catalog.octet_length(coalesce(p_payload, '{}') #>> '{}');
-  if v_size > v_max then
-    perform jobs.raise_error('payload_too_large',
-      pg_catalog.format('spec 1: payload is %s bytes; the limit is %s', v_size, v_max), null,
-      'store large data elsewhere and pass a reference in the payload');
-  end if;
-
-  -- WRITE: every other field takes its spec default.
-  insert into jobs.job as j (name, queue, tenant, key, payload, priority, run_at,
-                             max_attempts, retry_base_s, retry_cap_s, retry_jitter,
-                             dead_letter, timeout_s, traceparent, created_at)
-  values (p_name, 'default', null, p_key,
-          case when v_size is null then '{}' else coalesce(p_payload, '{}') end, 0, v_now,
-          25, 1, 3600, 'full', true, null, null, v_now)
-  on conflict (name, (coalesce(tenant, '')), key) do nothing
-  returning j.id, j.queue into v_id, v_queue;
-
-  if found then
-    -- WAKE: its run_at is now.
-    perform jobs.wake(array[v_queue]);
-    id := v_id;
-    outcome := 'created';
-    return next;
-    return;
-  end if;
-
-  -- The key has a job: an existing one, or one a concurrent transaction committed first
-  -- (this later statement sees it).
-  select k.id into v_id
-    from jobs.job k
-   where k.name = p_name and coalesce(k.tenant, '') = '' and k.key = p_key
-   limit 1;
-  id := v_id;
-  outcome := 'deduped';
-  return next;
+  return query
+    select m.id, m.outcome
+      from jobs.enqueue_many(jobs.one_spec(p_name, p_key, p_payload, p_options)) m;
 end
 $$;
 
 comment on function jobs.enqueue(text, text, jsonb, jsonb) is
   'Enqueue one job; answers its id and created | deduped.';
+
+select jobs.define_spec();

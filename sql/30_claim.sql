@@ -42,6 +42,9 @@ returns table (
   priority         smallint,
   attempt          integer,
   max_attempts     integer,
+  retry_base_s     double precision,  -- the job's retry policy (a step's retry falls back on it)
+  retry_cap_s      double precision,
+  retry_jitter     text,
   claim            bigint,
   lease_expires_at timestamptz,
   timeout_s        double precision,
@@ -65,6 +68,10 @@ declare
   v_now    timestamptz := jobs.now();
   v_queues text[];
   v_names  text[];
+  v_unwind_ids    bigint[];
+  v_unwind_seqs   integer[];
+  v_unwind_states jobs.job_state[];
+  v_unwind_errors jsonb[];
 begin
   -- GUARD
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
@@ -98,33 +105,48 @@ begin
     v_names := array(select pg_catalog.jsonb_array_elements_text(p_options->'names'));
   end if;
 
-  -- RECOVER lapsed leases: bounded, by job_lease_idx.
+  -- RECOVER lapsed leases: bounded, by job_lease_idx. The attempt counts: where it leads
+  -- is jobs.retry_state's answer, except that a job with compensable steps never is
+  -- buried: on its final attempt it starts unwinding instead (back to ready,
+  -- compensating, its final state recorded), and one already compensating goes back to
+  -- ready to finish its unwind (sql/50_steps.sql).
   if coalesce((p_options->>'recover')::boolean, true) then
-    update jobs.job as j
-       set state = case
-                     -- a compensating job (a saga unwinding, sql/50_steps.sql) is never buried
-                     when j.attempt < j.max_attempts or j.compensating then 'ready'
-                     when j.dead_letter then 'dead'
-                     else 'failed'
-                   end::jobs.job_state,
-           run_at = v_now,
-           lease_expires_at = null,
-           finished_at = case when j.attempt < j.max_attempts or j.compensating then null
-                              else v_now end,
-           last_error = pg_catalog.jsonb_build_object(
-             'kind', 'lease_expired',
-             'message', pg_catalog.format('the lease of worker %s expired during attempt %s',
-                                          j.worker, j.attempt),
-             'attempt', j.attempt,
-             'at', v_now)
-      from (select l.id
-              from jobs.job l
-             where l.state = 'running' and l.lease_expires_at < v_now
-               and l.queue = any (p_queues)
-             order by l.lease_expires_at
-             limit 100
-               for update skip locked) as lapsed
-     where j.id = lapsed.id;
+    with lapsed as (
+      select l.id, jobs.retry_state(l.attempt, l.max_attempts, l.dead_letter) as next_state
+        from jobs.job l
+       where l.state = 'running' and l.lease_expires_at < v_now
+         and l.queue = any (p_queues)
+       order by l.lease_expires_at
+       limit 100
+         for update skip locked
+    ), moved as (
+      update jobs.job as j
+         set state = case when j.compensable or j.compensating then 'ready'
+                          else n.next_state end,
+             run_at = v_now,
+             lease_expires_at = null,
+             finished_at = case when n.next_state = 'ready' or j.compensable or j.compensating
+                                then null else v_now end,
+             compensating = j.compensating or (j.compensable and n.next_state <> 'ready'),
+             step_seq = j.step_seq + case when j.compensable and not j.compensating
+                                               and n.next_state <> 'ready' then 1 else 0 end,
+             last_error = pg_catalog.jsonb_build_object(
+               'kind', 'lease_expired',
+               'message', pg_catalog.format('the lease of worker %s expired during attempt %s',
+                                            j.worker, j.attempt),
+               'attempt', j.attempt,
+               'at', v_now)
+        from lapsed n
+       where j.id = n.id
+      returning j.id, j.step_seq, n.next_state, j.last_error,
+                j.compensable and n.next_state <> 'ready' as starts_unwind
+    )
+    select pg_catalog.array_agg(m.id), pg_catalog.array_agg(m.step_seq),
+           pg_catalog.array_agg(m.next_state), pg_catalog.array_agg(m.last_error)
+      into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors
+      from moved m
+     where m.starts_unwind;
+    perform jobs.record_unwinds(v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors);
 
     -- Wake parked jobs whose time came (durable sleeps, wait timeouts).
     update jobs.job as j
@@ -174,11 +196,13 @@ begin
         from picked
        where j.id = any (array(select p.id from picked p)) and j.id = picked.id
       returning j.id, j.name, j.queue, j.tenant, j.key, j.payload, j.priority, j.attempt,
-                j.max_attempts, j.claim, j.lease_expires_at, j.timeout_s, j.progress,
+                j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.claim,
+                j.lease_expires_at, j.timeout_s, j.progress,
                 j.traceparent, j.created_at, picked.run_at as picked_run_at, j.step_seq
     )
     select c.id, c.name, c.queue, c.tenant, c.key, c.payload, c.priority, c.attempt,
-           c.max_attempts, c.claim, c.lease_expires_at, c.timeout_s, c.progress,
+           c.max_attempts, c.retry_base_s, c.retry_cap_s, c.retry_jitter, c.claim,
+           c.lease_expires_at, c.timeout_s, c.progress,
            c.traceparent, c.created_at, v_now,
            -- Stored steps (sql/50_steps.sql), read only for jobs that ever wrote one.
            case when c.step_seq > 0 then

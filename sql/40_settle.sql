@@ -75,7 +75,6 @@ $$;
 -- a database-wide lock, which a busy worker must not pay per batch for no listener.
 -- Skipped when the session sets jobs.notify = off.
 -- ---------------------------------------------------------------------------
-alter table jobs.job add column if not exists settle_watched boolean not null default false;
 
 create or replace function jobs.notify_settled(p_ids bigint[])
 returns void
@@ -212,12 +211,53 @@ end
 $$;
 
 -- ---------------------------------------------------------------------------
+-- jobs.retry_state(attempt, max_attempts, dead_letter) -> where a failed attempt leads:
+-- ready (attempts remain), else dead, or failed when the policy has no dead-letter.
+-- The one place retry finality is decided: nack's retry mode and lease recovery in the
+-- claim both ask it, and the worker reads the answer they give.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.retry_state(p_attempt integer, p_max_attempts integer,
+                                            p_dead_letter boolean)
+returns jobs.job_state
+language sql
+immutable
+set search_path = ''
+as $$
+  select case when p_attempt < p_max_attempts then 'ready'
+              when p_dead_letter then 'dead'
+              else 'failed' end::jobs.job_state
+$$;
+
+comment on function jobs.retry_state(integer, integer, boolean) is
+  'Where a failed attempt leads: ready while attempts remain, else dead (or failed without dead-letter).';
+
+-- ---------------------------------------------------------------------------
+-- jobs.record_unwinds(ids, ordinals, states, errors): store the 'sqljobs.unwind' step of
+-- each job that starts unwinding its saga (docs/design/sagas.md): the final state it
+-- will settle in once its compensations ran, and why. The caller moves the job itself
+-- (compensating = true, step_seq to the ordinal). A recorded unwind is kept as is.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.record_unwinds(p_ids bigint[], p_ordinals integer[],
+                                               p_states jobs.job_state[], p_errors jsonb[])
+returns void
+language sql
+volatile
+set search_path = ''
+as $$
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  select u.id, 'sqljobs.unwind', u.ordinal, 'unwind',
+         pg_catalog.jsonb_build_object('state', u.state, 'error', u.error), jobs.now()
+    from unnest(p_ids, p_ordinals, p_states, p_errors) as u(id, ordinal, state, error)
+  on conflict (job_id, name) do nothing
+$$;
+
+-- ---------------------------------------------------------------------------
 -- jobs.nack_many(ids, claims, errors, modes, delays_s) -> (id, ok, state) per input.
 --
 -- modes (null = 'retry'):
 --   retry      attempt counted. Next run_at = now + delay_s, or the job's backoff
---              curve when delay_s is null. Attempts exhausted -> dead, or failed when
---              dead_letter is off.
+--              curve when delay_s is null. Attempts exhausted (jobs.retry_state) ->
+--              dead, or failed when dead_letter is off.
 --   fail       terminal now: failed.
 --   park       parked, not an attempt; wakes at now + delay_s (never when null) or
 --              when an event or child job wakes it.
@@ -228,6 +268,11 @@ $$;
 -- errors: jsonb per job (null allowed), stored in last_error with attempt and time; an
 --         error that is not an object is stored as {"message": error, ...}. A null error
 --         leaves last_error as it was.
+-- Sagas: a job with a stored compensable step (compensable) whose nack would make it
+--   failed or dead starts unwinding instead (docs/design/sagas.md): it stays `running`
+--   under the caller's claim and lease, compensating, with the final state recorded
+--   (jobs.record_unwinds); its answer's state is `running`. The caller runs the
+--   compensations and settles it with jobs.step_unwound (or leaves it to a later run).
 -- ---------------------------------------------------------------------------
 create or replace function jobs.nack_many(
   p_ids      bigint[],
@@ -276,16 +321,9 @@ begin
              with ordinality as u(id, claim, error, mode, delay_s, ord)
     ),
     target as (
-      select j.id, i.error, i.mode, i.delay_s, j.attempt,
-             case
-               when i.mode = 'fail' then 'failed'
-               when i.mode = 'park' then 'parked'
-               when i.mode = 'shed' then 'ready'
-               when i.mode = 'interrupt' then 'interrupted'
-               when j.attempt < j.max_attempts then 'ready'
-               when j.dead_letter then 'dead'
-               else 'failed'
-             end::jobs.job_state as next_state,
+      select j.id, i.error, i.mode, i.delay_s, j.attempt, n.next_state,
+             n.next_state in ('failed', 'dead') and j.compensable and not j.compensating
+               as unwinds,
              case
                when i.mode = 'retry' then
                  v_now + pg_catalog.make_interval(secs => coalesce(i.delay_s,
@@ -296,18 +334,28 @@ begin
              end as next_run_at
         from input i
         join jobs.job j on j.id = i.id and j.claim = i.claim and j.state = 'running'
+       cross join lateral (select case
+                                    when i.mode = 'fail' then 'failed'
+                                    when i.mode = 'park' then 'parked'
+                                    when i.mode = 'shed' then 'ready'
+                                    when i.mode = 'interrupt' then 'interrupted'
+                                    else jobs.retry_state(j.attempt, j.max_attempts, j.dead_letter)
+                                  end::jobs.job_state as next_state) n
        order by j.id
          for update of j
     ),
     done as (
       update jobs.job as j
-         set state = t.next_state,
-             run_at = case when t.next_state in ('ready', 'parked', 'interrupted')
+         set state = case when t.unwinds then j.state else t.next_state end,
+             run_at = case when not t.unwinds and t.next_state in ('ready', 'parked', 'interrupted')
                            then t.next_run_at else j.run_at end,
              attempt = case when t.mode in ('park', 'shed', 'interrupt')
                             then j.attempt - 1 else j.attempt end,
-             lease_expires_at = null,
-             finished_at = case when t.next_state in ('failed', 'dead') then v_now end,
+             lease_expires_at = case when t.unwinds then j.lease_expires_at end,
+             finished_at = case when not t.unwinds and t.next_state in ('failed', 'dead')
+                                then v_now end,
+             compensating = j.compensating or t.unwinds,
+             step_seq = j.step_seq + case when t.unwinds then 1 else 0 end,
              last_error = case when t.error is null then j.last_error
                                else case when pg_catalog.jsonb_typeof(t.error) = 'object' then t.error
                                          else pg_catalog.jsonb_build_object('message', t.error) end
@@ -315,13 +363,20 @@ begin
                           end
         from target t
        where j.id = t.id
-      returning j.id, j.state, j.settle_watched
+      returning j.id, j.state, j.settle_watched, t.unwinds, j.step_seq, t.next_state, t.error
+    ),
+    unwound as (
+      -- record the final state of each job that starts unwinding (sagas, above)
+      select jobs.record_unwinds(pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.step_seq),
+                                 pg_catalog.array_agg(done.next_state),
+                                 pg_catalog.array_agg(done.error))
+        from done where done.unwinds
     )
   select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.state),
          pg_catalog.array_agg(done.id) filter (
            where done.settle_watched and done.state in ('failed', 'dead'))
     into v_done, v_states, v_watched
-    from done;
+    from done, (select pg_catalog.count(*) from unwound) as u;
   -- NOTIFY result waiters of watched jobs that reached a final state (once per call).
   perform jobs.notify_settled(v_watched);
   return query

@@ -17,45 +17,15 @@
 -- Retention: steps go with their job (foreign key, on delete cascade), so the remove
 -- verbs and retention purge them with it.
 
--- ---------------------------------------------------------------------------
--- Columns of jobs.job this concern owns.
+-- Columns of jobs.job this concern reads and moves (declared in sql/00_schema.sql):
 --   step_seq          a counter moved by every step write: the next step's ordinal; the
 --                     claim reads the steps table only for jobs where it is > 0
 --   first_started_at  the first claim of the job (set once by jobs.claim): the cursor
 --                     from which an event wait looks back (sql/60_events.sql)
--- ---------------------------------------------------------------------------
-alter table jobs.job add column if not exists step_seq integer not null default 0;
-alter table jobs.job add column if not exists first_started_at timestamptz;
--- Sagas (see "Sagas" below and docs/design/sagas.md):
---   compensable   a step with a compensation was stored: a final failure or a cancel
---                 unwinds the job instead of settling it at once
---   compensating  the job is unwinding: claimable (ready) until its compensations ran;
---                 lease recovery sends it back to ready, never buries it
-alter table jobs.job add column if not exists compensable boolean not null default false;
-alter table jobs.job add column if not exists compensating boolean not null default false;
-
--- ---------------------------------------------------------------------------
--- jobs.step: one row per stored step of a job.
---   kind: run (a step.run result), sleep ({"until": time}), event ({"event", "payload",
---   "id"}), timeout ({"timeout": true}: an event wait that timed out), child ({"job_id",
---   "state", "result", "error"}: an invoked child job's outcome), undo (a compensation
---   ran; name 'sqljobs.undo:<step>'), unwind (name 'sqljobs.unwind': the job is
---   unwinding; {"state": the final state to settle in, "error": why}).
--- ---------------------------------------------------------------------------
-create table if not exists jobs.step (
-  job_id     bigint not null references jobs.job (id) on delete cascade,
-  name       text not null,
-  ordinal    integer not null,          -- order of first writing within the job
-  kind       text not null,
-  value      jsonb,
-  event_id   bigint,                    -- kind = event: the event it consumed
-  created_at timestamptz not null,
-  primary key (job_id, name),
-  constraint step_kind check (kind in ('run', 'sleep', 'event', 'timeout', 'child', 'undo',
-                                       'unwind'))
-);
-
-comment on table jobs.step is 'Private: stored durable steps of jobs; written by jobs.step_* functions.';
+--   compensable       a step with a compensation was stored: a final failure or a cancel
+--                     unwinds the job instead of settling it at once (sagas, below)
+--   compensating      the job is unwinding: claimable (ready) until its compensations
+--                     ran; lease recovery sends it back to ready, never buries it
 
 -- ---------------------------------------------------------------------------
 -- jobs.hold_step(id, claim, lease_s) -> the job's new step_seq. Private.
@@ -88,7 +58,9 @@ begin
 end
 $$;
 
--- Shared guard: a step name is a non-empty string of at most 200 characters.
+-- Shared guard: a step name is a non-empty string of at most 200 characters, and not
+-- one of the runtime's own ('sqljobs.' ...: a saga's unwind and undo records), which
+-- only these functions write (reserved_step_name SJ011).
 create or replace function jobs.check_step_name(p_name text)
 returns void
 language plpgsql
@@ -99,6 +71,11 @@ begin
   if p_name is null or p_name = '' or pg_catalog.length(p_name) > 200 then
     perform jobs.raise_error('invalid_argument',
       'a step name must be a non-empty string of at most 200 characters');
+  end if;
+  if pg_catalog.starts_with(p_name, 'sqljobs.') then
+    perform jobs.raise_error('reserved_step_name',
+      pg_catalog.format('step name %L starts with sqljobs., which the runtime keeps for itself',
+                        p_name), null, 'give the step another name');
   end if;
 end
 $$;
@@ -111,9 +88,11 @@ $$;
 -- wins). Fenced: raises lease_lost (SJ004), writing nothing, unless the job is running
 -- under p_claim. Extends the lease to now + p_lease_s (left as is when null).
 -- options: {"compensable": true} the step has a compensation (marks the job
---          compensable); {"undo": true} the step records a compensation (kind undo).
+--          compensable); {"undo": true} the value records that the compensation of step
+--          `name` ran: it is stored as step 'sqljobs.undo:<name>' (kind undo).
 -- Errors: invalid_argument (SJ001) for a bad name, lease_s or option; payload_too_large (SJ002)
--- for a value larger than jobs.max_payload_bytes(); lease_lost (SJ004).
+-- for a value larger than jobs.max_payload_bytes(); lease_lost (SJ004); reserved_step_name
+-- (SJ011) for a name starting with 'sqljobs.'.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.step_put(
   p_id      bigint,
@@ -132,6 +111,7 @@ as $$
 declare
   v_seq   integer;
   v_value jsonb;
+  v_name  text;
 begin
   -- GUARD
   perform jobs.check_step_name(p_name);
@@ -146,11 +126,13 @@ begin
     perform jobs.raise_error('invalid_argument',
       'options takes only {"compensable": boolean, "undo": boolean}');
   end if;
+  v_name := case when (p_options->>'undo')::boolean then 'sqljobs.undo:' || p_name
+                 else p_name end;
   -- FENCE (locks the job row)
   v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
   -- WRITE, first write wins
   insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
-  values (p_id, p_name, v_seq,
+  values (p_id, v_name, v_seq,
           case when (p_options->>'undo')::boolean then 'undo' else 'run' end,
           p_value, jobs.now())
   on conflict (job_id, name) do nothing
@@ -161,7 +143,7 @@ begin
     end if;
     return v_value;
   end if;
-  select s.value into v_value from jobs.step s where s.job_id = p_id and s.name = p_name;
+  select s.value into v_value from jobs.step s where s.job_id = p_id and s.name = v_name;
   return v_value;
 end
 $$;
@@ -260,10 +242,6 @@ comment on function jobs.job_steps(bigint) is 'The stored steps of one job, in t
 --                           (trigger job_child_settled). The trigger's WHEN clause is
 --                           evaluated for every state change but calls nothing for a
 --                           job without a parent: the hot ack path pays one null test.
-alter table jobs.job add column if not exists parent_id bigint;
-alter table jobs.job add column if not exists parent_step text;
-
-create index if not exists job_parent_idx on jobs.job (parent_id) where parent_id is not null;
 
 -- Wakes the parent of a child that reached a final state (or was removed), and
 -- notifies the parent's queue (jobs.wake) so a worker claims it at once. Only child
@@ -421,56 +399,15 @@ comment on function jobs.step_invoke(bigint, bigint, text[], jsonb, double preci
 -- compensations and runs them in reverse order, each stored as its own step
 -- ('sqljobs.undo:<step>', option "undo") so a crash mid-unwind never repeats a finished
 -- one. jobs.step_unwound then settles the job in the recorded final state.
---   * jobs.step_unwind   running job -> compensating (stays running under its claim)
+--   * nack (any settle)  of a compensable running job that would end failed or dead ->
+--                        compensating, still running under its claim (sql/40_settle.sql)
 --   * cancel (any verb)  of a compensable, live job -> ready + compensating (trigger
 --                        job_cancel_unwinds), so a worker claims it to unwind; the
 --                        old run's fence no longer holds. Cancelling a job that is
 --                        already compensating changes nothing: its unwind finishes.
---   * lease recovery     of a compensating job -> ready, never buried (sql/30_claim.sql)
+--   * lease recovery     of a compensable job on its final attempt -> ready + compensating;
+--                        of a compensating job -> ready, never buried (sql/30_claim.sql)
 --   * jobs.step_unwound  compensating, running job -> its recorded final state
-
--- ---------------------------------------------------------------------------
--- jobs.step_unwind(id, claim, mode, error, lease_s) -> the recorded unwind {state, error}.
--- Starts the unwind of a running job that failed for good: mode 'fail' (a terminal
--- error: it will settle failed) or 'retry' (retries exhausted: dead, or failed when
--- dead_letter is off). Idempotent: an unwind already recorded is answered as is.
--- Fenced (lease_lost SJ004); extends the lease like step_put.
--- ---------------------------------------------------------------------------
-create or replace function jobs.step_unwind(
-  p_id      bigint,
-  p_claim   bigint,
-  p_mode    text,
-  p_error   jsonb default null,
-  p_lease_s double precision default null
-)
-returns jsonb
-language plpgsql
-volatile
-set search_path = ''
-as $$
-declare
-  v_seq   integer;
-  v_state jobs.job_state;
-  v_value jsonb;
-begin
-  if p_mode is null or p_mode not in ('fail', 'retry') then
-    perform jobs.raise_error('invalid_argument', 'mode must be fail or retry');
-  end if;
-  v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
-  select case when p_mode = 'fail' or not j.dead_letter then 'failed' else 'dead' end::jobs.job_state
-    into v_state from jobs.job j where j.id = p_id;
-  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
-  values (p_id, 'sqljobs.unwind', v_seq, 'unwind',
-          pg_catalog.jsonb_build_object('state', v_state, 'error', p_error), jobs.now())
-  on conflict (job_id, name) do nothing;
-  update jobs.job as j set compensating = true where j.id = p_id;
-  select s.value into v_value from jobs.step s where s.job_id = p_id and s.name = 'sqljobs.unwind';
-  return v_value;
-end
-$$;
-
-comment on function jobs.step_unwind(bigint, bigint, text, jsonb, double precision) is
-  'Saga: a running job that failed for good starts unwinding its compensable steps.';
 
 -- ---------------------------------------------------------------------------
 -- jobs.step_unwound(id, claim) -> the job's final state.
@@ -529,13 +466,8 @@ begin
     new.lease_expires_at := old.lease_expires_at;
     return new;
   end if;
-  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
-  values (old.id, 'sqljobs.unwind', old.step_seq + 1, 'unwind',
-          pg_catalog.jsonb_build_object('state', 'cancelled', 'error',
-            pg_catalog.jsonb_build_object('kind', 'cancelled',
-                                          'message', 'the job was cancelled')),
-          jobs.now())
-  on conflict (job_id, name) do nothing;
+  perform jobs.record_unwinds(array[old.id], array[old.step_seq + 1], '{cancelled}',
+    array[pg_catalog.jsonb_build_object('kind', 'cancelled', 'message', 'the job was cancelled')]);
   new.step_seq := old.step_seq + 1;
   new.state := 'ready';
   new.run_at := jobs.now();

@@ -34,51 +34,6 @@
 --
 -- Retention: published rows stay until jobs.purge_outbox deletes them (bounded batches).
 
-create table if not exists jobs.outbox (
-  id               bigint primary key default pg_catalog.nextval('jobs.job_id_seq'),
-  name             text not null,
-  tenant           text,
-  key              text not null,
-  ordering_key     text,                  -- null: no ordering among these rows
-  spec             jsonb not null,        -- the job spec (validated at stage; no ordering_key)
-  staged_at        timestamptz not null,
-  claimed_by       text,                  -- relay holding the row (until published)
-  claim            bigint not null default 0,  -- fencing token: moved by every claim
-  lease_expires_at timestamptz,
-  published_at     timestamptz,
-  job_id           bigint,                -- the job it became: id, or an existing job's id
-  outcome          text,                  -- created | deduped (set at publish)
-  constraint outbox_outcome check (outcome in ('created', 'deduped'))
-);
-
-comment on table jobs.outbox is
-  'Private: staged jobs waiting for a relay; use jobs.stage / jobs.relay.';
-
--- One unpublished staged row per idempotency key (stage dedupes on it).
-create unique index if not exists outbox_key_idx
-  on jobs.outbox (name, (coalesce(tenant, '')), key)
-  where published_at is null;
-
--- The relay's claim seeks unpublished rows in id order.
-create index if not exists outbox_pending_idx
-  on jobs.outbox (id)
-  where published_at is null;
-
--- The ordering check: unpublished rows of one ordering key, in id order.
-create index if not exists outbox_ordering_idx
-  on jobs.outbox (ordering_key, id)
-  where published_at is null and ordering_key is not null;
-
--- A relay's held rows.
-create index if not exists outbox_claimed_idx
-  on jobs.outbox (claimed_by)
-  where published_at is null and claimed_by is not null;
-
--- Retention sweeps published rows by age.
-create index if not exists outbox_published_idx
-  on jobs.outbox (published_at)
-  where published_at is not null;
-
 -- ---------------------------------------------------------------------------
 -- jobs.stage_many(specs jsonb) -> (ord, id, outcome), one row per spec in input order.
 --
@@ -144,18 +99,15 @@ begin
   -- is staged from its first spec.
   with ins as (
     insert into jobs.outbox as o (name, tenant, key, ordering_key, spec, staged_at)
-    select s.name, s.tenant, s.key, e.spec->>'ordering_key',
-           case when s.delay_s is null then e.spec - 'ordering_key'
+    select e.spec->>'name', e.spec->>'tenant', e.spec->>'key', e.spec->>'ordering_key',
+           case when e.spec->>'delay_s' is null then e.spec - 'ordering_key'
                 else e.spec - 'ordering_key' - 'delay_s'
-                     || pg_catalog.jsonb_build_object(
-                          'run_at', v_now + pg_catalog.make_interval(secs => s.delay_s)) end,
+                     || pg_catalog.jsonb_build_object('run_at', v_now
+                          + pg_catalog.make_interval(secs => (e.spec->>'delay_s')::double precision))
+           end,
            v_now
       from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
-     cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec,
-                                                         e.spec - 'ordering_key') as s
-     where not exists (select 1 from jobs.job k
-                        where k.name = s.name and coalesce(k.tenant, '') = coalesce(s.tenant, '')
-                          and k.key = s.key)
+     where jobs.job_of_key(e.spec->>'name', e.spec->>'tenant', e.spec->>'key') is null
      order by e.ord
     on conflict (name, (coalesce(tenant, '')), key) where published_at is null do nothing
     returning o.id
@@ -176,17 +128,13 @@ begin
                    pg_catalog.row_number() over (partition by coalesce(j.id, o.id)
                                                  order by e.ord) = 1 as first
               from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
-             cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec,
-                                                                 e.spec - 'ordering_key') as s
-              left join lateral (select k.id from jobs.job k
-                                  where k.name = s.name
-                                    and coalesce(k.tenant, '') = coalesce(s.tenant, '')
-                                    and k.key = s.key
-                                  limit 1) j on true
+             cross join lateral (select jobs.job_of_key(e.spec->>'name', e.spec->>'tenant',
+                                                        e.spec->>'key') as id) j
               left join lateral (select b.id from jobs.outbox b
-                                  where b.name = s.name
-                                    and coalesce(b.tenant, '') = coalesce(s.tenant, '')
-                                    and b.key = s.key and b.published_at is null) o on true) a
+                                  where b.name = e.spec->>'name'
+                                    and coalesce(b.tenant, '') = coalesce(e.spec->>'tenant', '')
+                                    and b.key = e.spec->>'key' and b.published_at is null) o
+                     on true) a
      order by a.ord;
 end
 $$;
@@ -257,6 +205,8 @@ declare
   v_published integer := 0;
   v_deduped   integer := 0;
   v_held      integer := 0;
+  v_specs     jsonb;
+  v_ids       bigint[];
   v_created   bigint[];
   v_wake      text[];
 begin
@@ -271,44 +221,27 @@ begin
     perform jobs.raise_error('invalid_argument', 'lease_s must be positive and finite');
   end if;
 
-  -- PUBLISH: the rows this relay holds, as jobs under their own ids, in id order.
-  with held as materialized (
-    select o.id, o.spec
-      from jobs.outbox o
-     where o.claimed_by = p_relay_id and o.published_at is null
-     order by o.id
-       for update
-  ),
-  ins as (
-    insert into jobs.job as j (id, name, queue, tenant, key, payload, priority, run_at,
-                               max_attempts, retry_base_s, retry_cap_s, retry_jitter,
-                               dead_letter, timeout_s, traceparent, created_at)
-    select h.id, s.name, coalesce(s.queue, 'default'), s.tenant, s.key,
-           coalesce(s.payload, '{}'), coalesce(s.priority, 0), coalesce(s.run_at, v_now),
-           coalesce(s.max_attempts, 25), coalesce(s.retry_base_s, 1),
-           coalesce(s.retry_cap_s, greatest(3600, coalesce(s.retry_base_s, 1))),
-           coalesce(s.retry_jitter, 'full'), coalesce(s.dead_letter, true), s.timeout_s,
-           s.traceparent, v_now
-      from held h
-     cross join lateral pg_catalog.jsonb_populate_record(null::jobs.job_spec, h.spec) as s
-     order by h.id
-    on conflict (name, (coalesce(tenant, '')), key) do nothing
-    returning j.id, j.queue, j.run_at
-  )
-  select pg_catalog.array_agg(ins.id),
-         pg_catalog.array_agg(distinct ins.queue) filter (where ins.run_at <= v_now)
-    into v_created, v_wake
-    from ins;
+  -- PUBLISH: the rows this relay holds, as jobs under their own ids (jobs.insert_jobs).
+  select pg_catalog.jsonb_agg(h.spec order by h.id), pg_catalog.array_agg(h.id order by h.id)
+    into v_specs, v_ids
+    from (select o.id, o.spec
+            from jobs.outbox o
+           where o.claimed_by = p_relay_id and o.published_at is null
+           order by o.id
+             for update) h;
+  if v_ids is not null then
+    select pg_catalog.array_agg(c.id),
+           pg_catalog.array_agg(distinct c.queue) filter (where c.run_at <= v_now)
+      into v_created, v_wake
+      from jobs.insert_jobs(v_specs, v_now, v_ids) c;
+  end if;
 
   with done as (
     update jobs.outbox o
        set published_at = v_now,
            lease_expires_at = null,
            job_id = case when o.id = any (coalesce(v_created, '{}')) then o.id
-                         else (select k.id from jobs.job k
-                                where k.name = o.name
-                                  and coalesce(k.tenant, '') = coalesce(o.tenant, '')
-                                  and k.key = o.key) end,
+                         else jobs.job_of_key(o.name, o.tenant, o.key) end,
            outcome = case when o.id = any (coalesce(v_created, '{}')) then 'created'
                           else 'deduped' end
      where o.claimed_by = p_relay_id and o.published_at is null

@@ -59,12 +59,12 @@ select is((select retry_jitter from jobs.job where name = 'def.job' and key = 'f
 select lives_ok($$ select * from jobs.enqueue('def.job', 'jn', '{}', '{"retry_jitter": "none"}') $$,
                 'retry_jitter none is accepted');
 create temp table more as
-  select * from jobs.enqueue_many('[{"name": "def.job", "key": "bigbase", "retry_base_s": 7200},
-                                    {"name": "def.job", "key": "pmax", "priority": 32767},
+  select * from jobs.enqueue_many('[{"name": "def.job", "key": "pmax", "priority": 32767},
                                     {"name": "def.job", "key": "pmin", "priority": -32768},
                                     {"name": "def.job", "key": "once", "max_attempts": 1}]');
-select is((jobs_test.job('bigbase')).retry_cap_s, 7200::float8,
-          'with a base above 3600 s and no cap, the cap defaults to the base');
+select throws_ok($$ select * from jobs.enqueue('def.job', 'bigbase', '{}', '{"retry_base_s": 7200}') $$,
+                 'SJ001', 'sqljobs.invalid_argument: spec 1: retry_cap_s must be at least retry_base_s',
+                 'a base above the default cap of 3600 s needs a cap of its own');
 select is((jobs_test.job('pmax')).priority, 32767::smallint, 'priority 32767 is accepted');
 select is((jobs_test.job('pmin')).priority, (-32768)::smallint, 'priority -32768 is accepted');
 select is((jobs_test.job('once')).max_attempts, 1, 'max_attempts 1 is accepted');

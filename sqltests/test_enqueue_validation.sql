@@ -1,7 +1,7 @@
 -- jobs.enqueue_many / jobs.enqueue: every invalid spec is refused with invalid_argument
 -- (SJ001) before the first write.
 begin;
-select plan(67);
+select plan(69);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
@@ -114,14 +114,19 @@ select is(jobs.spec_problem('[{"name": "v", "key": "k", "zeta": 1, "alpha": 2}]'
           'spec 1: unknown field ''zeta''', 'the unknown field named is the first in jsonb key order');
 select is(jobs.spec_problem('[{"name": "v", "key": 5, "queue": 7}]'),
           'spec 1: ''key'' must be a string', 'so is the text field that is not a string');
-select is(jobs.spec_problem('[{"name": "v", "key": "k", "priority": 99999}, {"name": "v", "key": "k2", "priority": "x"}]'),
-          'spec 1: priority must be between -32768 and 32767',
-          'a value problem in an earlier spec is reported before a later spec''s bad type');
+select is(jobs.spec_problem('[{"name": "v", "key": "k", "max_attempts": 0}, {"name": "v", "key": "k2", "priority": "x"}]'),
+          'spec 1: max_attempts must be at least 1',
+          'the first spec with a problem is reported: a value problem before a later spec''s bad type');
 select is(jobs.spec_problem('[{"name": "v", "key": "k", "priority": "x"}, {"name": "v", "key": "k2", "colour": 1}]'),
-          'spec 2: unknown field ''colour''', 'a shape problem anywhere is reported before any bad type');
-select is(jobs.spec_problem('[{"name": "v", "key": "k", "priority": "x"}, {"name": "v", "key": "k2", "max_attempts": 0}]'),
-          'a field has the wrong type: invalid input syntax for type integer: "x"',
-          'a bad type in an earlier spec is reported before a later spec''s value problem');
+          'spec 1: ''priority'' must be a whole number between -32768 and 32767',
+          'a bad type before a later spec''s unknown field');
+select is(jobs.spec_problem('[{"name": "v", "key": "k", "colour": 1, "priority": "x"}]'),
+          'spec 1: unknown field ''colour''', 'within a spec, an unknown field before a bad type');
+select is(jobs.spec_problem('[{"name": "v", "key": "k", "priority": 99999}]'),
+          'spec 1: ''priority'' must be a whole number between -32768 and 32767',
+          'a range the column''s type sets is its JSON type''s rule');
+select is(jobs.spec_problem('[{"name": "v", "key": "k", "run_at": "2030-01-02 03:04:05+02"}, {"name": "v", "key": "k2", "run_at": "2030-01-02T03:04:05Z"}]'),
+          null, 'times read as timestamptz reads them');
 -- every spec the refusal tests above use, alone and second in a batch: the same message
 create temp table bad_specs as
   select '{"name": "v.bad", "key": "k"}'::jsonb || f.v as spec

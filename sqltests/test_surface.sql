@@ -2,7 +2,7 @@
 -- released). A change here is a change to the API: add a function with a new name instead.
 -- Functions not listed here are private helpers.
 begin;
-select plan(92);
+select plan(91);
 
 select has_schema('jobs');
 select has_table('jobs', 'job', 'jobs.job exists');
@@ -82,7 +82,6 @@ select has_table('jobs', 'step', 'jobs.step exists');
 select has_table('jobs', 'event', 'jobs.event exists');
 select has_table('jobs', 'event_wait', 'jobs.event_wait exists');
 select function_returns('jobs', 'step_put', array['bigint', 'bigint', 'text', 'jsonb', 'double precision', 'jsonb'], 'jsonb');
-select function_returns('jobs', 'step_unwind', array['bigint', 'bigint', 'text', 'jsonb', 'double precision'], 'jsonb');
 select function_returns('jobs', 'step_unwound', array['bigint', 'bigint'], 'jobs.job_state');
 select is(pg_catalog.pg_get_function_result('jobs.step_sleep(bigint,bigint,text,timestamptz,double precision)'::regprocedure),
           'TABLE(wake_at timestamp with time zone, parked boolean)', 'step_sleep returns these columns');
@@ -103,7 +102,7 @@ select is(pg_catalog.pg_get_function_result('jobs.enqueue_many(jsonb)'::regproce
           'TABLE(ord integer, id bigint, outcome text)',
           'enqueue_many returns these columns');
 select is(pg_catalog.pg_get_function_result('jobs.claim(text[],text,integer,double precision,jsonb)'::regprocedure),
-          'TABLE(id bigint, name text, queue text, tenant text, key text, payload jsonb, priority smallint, attempt integer, max_attempts integer, claim bigint, lease_expires_at timestamp with time zone, timeout_s double precision, progress jsonb, traceparent text, created_at timestamp with time zone, started_at timestamp with time zone, steps jsonb)',
+          'TABLE(id bigint, name text, queue text, tenant text, key text, payload jsonb, priority smallint, attempt integer, max_attempts integer, retry_base_s double precision, retry_cap_s double precision, retry_jitter text, claim bigint, lease_expires_at timestamp with time zone, timeout_s double precision, progress jsonb, traceparent text, created_at timestamp with time zone, started_at timestamp with time zone, steps jsonb)',
           'claim returns these columns');
 select is(pg_catalog.pg_get_function_result('jobs.ack_many(bigint[],bigint[],jsonb[])'::regprocedure),
           'TABLE(id bigint, ok boolean)',
@@ -138,7 +137,7 @@ select set_eq(
   $$ select p.proname::text, pg_catalog.pg_get_function_identity_arguments(p.oid)
        from pg_catalog.pg_proc p
       where p.pronamespace = 'jobs'::regnamespace
-        and p.proname = any (array['enqueue', 'enqueue_many', 'claim', 'ack', 'ack_many', 'nack', 'nack_many', 'heartbeat', 'heartbeat_many', 'progress', 'cancel', 'requeue', 'promote', 'remove', 'cancel_where', 'requeue_where', 'promote_where', 'remove_where', 'pause_queue', 'resume_queue', 'queue_stats', 'job_payload', 'schema_version', 'now', 'error_codes', 'raise_error', 'backoff_s', 'max_payload_bytes', 'spec_problem', 'step_put', 'step_sleep', 'step_wait', 'emit_event', 'job_steps', 'purge_events', 'step_invoke', 'step_unwind', 'step_unwound', 'watch_outcome']) $$,
+        and p.proname = any (array['enqueue', 'enqueue_many', 'claim', 'ack', 'ack_many', 'nack', 'nack_many', 'heartbeat', 'heartbeat_many', 'progress', 'cancel', 'requeue', 'promote', 'remove', 'cancel_where', 'requeue_where', 'promote_where', 'remove_where', 'pause_queue', 'resume_queue', 'queue_stats', 'job_payload', 'schema_version', 'now', 'error_codes', 'raise_error', 'backoff_s', 'max_payload_bytes', 'spec_problem', 'step_put', 'step_sleep', 'step_wait', 'emit_event', 'job_steps', 'purge_events', 'step_invoke', 'step_unwound', 'watch_outcome']) $$,
   $$ values
     ('ack', 'p_id bigint, p_claim bigint, p_result jsonb'),
     ('ack_many', 'p_ids bigint[], p_claims bigint[], p_results jsonb[]'),
@@ -170,7 +169,6 @@ select set_eq(
     ('schema_version', ''),
     ('spec_problem', 'p_specs jsonb'),
     ('step_put', 'p_id bigint, p_claim bigint, p_name text, p_value jsonb, p_lease_s double precision, p_options jsonb'),
-    ('step_unwind', 'p_id bigint, p_claim bigint, p_mode text, p_error jsonb, p_lease_s double precision'),
     ('step_unwound', 'p_id bigint, p_claim bigint'),
     ('step_sleep', 'p_id bigint, p_claim bigint, p_name text, p_until timestamp with time zone, p_delay_s double precision'),
     ('step_wait', 'p_id bigint, p_claim bigint, p_name text, p_specs jsonb, p_timeout_s double precision, p_lease_s double precision'),

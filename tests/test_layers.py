@@ -27,9 +27,10 @@ PUBLIC = {
     "InvalidPayload", "JobCancelled", "JobContext", "JobDead", "JobError", "JobFailed",
     "JobFinished", "JobHandle", "JobLive", "JobNotFound", "JobNotRequeueable", "JobRecord",
     "JobRunning", "JobSpec", "JobState", "LeaseLost", "NotLeader", "PayloadTooLarge",
-    "QueueStats", "QueuesRequired", "Relay", "ResultTimeout", "Retry", "RetryPolicy",
-    "RunCancelled", "ScheduleNotFound", "Scheduler", "SchemaError", "Settled", "Snooze",
-    "SqljobsError", "Staged", "StepNameReused", "StepTimeout", "Steps", "SyncSteps",
+    "QueueStats", "QueuesRequired", "Relay", "ReservedStepName", "ResultTimeout", "Retry",
+    "RetryPolicy", "RunCancelled", "ScheduleNotFound", "Scheduler", "SchemaError", "Settled",
+    "Snooze",
+    "SqljobsError", "Staged", "StepNameReused", "StepTimeout", "Steps",
     "UnknownJob", "Worker", "fresh_key", "queries",
 }
 

@@ -32,7 +32,7 @@ def relay_until_idle(app: App, **options: Any) -> Relay:
     relay = Relay(app, install_signals=False, poll_interval=0.05, **options)
 
     async def main() -> None:
-        task = asyncio.create_task(relay.run())
+        task = asyncio.create_task(relay.run_async())
         while True:
             await asyncio.sleep(0.05)
             assert not task.done(), "the relay stopped early"
@@ -110,7 +110,7 @@ def test_the_relay_purges_published_rows_after_the_retention(
                   purge_interval=0.01)
 
     async def main() -> None:
-        task = asyncio.create_task(relay.run())
+        task = asyncio.create_task(relay.run_async())
         # published rows older than the retention (0 s) go at the next purge
         for _ in range(1200):
             await asyncio.sleep(0.05)
@@ -134,13 +134,13 @@ def test_a_drain_publishes_the_batch_held(app: App, conn: psycopg.Connection[Any
     async def main() -> int:
         relay._loop = asyncio.get_running_loop()
         relay.stop()  # stop before the first step: a stopped relay claims nothing
-        return await relay.run()
+        return await relay.run_async()
 
     assert asyncio.run(main()) == 0
     assert scalar(conn, "select count(*) from jobs.job") == 0
 
     async def one_step_then_drain() -> int:
-        task = asyncio.create_task(relay.run())
+        task = asyncio.create_task(relay.run_async())
         while relay.held == 0 and relay.counts["published"] == 0:
             await asyncio.sleep(0.01)
         relay.stop()
@@ -160,7 +160,7 @@ def test_the_relay_wakes_on_notify_without_polling(app: App, conn: psycopg.Conne
     note = app.job_handle("roles.note")
 
     async def main() -> None:
-        task = asyncio.create_task(relay.run())
+        task = asyncio.create_task(relay.run_async())
         while not relay.listening:
             assert not task.done()
             await asyncio.sleep(0.02)

@@ -55,7 +55,7 @@ def make_app(dsn: str) -> App:
     async def replay(ctx: JobContext, payload: Count) -> dict[str, Any]:
         values = []
         for i in range(payload.n):
-            values.append(await ctx.step.run(f"s{i}", effect(ctx, f"s{i}", {"i": i})))
+            values.append(await ctx.step.run_async(f"s{i}", effect(ctx, f"s{i}", {"i": i})))
             if i == payload.n // 2 and ctx.attempt == 1:
                 raise RuntimeError("fail the first attempt half-way")
         return {"values": values, "round_trips": ctx.step.round_trips}
@@ -65,9 +65,9 @@ def make_app(dsn: str) -> App:
         async def quote() -> Quote:
             return Quote(price=5, currency="EUR")
 
-        pair = await ctx.step.run("pair", lambda: (1, 2))
-        model = await ctx.step.run("quote", quote)
-        typed = await ctx.step.run("typed", lambda: {"price": 7, "currency": "USD"},
+        pair = await ctx.step.run_async("pair", lambda: (1, 2))
+        model = await ctx.step.run_async("quote", quote)
+        typed = await ctx.step.run_async("typed", lambda: {"price": 7, "currency": "USD"},
                                    result_type=Quote)
         if ctx.attempt == 1:
             raise RuntimeError("again, to replay")
@@ -76,8 +76,8 @@ def make_app(dsn: str) -> App:
 
     @app.job(name="steps.duplicate", queue=QUEUE, retry=RetryPolicy(max_attempts=1))
     async def duplicate(ctx: JobContext, payload: Nothing) -> None:
-        await ctx.step.run("same", lambda: 1)
-        await ctx.step.run("same", lambda: 2)
+        await ctx.step.run_async("same", lambda: 1)
+        await ctx.step.run_async("same", lambda: 2)
 
     @app.job(name="steps.step_retry", queue=QUEUE, retry=RetryPolicy(max_attempts=1))
     async def step_retry(ctx: JobContext, payload: Nothing) -> int:
@@ -86,30 +86,30 @@ def make_app(dsn: str) -> App:
             if RUNS[ctx.job_id, "flaky"] < 3:
                 raise ConnectionError("try again")
             return RUNS[ctx.job_id, "flaky"]
-        result: int = await ctx.step.run("flaky", flaky, retry=fast)
+        result: int = await ctx.step.run_async("flaky", flaky, retry=fast)
         return result
 
     @app.job(name="steps.sync", queue=QUEUE, retry=fast)
     def sync(ctx: JobContext, payload: Nothing) -> list[Any]:
-        a = ctx.step_sync.run("a", effect(ctx, "a", "A"))
-        b = ctx.step_sync.run("b", effect(ctx, "b", [1, "two"]))
+        a = ctx.step.run("a", effect(ctx, "a", "A"))
+        b = ctx.step.run("b", effect(ctx, "b", [1, "two"]))
         if ctx.attempt == 1:
             raise RuntimeError("again, to replay")
-        ctx.step_sync.sleep("nap", 0)
+        ctx.step.sleep("nap", 0)
         return [a, b]
 
     @app.job(name="steps.gated", queue=QUEUE, retry=RetryPolicy(max_attempts=1))
     async def gated(ctx: JobContext, payload: Nothing) -> None:
-        await ctx.step.run("before", lambda: 1)
+        await ctx.step.run_async("before", lambda: 1)
         gate = GATES[ctx.job_id] = threading.Event()
         await asyncio.to_thread(gate.wait, 30)
-        await ctx.step.run("after", effect(ctx, "after", 2))
+        await ctx.step.run_async("after", effect(ctx, "after", 2))
 
     @app.job(name="steps.sleeper", queue=QUEUE, retry=fast)
     async def sleeper(ctx: JobContext, payload: Count) -> dict[str, Any]:
-        await ctx.step.run("before", effect(ctx, "before", 1))
-        await ctx.step.sleep("nap", payload.n)
-        await ctx.step.run("after", effect(ctx, "after", 2))
+        await ctx.step.run_async("before", effect(ctx, "before", 1))
+        await ctx.step.sleep_async("nap", payload.n)
+        await ctx.step.run_async("after", effect(ctx, "after", 2))
         return {"attempt": ctx.attempt}
 
     @app.job(name="steps.quick", queue=QUEUE)
@@ -118,24 +118,24 @@ def make_app(dsn: str) -> App:
 
     @app.job(name="steps.waiter", queue=QUEUE, retry=fast)
     async def waiter(ctx: JobContext, payload: Count) -> Any:
-        return await ctx.step.wait_for_event("paid", event="order.paid",
+        return await ctx.step.wait_for_event_async("paid", event="order.paid",
                                              match={"order": payload.n})
 
     @app.job(name="steps.gap", queue=QUEUE, retry=fast)
     async def gap(ctx: JobContext, payload: Count) -> Any:
         # The event is emitted after the job started and before the wait is registered.
-        await ctx.step.run("emit", lambda: app.emit_event("order.paid", {"order": payload.n}))
-        return await ctx.step.wait_for_event("paid", event="order.paid",
+        await ctx.step.run_async("emit", lambda: app.emit_event("order.paid", {"order": payload.n}))
+        return await ctx.step.wait_for_event_async("paid", event="order.paid",
                                              match={"order": payload.n})
 
     @app.job(name="steps.timeout", queue=QUEUE, retry=fast)
     async def timeout(ctx: JobContext, payload: Nothing) -> Any:
-        got = await ctx.step.wait_for_event("never", event="never.sent", timeout=0.3)
+        got = await ctx.step.wait_for_event_async("never", event="never.sent", timeout=0.3)
         return {"got": got}
 
     @app.job(name="steps.first_of", queue=QUEUE, retry=fast)
     async def first_of(ctx: JobContext, payload: Count) -> Any:
-        event = await ctx.step.wait_for_any(
+        event = await ctx.step.wait_for_any_async(
             "decision",
             [("doc.approved", {"doc": payload.n}), ("doc.rejected", {"doc": payload.n})])
         assert event is not None
@@ -149,14 +149,14 @@ def make_app(dsn: str) -> App:
 
     @app.job(name="steps.parent", queue=QUEUE, retry=fast)
     async def parent(ctx: JobContext, payload: Count) -> dict[str, Any]:
-        one = await ctx.step.invoke("one", square, {"n": payload.n})
-        many = await ctx.step.invoke_many("many", square, [{"n": i} for i in range(4)])
+        one = await ctx.step.invoke_async("one", square, {"n": payload.n})
+        many = await ctx.step.invoke_many_async("many", square, [{"n": i} for i in range(4)])
         return {"one": one, "many": many, "attempt": ctx.attempt}
 
     @app.job(name="steps.bad_parent", queue=QUEUE, retry=RetryPolicy(max_attempts=1))
     def bad_parent(ctx: JobContext, payload: Nothing) -> Any:
         try:
-            return ctx.step_sync.invoke("child", "steps.square", {"n": -1}, queue=QUEUE,
+            return ctx.step.invoke("child", "steps.square", {"n": -1}, queue=QUEUE,
                                         max_attempts=1)
         except Exception as error:
             return {"type": type(error).__name__, "kind": getattr(error, "kind", None)}
@@ -172,13 +172,14 @@ def make_app(dsn: str) -> App:
             return f"undid {value['step']}"
 
         for i in range(3):
-            await ctx.step.run(f"book{i}", effect(ctx, f"book{i}", {"step": i}), compensate=undo)
-        await ctx.step.run("plain", effect(ctx, "plain", 1))
+            await ctx.step.run_async(f"book{i}", effect(ctx, f"book{i}", {"step": i}),
+                                     compensate=undo)
+        await ctx.step.run_async("plain", effect(ctx, "plain", 1))
         if payload.n == 0:
             raise Refused("no seats")          # terminal: failed at once
         if payload.n == 1:
             raise RuntimeError("flaky")        # retried, then dead
-        await ctx.step.sleep("hold", 3600)      # parks: a cancel unwinds it
+        await ctx.step.sleep_async("hold", 3600)      # parks: a cancel unwinds it
 
     return app
 

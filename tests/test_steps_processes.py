@@ -56,7 +56,7 @@ async def many(ctx: JobContext, payload: Steps) -> dict[str, Any]:
 
         total = 0
         for i in range(payload.n):
-            total += await ctx.step.run(f"s{i}", functools.partial(step, i))
+            total += await ctx.step.run_async(f"s{i}", functools.partial(step, i))
     return {"total": total, "attempt": ctx.attempt}
 
 
@@ -85,7 +85,7 @@ async def saga(ctx: JobContext, payload: Steps) -> None:
         return i
 
     for i in range(payload.n):
-        await ctx.step.run(f"s{i}", functools.partial(int, i), compensate=undo)
+        await ctx.step.run_async(f"s{i}", functools.partial(int, i), compensate=undo)
     raise Refused("the last step is refused: unwind")
 
 

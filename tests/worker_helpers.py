@@ -22,7 +22,7 @@ def running(app: App, **options: Any) -> Iterator[Worker]:
 
     def serve() -> None:
         try:
-            outcome["code"] = worker.run_sync()
+            outcome["code"] = worker.run()
         except BaseException as error:  # surfaced by the assertion below
             outcome["error"] = error
 

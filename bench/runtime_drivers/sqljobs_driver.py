@@ -59,7 +59,7 @@ def trivial(i: int) -> int:
 async def step_job(ctx: Any, payload: Empty) -> None:
     STEPS.begin()
     for i in range(A.steps):
-        await ctx.step.run(f"s{i}", lambda i=i: trivial(i))
+        await ctx.step.run_async(f"s{i}", lambda i=i: trivial(i))
         STEPS.after_step()
     if STEPS.first_run:
         raise RuntimeError("first run: fail after the last step so that the job is retried")
@@ -72,7 +72,7 @@ OPTIONS = {"prefetch": int(A.variant.split("=", 1)[1])} if A.variant else {}
 def start_worker() -> tuple[sqljobs.Worker, asyncio.Task[int]]:
     worker = sqljobs.Worker(app, queues=["default"], concurrency=A.concurrency,
                             install_signals=False, **OPTIONS)
-    return worker, asyncio.create_task(worker.run())
+    return worker, asyncio.create_task(worker.run_async())
 
 
 async def stop_worker(handle: tuple[sqljobs.Worker, asyncio.Task[int]]) -> None:

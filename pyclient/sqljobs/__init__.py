@@ -39,6 +39,7 @@ from sqljobs.client.errors import (
     NotLeader,
     PayloadTooLarge,
     QueuesRequired,
+    ReservedStepName,
     ScheduleNotFound,
     SchemaError,
     SqljobsError,
@@ -70,7 +71,6 @@ if TYPE_CHECKING:
         StepNameReused,
         Steps,
         StepTimeout,
-        SyncSteps,
     )
     from sqljobs.runtime.stopping import RunCancelled
     from sqljobs.runtime.worker import Worker
@@ -86,7 +86,6 @@ _RUNTIME = {
     "StepNameReused": "sqljobs.runtime.steps",
     "StepTimeout": "sqljobs.runtime.steps",
     "Steps": "sqljobs.runtime.steps",
-    "SyncSteps": "sqljobs.runtime.steps",
     "Worker": "sqljobs.runtime.worker",
 }
 
@@ -143,6 +142,7 @@ __all__ = [
     "QueueStats",
     "QueuesRequired",
     "Relay",
+    "ReservedStepName",
     "ResultTimeout",
     "Retry",
     "RetryPolicy",
@@ -157,7 +157,6 @@ __all__ = [
     "StepNameReused",
     "StepTimeout",
     "Steps",
-    "SyncSteps",
     "UnknownJob",
     "Worker",
     "fresh_key",

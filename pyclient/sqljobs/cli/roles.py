@@ -57,7 +57,7 @@ def worker(
             import asyncio
 
             from sqljobs.runtime.relay import Relay
-            from sqljobs.runtime.roles import Role, run_roles
+            from sqljobs.runtime.roles import Role, run_roles_async
             from sqljobs.runtime.scheduler import Scheduler
 
             roles: list[Role] = [runner]
@@ -65,9 +65,9 @@ def worker(
                 roles.append(Relay(application, install_signals=False))
             if with_scheduler:
                 roles.append(Scheduler(application, install_signals=False))
-            code = asyncio.run(run_roles(roles))
+            code = asyncio.run(run_roles_async(roles))
         else:
-            code = runner.run_sync()
+            code = runner.run()
     except SqljobsError as error:
         err_console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error
@@ -104,7 +104,7 @@ def relay(
     try:
         code = Relay(application, batch=batch, lease_s=lease, poll_interval=poll_interval,
                      listen=listen, retention_s=retention, drain_timeout=drain_timeout,
-                     relay_id=relay_id).run_sync()
+                     relay_id=relay_id).run()
     except SqljobsError as error:
         err_console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error
@@ -136,7 +136,7 @@ def scheduler(
     application._dsn = dsn_of(dsn if dsn is not None else application._dsn)
     try:
         code = Scheduler(application, lease_s=lease, tick=tick, misfire_grace_s=misfire_grace,
-                         scheduler_id=scheduler_id).run_sync()
+                         scheduler_id=scheduler_id).run()
     except SqljobsError as error:
         err_console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error

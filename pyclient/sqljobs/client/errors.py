@@ -122,6 +122,10 @@ class JobFinished(DatabaseError, sqlstate="SJ010", name="job_finished"):
     """The job already reached a final state."""
 
 
+class ReservedStepName(DatabaseError, ValueError, sqlstate="SJ011", name="reserved_step_name"):
+    """A step name starts with `sqljobs.`: those names are the runtime's own (sagas)."""
+
+
 class NotLeader(DatabaseError, sqlstate="SJ030", name="not_leader"):
     """A scheduler fire whose leader token no longer holds the live lease: stop dispatching."""
 

@@ -87,12 +87,24 @@ def schema_version() -> Call[int | None]:
 # -- enqueue --------------------------------------------------------------------------
 
 
+def spec_defaults() -> Call[dict[str, Any]]:
+    """The defaults of a job spec's fields (`jobs.spec_defaults()`, read off jobs.job)."""
+    return Call("select jobs.spec_defaults() as defaults", (), _one("defaults"))
+
+
 def enqueue(name: str, key: str, payload: Any, options: Mapping[str, Any]) -> Call[Enqueued]:
     return Call(
         "select id, outcome from jobs.enqueue(%s, %s, %s, %s)",
         (name, key, Jsonb(payload if payload is not None else {}), Jsonb(dict(options))),
         lambda rows: Enqueued.model_validate(rows[0]),
     )
+
+
+def enqueue_spec(spec: JobSpec) -> Call[Enqueued]:
+    """One job through jobs.enqueue, the single-job path: name, key and payload as
+    arguments, every other field of the spec as its options."""
+    options = spec.to_sql()
+    return enqueue(options.pop("name"), options.pop("key"), options.pop("payload", None), options)
 
 
 def enqueue_many(specs: Sequence[JobSpec]) -> Call[list[Enqueued]]:
@@ -114,8 +126,9 @@ def enqueue_chunks(specs: Sequence[JobSpec]) -> list[Call[list[Enqueued]]]:
 # -- claim and settle -----------------------------------------------------------------
 
 _CLAIMED_COLUMNS: LiteralString = (
-    "id, name, queue, tenant, key, payload, priority, attempt, max_attempts, claim, "
-    "lease_expires_at, timeout_s, progress, traceparent, created_at, started_at, steps"
+    "id, name, queue, tenant, key, payload, priority, attempt, max_attempts, retry_base_s, "
+    "retry_cap_s, retry_jitter, claim, lease_expires_at, timeout_s, progress, traceparent, "
+    "created_at, started_at, steps"
 )
 
 
@@ -389,15 +402,6 @@ def step_put(job_id: int, claim: int, name: str, value: Any, lease_s: float | No
     return Call(
         "select jobs.step_put(%s, %s, %s, %s, %s, %s) as value",
         (job_id, claim, name, Jsonb(value), lease_s, Jsonb(dict(options or {}))),
-        _one("value"),
-    )
-
-
-def step_unwind(job_id: int, claim: int, mode: str, error: Any,
-                lease_s: float | None = None) -> Call[Any]:
-    return Call(
-        "select jobs.step_unwind(%s, %s, %s, %s, %s) as value",
-        (job_id, claim, mode, _json(error), lease_s),
         _one("value"),
     )
 

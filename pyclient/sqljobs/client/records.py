@@ -60,6 +60,9 @@ class ClaimedJob(_Record):
     priority: int
     attempt: int
     max_attempts: int
+    retry_base_s: float
+    retry_cap_s: float
+    retry_jitter: Jitter
     claim: int
     lease_expires_at: datetime
     timeout_s: float | None

@@ -41,10 +41,10 @@ class App:
         self,
         *,
         name: str | None = None,
-        queue: str = "default",
+        queue: str | None = None,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
-        priority: int = 0,
+        priority: int | None = None,
         dead_letter: bool | None = None,
         terminal: tuple[type[BaseException], ...] = (),
         payload: type[BaseModel] | None = None,
@@ -54,12 +54,12 @@ class App:
         The handler takes `(ctx, payload)`, sync or async; the payload's pydantic model
         comes from its annotation (or `payload=`). `terminal` exceptions fail the job at
         once; any other exception is retried by the policy. A second job with the same
-        name is refused here.
+        name is refused here. What is left None (queue, priority, the policy's fields)
+        takes the engine's default (`jobs.spec_defaults()`: queue "default", priority 0).
         """
         policy = retry or RetryPolicy()
         if dead_letter is not None:
-            policy = RetryPolicy(policy.max_attempts, policy.base_s, policy.cap_s,
-                                 policy.jitter, dead_letter)
+            policy = RetryPolicy(dead_letter=dead_letter).over(policy)
         if timeout is not None and timeout <= 0:
             raise ConfigurationError("timeout must be positive seconds")
 
@@ -97,10 +97,10 @@ class App:
         catch_up: str = "latest",
         name: str | None = None,
         payload: BaseModel | Mapping[str, Any] | None = None,
-        queue: str = "default",
+        queue: str | None = None,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
-        priority: int = 0,
+        priority: int | None = None,
         dead_letter: bool | None = None,
         terminal: tuple[type[BaseException], ...] = (),
     ) -> Callable[[Callable[..., Any]], JobHandle[Any]]:
@@ -247,14 +247,14 @@ class App:
         """
         from sqljobs.runtime.worker import Worker
 
-        return Worker(self, queues, concurrency, **options).run_sync()
+        return Worker(self, queues, concurrency, **options).run()
 
     async def run_worker_async(self, queues: list[str] | None = None, concurrency: int = 10,
                                **options: Any) -> int:
         """`run_worker` inside a running event loop."""
         from sqljobs.runtime.worker import Worker
 
-        return await Worker(self, queues, concurrency, **options).run()
+        return await Worker(self, queues, concurrency, **options).run_async()
 
     # -- results ----------------------------------------------------------------------
 

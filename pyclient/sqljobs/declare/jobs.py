@@ -7,6 +7,7 @@ payload that no longer validates fails the job terminally with a coded reason).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import typing
@@ -32,19 +33,34 @@ P = TypeVar("P", bound=BaseModel)
 class RetryPolicy:
     """How a failed attempt is retried: `max_attempts` in all, exponential backoff
     `base_s * 2^(attempt-1)` capped at `cap_s`, with `jitter` none | full | equal.
-    Exhausted jobs are dead-lettered (`dead`) unless `dead_letter=False` (`failed`)."""
+    Exhausted jobs are dead-lettered (`dead`) unless `dead_letter=False` (`failed`).
 
-    max_attempts: int = 25
-    base_s: float = 1.0
-    cap_s: float = 3600.0
-    jitter: Jitter = "full"
-    dead_letter: bool = True
+    A field left None takes the engine's default, which the job table defines once
+    (`select jobs.spec_defaults()`: 25 attempts, base 1 s, cap 3600 s, full jitter,
+    dead-letter on); the backoff itself is computed in SQL (`jobs.backoff_s`). As a
+    step's `retry=`, a field left None takes the value of the step's job."""
+
+    max_attempts: int | None = None
+    base_s: float | None = None
+    cap_s: float | None = None
+    jitter: Jitter | None = None
+    dead_letter: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
+        # Declaration-time checks, so a bad policy fails where it is written; the
+        # engine checks every value again at enqueue (jobs.spec_problem).
+        if self.max_attempts is not None and self.max_attempts < 1:
             raise ConfigurationError("retry.max_attempts must be at least 1")
-        if self.base_s <= 0 or self.cap_s < self.base_s:
-            raise ConfigurationError("retry needs 0 < base_s <= cap_s")
+        if self.base_s is not None and self.base_s <= 0:
+            raise ConfigurationError("retry.base_s must be positive")
+        if self.base_s is not None and self.cap_s is not None and self.cap_s < self.base_s:
+            raise ConfigurationError("retry needs base_s <= cap_s")
+
+    def over(self, other: RetryPolicy) -> RetryPolicy:
+        """This policy, its unset fields taken from `other`."""
+        return dataclasses.replace(other, **{
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None})
 
 
 @dataclass(frozen=True)
@@ -54,10 +70,10 @@ class JobDefinition(Generic[P]):
     name: str
     fn: Callable[..., Any]
     payload_model: type[P]
-    queue: str = "default"
+    queue: str | None = None  # None: the engine's default queue
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout_s: float | None = None
-    priority: int = 0
+    priority: int | None = None
     terminal: tuple[type[BaseException], ...] = ()
 
     @functools.cached_property
@@ -147,8 +163,8 @@ class JobHandle(Generic[P]):
         """Enqueue one job. With `conn` (a psycopg connection, or a SQLAlchemy Session
         or Connection) the job is written in that transaction and exists only if it
         commits; without it, on the app's pool in its own transaction."""
-        call = queries.enqueue_many([self.spec(payload, key=key, **options)])
-        return run_in(self.app, conn, [call])[0][0]
+        call = queries.enqueue_spec(self.spec(payload, key=key, **options))
+        return run_in(self.app, conn, [call])[0]
 
     def enqueue_many(self, items: Sequence[tuple[P | Mapping[str, Any], str]], *,
                      conn: Any = None, **options: Any) -> list[Enqueued]:
@@ -161,8 +177,8 @@ class JobHandle(Generic[P]):
     async def enqueue_async(self, payload: P | Mapping[str, Any], *, key: str,
                             conn: Any = None, **options: Any) -> Enqueued:
         """`enqueue` for asyncio code (an AsyncConnection or AsyncSession as `conn`)."""
-        call = queries.enqueue_many([self.spec(payload, key=key, **options)])
-        return (await run_in_async(self.app, conn, [call]))[0][0]
+        call = queries.enqueue_spec(self.spec(payload, key=key, **options))
+        return (await run_in_async(self.app, conn, [call]))[0]
 
     async def enqueue_many_async(self, items: Sequence[tuple[P | Mapping[str, Any], str]], *,
                                  conn: Any = None, **options: Any) -> list[Enqueued]:

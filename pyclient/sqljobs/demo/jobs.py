@@ -133,10 +133,10 @@ def build_app(dsn: str, say: Say) -> DemoJobs:
                 f"{_euros(paid['amount_cents'])} refunded ({paid['charge']})")
             return {"refunded": paid["charge"]}
 
-        await ctx.step.run("reserve-stock", reserve, compensate=release)
-        await ctx.step.run("charge-card", charge, compensate=refund)
-        await ctx.step.sleep("cool-off", SLEEP_S)
-        payment = await ctx.step.wait_for_event("payment", event=PAYMENT_EVENT,
+        await ctx.step.run_async("reserve-stock", reserve, compensate=release)
+        await ctx.step.run_async("charge-card", charge, compensate=refund)
+        await ctx.step.sleep_async("cool-off", SLEEP_S)
+        payment = await ctx.step.wait_for_event_async("payment", event=PAYMENT_EVENT,
                                                 match={"order": order.id}, timeout=120)
         if payment is None:
             raise CarrierRefused(f"order {order.id}: no payment confirmation in time")
@@ -150,7 +150,7 @@ def build_app(dsn: str, say: Say) -> DemoJobs:
                 f"{order.ship_to}")
             return {"tracking": f"TRK-{job}"}
 
-        shipment = await ctx.step.run("ship", ship)
+        shipment = await ctx.step.run_async("ship", ship)
         return {"order": order.id, **shipment}
 
     @app.task(cron=HEARTBEAT_CRON, name=HEARTBEAT, queue="demo-cron", catch_up="none")
@@ -165,7 +165,7 @@ def build_app(dsn: str, say: Say) -> DemoJobs:
 
     @app.job(name="demo.make_thumbnails", queue="demo-media")
     async def make_thumbnails(ctx: JobContext, image: Image) -> dict[str, Any]:
-        sizes = await ctx.step.invoke_many(
+        sizes = await ctx.step.invoke_many_async(
             "resize", resize, [{"image": image.image, "width": w} for w in WIDTHS])
         say(f"media   job {ctx.job_id}: all {len(sizes)} child jobs succeeded: thumbnails done")
         return {"image": image.image, "thumbnails": sizes}

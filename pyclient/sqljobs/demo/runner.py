@@ -6,7 +6,7 @@ in this process, watch the queues until every job is final, then tell what happe
 
 The worker and the scheduler are the ones `sqljobs worker --with-scheduler` runs
 (`sqljobs.worker.Worker`, `sqljobs.scheduler.Scheduler`), run together by
-`sqljobs.roles.run_roles` beside a third role, the `Monitor`: it reads
+`sqljobs.runtime.roles.run_roles_async` beside a third role, the `Monitor`: it reads
 `jobs.queue_stats()` and the demo's jobs a few times a second, emits the payment events
 the order sagas wait for, pauses the cron schedule once it fired a few times, and ends
 the run (the other roles then drain and stop) when every job of this run is final or the
@@ -36,7 +36,7 @@ from sqljobs.client.errors import ScheduleNotFound
 from sqljobs.demo.display import Display, make_display, subtract
 from sqljobs.demo.jobs import HEARTBEAT, PAYMENT_EVENT, DemoJobs, build_app
 from sqljobs.demo.summary import JobRow, Report, render
-from sqljobs.runtime.roles import run_roles
+from sqljobs.runtime.roles import run_roles_async
 from sqljobs.runtime.scheduler import Scheduler
 from sqljobs.runtime.worker import Worker
 
@@ -135,7 +135,7 @@ class Monitor:
     def stop_now(self) -> None:
         self.stop()
 
-    async def run(self) -> int:
+    async def run_async(self) -> int:
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             client = AsyncClient(conn)
             while not self._stop.is_set():
@@ -251,7 +251,7 @@ def run_demo(dsn: str, *, embedded: bool, timeout_s: float = 50.0,
     display.start()
     try:
         with _logs_through(display):
-            asyncio.run(run_roles([worker, scheduler, monitor]))
+            asyncio.run(run_roles_async([worker, scheduler, monitor]))
     finally:
         display.stop()
     report = final_report(dsn, plan, embedded=embedded,

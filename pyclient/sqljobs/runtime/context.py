@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from sqljobs.runtime.steps import Steps, SyncSteps
+from sqljobs.runtime.steps import Steps
 from sqljobs.runtime.stopping import RunCancelled, StopReason
 
 
@@ -66,15 +66,11 @@ class JobContext:
 
     @property
     def step(self) -> Steps:
-        """Durable steps for async handlers: `await ctx.step.run("name", fn)` (sqljobs.steps)."""
+        """Durable steps: `await ctx.step.run_async("name", fn)` in an async handler,
+        `ctx.step.run("name", fn)` in a sync one (sqljobs.runtime.steps)."""
         if self._steps is None:
             raise RuntimeError("durable steps are only available in a worker's run")
         return self._steps
-
-    @property
-    def step_sync(self) -> SyncSteps:
-        """Durable steps for sync handlers: `ctx.step_sync.run("name", fn)` (blocking)."""
-        return SyncSteps(self.step)
 
     @property
     def id(self) -> int:

@@ -1,7 +1,7 @@
 """The outbox relay: publishes staged jobs (`handle.stage`, `jobs.stage`) as jobs.
 
     relay = Relay(app)                      # or: $ sqljobs relay myapp.jobs:app
-    exit_code = relay.run_sync()            # or: await relay.run()
+    exit_code = relay.run()                 # or: await relay.run_async()
 
 Each step is ONE call, `jobs.relay(batch, relay_id, lease_s)` (sql/70_outbox.sql): it
 publishes the rows this relay claimed on its previous step (as jobs under their own
@@ -112,11 +112,11 @@ class Relay(Role):
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def run_sync(self) -> int:
+    def run(self) -> int:
         """Run until stopped; answers the exit code (0 after a drain, 1 after a forced stop)."""
-        return asyncio.run(self.run())
+        return asyncio.run(self.run_async())
 
-    async def run(self) -> int:
+    async def run_async(self) -> int:
         """Run until stopped; answers the exit code (0 after a drain, 1 after a forced stop)."""
         loop = asyncio.get_running_loop()
         self._loop = loop
@@ -231,7 +231,7 @@ class Relay(Role):
 
 def run_relay(app: App, **options: Any) -> int:
     """Run a relay for `app`'s database until SIGTERM/SIGINT; answers the exit code."""
-    return Relay(app, **options).run_sync()
+    return Relay(app, **options).run()
 
 
 __all__ = ["OUTBOX_CHANNEL", "Relay", "run_relay"]

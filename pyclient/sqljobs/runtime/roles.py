@@ -21,16 +21,16 @@ logger = logging.getLogger("sqljobs.roles")
 
 
 class Role(Protocol):
-    """What `run_roles` needs of a role: built with install_signals=False."""
+    """What `run_roles_async` needs of a role: built with install_signals=False."""
 
-    async def run(self) -> int: ...
+    async def run_async(self) -> int: ...
 
     def stop(self) -> None: ...
 
     def stop_now(self) -> None: ...
 
 
-async def run_roles(roles: Sequence[Role], install_signals: bool = True) -> int:
+async def run_roles_async(roles: Sequence[Role], install_signals: bool = True) -> int:
     """Run the roles together until they all stop; answers the highest exit code."""
     loop = asyncio.get_running_loop()
     stopping = False
@@ -50,7 +50,7 @@ async def run_roles(roles: Sequence[Role], install_signals: bool = True) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)
             installed.append(sig)
-    tasks = [asyncio.ensure_future(role.run()) for role in roles]
+    tasks = [asyncio.ensure_future(role.run_async()) for role in roles]
     try:
         pending: set[asyncio.Future[int]] = set(tasks)
         while pending:
@@ -69,4 +69,4 @@ async def run_roles(roles: Sequence[Role], install_signals: bool = True) -> int:
     return max(codes, default=0)
 
 
-__all__ = ["Role", "run_roles"]
+__all__ = ["Role", "run_roles_async"]

@@ -1,7 +1,7 @@
 """The scheduler: one leader fires every schedule's occurrences as jobs.
 
     scheduler = Scheduler(app)          # or: $ sqljobs scheduler myapp.jobs:app
-    exit_code = scheduler.run_sync()    #     $ sqljobs worker myapp.jobs:app --with-scheduler
+    exit_code = scheduler.run()         #     $ sqljobs worker myapp.jobs:app --with-scheduler
 
 At start it writes the app's declared tasks to `jobs.schedule` (keeping their paused
 state and watermark). Then, every `tick` seconds (sooner when an occurrence is due):
@@ -145,11 +145,11 @@ class Scheduler(Role):
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def run_sync(self) -> int:
+    def run(self) -> int:
         """Run until stopped; answers the exit code (0 after a clean stop, 1 when forced)."""
-        return asyncio.run(self.run())
+        return asyncio.run(self.run_async())
 
-    async def run(self) -> int:
+    async def run_async(self) -> int:
         """Run until stopped; answers the exit code (0 after a clean stop, 1 when forced)."""
         loop = asyncio.get_running_loop()
         self._loop = loop
@@ -295,7 +295,7 @@ class Scheduler(Role):
 
 def run_scheduler(app: App, **options: Any) -> int:
     """Run a scheduler for `app` until SIGTERM/SIGINT; answers the exit code."""
-    return Scheduler(app, **options).run_sync()
+    return Scheduler(app, **options).run()
 
 
 __all__ = ["FirePlan", "Scheduler", "plan_fire", "run_scheduler"]

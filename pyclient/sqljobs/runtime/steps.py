@@ -1,12 +1,22 @@
-"""Durable steps: `ctx.step` (async handlers) and `ctx.step_sync` (sync handlers).
+"""Durable steps: `ctx.step`, for async and sync handlers alike.
 
     @app.job(queue="orders")
     async def fulfil(ctx: JobContext, order: Order) -> None:
-        charge = await ctx.step.run("charge", lambda: psp.charge(order))
-        await ctx.step.sleep("cool-off", 3600)
-        paid = await ctx.step.wait_for_event("paid", event="invoice.paid",
-                                             match={"order": order.id}, timeout=86400)
+        charge = await ctx.step.run_async("charge", lambda: psp.charge(order))
+        await ctx.step.sleep_async("cool-off", 3600)
+        paid = await ctx.step.wait_for_event_async("paid", event="invoice.paid",
+                                                   match={"order": order.id}, timeout=86400)
         ...
+
+    @app.job(queue="orders")
+    def fulfil_sync(ctx: JobContext, order: Order) -> None:
+        charge = ctx.step.run("charge", lambda: psp.charge(order))   # blocking
+        ...
+
+The naming rule is the package's: the blocking form has the plain name, the asyncio
+form adds `_async` (docs/reference/python.md). Both forms are one implementation: a
+blocking call runs the same coroutine on the worker's loop and waits for it, and a sync
+step's function is called in the handler's own thread.
 
 Each step's outcome is stored in the database (`jobs.step_put`, fenced on the run's
 claim, one round trip) BEFORE the call returns, and the call returns exactly what was
@@ -33,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import queue
 import random
 import threading
 import time
@@ -57,10 +68,14 @@ from sqljobs.runtime.stopping import RunCancelled
 
 T = TypeVar("T")
 RunCall = Callable[[Call[Any]], Awaitable[Any]]
+# How a step's function is called: (fn, timeout) -> its value. The async form awaits it
+# (or runs a plain function in a thread); the blocking form calls it in the handler's.
+Caller = Callable[[Callable[[], Any], float | None], Awaitable[Any]]
 
-# Step names the runtime keeps for itself: the unwind record and the compensations.
-RESERVED_PREFIX = "sqljobs."
+# Step names the runtime keeps for itself (the SQL refuses them from callers with
+# reserved_step_name, SJ011): a saga's unwind record and its compensations' records.
 UNWIND_STEP = "sqljobs.unwind"
+UNDO_PREFIX = "sqljobs.undo:"
 
 # How often a wait registration is retried after a deadlock with an emitting
 # transaction (see sql/60_events.sql, "Locks").
@@ -123,7 +138,11 @@ def _seconds(value: float | timedelta) -> float:
 
 
 def _backoff(policy: RetryPolicy, failures: int) -> float:
-    delay = min(policy.cap_s, policy.base_s * 2 ** min(failures - 1, 60))
+    """jobs.backoff_s's curve (sql/40_settle.sql), for a step's tries within one run: in
+    process, with no round trip. tests/test_steps.py holds the two to one curve."""
+    base = policy.base_s or 1.0  # (unset only when the job's own policy is unknown)
+    cap = policy.cap_s or base
+    delay = min(cap, base * 2 ** min(failures - 1, 60))
     if policy.jitter == "full":
         return float(random.uniform(0, delay))
     if policy.jitter == "equal":
@@ -154,7 +173,8 @@ def _declared_type(fn: Callable[..., Any]) -> Any:
 
 
 class Steps:
-    """The durable steps of one run (async). `ctx.step` in an async handler."""
+    """The durable steps of one run: `ctx.step`. Each step has an asyncio form
+    (`run_async`, `sleep_async`, ...) and a blocking one (`run`, `sleep`, ...)."""
 
     def __init__(
         self,
@@ -168,6 +188,7 @@ class Steps:
         cancelled: threading.Event,
         lost: Callable[[], None],
         loop: asyncio.AbstractEventLoop,
+        job_retry: RetryPolicy | None = None,
     ) -> None:
         self.job_id = job_id
         self.claim = claim
@@ -180,6 +201,7 @@ class Steps:
         self._cancelled = cancelled
         self._lost = lost
         self.loop = loop
+        self._job_retry = job_retry or RetryPolicy()  # a step's retry falls back on it
         self.round_trips = 0  # statements this run's steps sent (for tests and benchmarks)
         # (step name, compensation, the step's value) of completed compensable steps, in
         # the order the handler reached them (sagas).
@@ -214,8 +236,6 @@ class Steps:
         """Refuse a reused name or a stopped run; answers (stored?, stored value)."""
         if not isinstance(name, str) or not name:
             raise ValueError("a step needs a non-empty name")
-        if name.startswith(RESERVED_PREFIX):
-            raise ValueError(f"step names starting with {RESERVED_PREFIX!r} are reserved")
         if name in self._used:
             raise StepNameReused(
                 f"step {name!r} was already used in this run of job {self.job_id}; "
@@ -257,76 +277,108 @@ class Steps:
         self._stored[name] = stored
         return stored
 
+    # -- the two faces ----------------------------------------------------------------
+
+    def _blocking(self, make: Callable[[Caller], Coroutine[Any, Any, T]]) -> T:
+        """Run a step's coroutine on the worker's loop from a sync handler's thread and
+        wait for it. What the coroutine asks this thread to call (a step's function)
+        is called here, in the handler's thread; no other thread is started."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            raise RuntimeError("on the event loop, use `await ctx.step.<name>_async(...)`")
+        inbox: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = (
+            queue.SimpleQueue())
+        loop = self.loop
+
+        async def in_this_thread(fn: Callable[[], Any], timeout: float | None) -> Any:
+            reply: asyncio.Future[Any] = loop.create_future()
+            inbox.put((fn, reply))
+            try:
+                return await asyncio.wait_for(asyncio.shield(reply), timeout)
+            except TimeoutError:
+                # The function cannot be interrupted: it ends in its own time and what it
+                # answers then is dropped.
+                raise StepTimeout(f"step function ran longer than {timeout:g} s") from None
+
+        future: Future[T] = asyncio.run_coroutine_threadsafe(make(in_this_thread), loop)
+        future.add_done_callback(lambda _: inbox.put(None))
+        while (item := inbox.get()) is not None:
+            fn, reply = item
+            try:
+                value = fn()
+            except Exception as error:
+                loop.call_soon_threadsafe(_settle, reply, None, error)
+            else:
+                loop.call_soon_threadsafe(_settle, reply, value, None)
+        return future.result()
+
     # -- run --------------------------------------------------------------------------
 
     @overload
-    async def run(self, name: str, fn: Callable[[], Awaitable[T]], *,
-                  timeout: float | None = ..., retry: RetryPolicy | None = ...,
-                  compensate: Callable[[Any], Any] | None = ...,
-                  result_type: Any = ...) -> T: ...
+    async def run_async(self, name: str, fn: Callable[[], Awaitable[T]], *,
+                        timeout: float | None = ..., retry: RetryPolicy | None = ...,
+                        compensate: Callable[[Any], Any] | None = ...,
+                        result_type: Any = ...) -> T: ...
 
     @overload
-    async def run(self, name: str, fn: Callable[[], T], *, timeout: float | None = ...,
-                  retry: RetryPolicy | None = ...,
-                  compensate: Callable[[Any], Any] | None = ...,
-                  result_type: Any = ...) -> T: ...
+    async def run_async(self, name: str, fn: Callable[[], T], *, timeout: float | None = ...,
+                        retry: RetryPolicy | None = ...,
+                        compensate: Callable[[Any], Any] | None = ...,
+                        result_type: Any = ...) -> T: ...
 
-    async def run(self, name: str, fn: Callable[[], Any], *, timeout: float | None = None,
-                  retry: RetryPolicy | None = None,
-                  compensate: Callable[[Any], Any] | None = None,
-                  result_type: Any = None) -> Any:
+    async def run_async(self, name: str, fn: Callable[[], Any], *,
+                        timeout: float | None = None, retry: RetryPolicy | None = None,
+                        compensate: Callable[[Any], Any] | None = None,
+                        result_type: Any = None) -> Any:
         """Run step `name` once: its stored value when it has one, else `fn()` (a
         coroutine function, or a plain function run in a thread), stored and returned.
 
         `timeout` (seconds) bounds each try (StepTimeout); `retry` retries a failing try
-        in this run (exponential backoff) before the error fails the attempt of the job.
-        `compensate(value)` undoes the step (a saga): when the job fails for good or is
-        cancelled, the compensations of its completed steps run in reverse order.
+        in this run (exponential backoff; fields left None take the job's policy) before
+        the error fails the attempt of the job. `compensate(value)` undoes the step (a
+        saga): when the job fails for good or is cancelled, the compensations of its
+        completed steps run in reverse order.
         """
+        return await self._run_step(name, fn, timeout, retry, compensate, result_type,
+                                    self._try)
+
+    def run(self, name: str, fn: Callable[[], T], *, timeout: float | None = None,
+            retry: RetryPolicy | None = None, compensate: Callable[[Any], Any] | None = None,
+            result_type: Any = None) -> T:
+        """`run_async`, blocking, for sync handlers: `fn` is called in this thread. Past
+        its `timeout` a try counts as timed out and what `fn` answers later is dropped
+        (a thread cannot be interrupted; none is left running)."""
+        value: T = self._blocking(lambda call: self._run_step(
+            name, fn, timeout, retry, compensate, result_type, call))
+        return value
+
+    async def _run_step(self, name: str, fn: Callable[[], Any], timeout: float | None,
+                        retry: RetryPolicy | None, compensate: Callable[[Any], Any] | None,
+                        result_type: Any, call: Caller) -> Any:
         done, value = self._begin(name)
-        if done:
-            typed = self._typed(value, fn, result_type)
-            if compensate is not None:
-                self._compensations.append((name, compensate, typed))
-            return typed
-        failures = 0
-        while True:
-            self._check_running()
-            try:
-                result = await self._try(fn, timeout)
-            except Exception:
-                failures += 1
-                if retry is None or failures >= retry.max_attempts:
-                    raise
-                await asyncio.sleep(_backoff(retry, failures))
-                continue
-            break
-        options = {"compensable": True} if compensate is not None else None
-        typed = self._typed(await self._put(name, result, options), fn, result_type)
+        if not done:
+            policy = None if retry is None else retry.over(self._job_retry)
+            failures = 0
+            while True:
+                self._check_running()
+                try:
+                    result = await call(fn, timeout)
+                except Exception:
+                    failures += 1
+                    if policy is None or failures >= (policy.max_attempts or 1):
+                        raise
+                    await asyncio.sleep(_backoff(policy, failures))
+                    continue
+                break
+            options = {"compensable": True} if compensate is not None else None
+            value = await self._put(name, result, options)
+        typed = self._typed(value, fn, result_type)
         if compensate is not None:
             self._compensations.append((name, compensate, typed))
         return typed
-
-    # -- sagas ------------------------------------------------------------------------
-
-    async def unwind(self, mode: str, error: Any) -> None:
-        """Run the compensations of the completed compensable steps in reverse order,
-        each stored as step 'sqljobs.undo:<name>' (a finished one never runs again), then
-        settle the job in the final state the unwind recorded. Called by the worker: for
-        a job that failed for good (`mode` fail or retry, with its `error`) this records
-        the unwind first; a job already unwinding (cancelled, or resumed after a crash)
-        carries on where it was."""
-        if not self.unwinding:
-            self._stored[UNWIND_STEP] = await self._call(queries.step_unwind(
-                self.job_id, self.claim, mode, error, self._lease_s))
-        for name, undo, value in reversed(self._compensations):
-            undo_name = f"{RESERVED_PREFIX}undo:{name}"
-            if undo_name in self._stored:
-                continue
-            self._check_running()
-            result = await self._try(functools.partial(undo, value), None)
-            await self._put(undo_name, result, {"undo": True})
-        await self._call(queries.step_unwound(self.job_id, self.claim))
 
     async def _try(self, fn: Callable[[], Any], timeout: float | None) -> Any:
         if inspect.iscoroutinefunction(fn):
@@ -341,9 +393,34 @@ class Steps:
             result = await asyncio.wait_for(result, timeout)
         return result
 
+    # -- sagas ------------------------------------------------------------------------
+
+    async def unwind(self) -> None:
+        """Run the compensations of the completed compensable steps in reverse order,
+        each stored as step 'sqljobs.undo:<name>' (a finished one never runs again), then
+        settle the job in the final state its unwind recorded (jobs.step_unwound).
+
+        Called by the worker once the job is unwinding: its settle answered `running`
+        (the engine recorded the unwind; sql/40_settle.sql), or it was claimed already
+        unwinding (cancelled, or resumed after a crash)."""
+        for name, undo, value in reversed(self._compensations):
+            if UNDO_PREFIX + name in self._stored:
+                continue
+            self._check_running()
+            result = await self._try(functools.partial(undo, value), None)
+            self._stored[UNDO_PREFIX + name] = await self._call(queries.step_put(
+                self.job_id, self.claim, name, json_result(result), self._lease_s,
+                {"undo": True}))
+        await self._call(queries.step_unwound(self.job_id, self.claim))
+
+    def began_unwinding(self) -> None:
+        """The engine started this job's unwind (its settle answered `running`)."""
+        self._stored.setdefault(UNWIND_STEP, None)
+
+
     # -- sleep ------------------------------------------------------------------------
 
-    async def sleep(self, name: str, duration: float | timedelta) -> None:
+    async def sleep_async(self, name: str, duration: float | timedelta) -> None:
         """Sleep `duration` (seconds or timedelta), measured on the database clock.
 
         The first call stores the wake-up time and parks the job (Suspended: the run
@@ -352,7 +429,7 @@ class Steps:
         """
         await self._sleep(name, None, _seconds(duration))
 
-    async def sleep_until(self, name: str, when: datetime) -> None:
+    async def sleep_until_async(self, name: str, when: datetime) -> None:
         """Sleep until `when` (timezone-aware), on the database clock."""
         if when.tzinfo is None:
             raise ValueError("sleep_until needs a timezone-aware datetime")
@@ -372,7 +449,7 @@ class Steps:
 
     # -- events -----------------------------------------------------------------------
 
-    async def wait_for_event(self, name: str, event: str,
+    async def wait_for_event_async(self, name: str, event: str,
                              match: Mapping[str, Any] | None = None, *,
                              timeout: float | timedelta | None = None,
                              raise_on_timeout: bool = False) -> dict[str, Any] | None:
@@ -382,11 +459,11 @@ class Steps:
         An event emitted since the job first started counts, even before this call.
         Waiting parks the job (Suspended); the emit wakes it at once.
         """
-        received = await self.wait_for_any(name, [(event, match or {})], timeout=timeout,
-                                           raise_on_timeout=raise_on_timeout)
+        received = await self.wait_for_any_async(name, [(event, match or {})], timeout=timeout,
+                                                 raise_on_timeout=raise_on_timeout)
         return None if received is None else received.payload
 
-    async def wait_for_any(self, name: str, events: Sequence[EventSpec], *,
+    async def wait_for_any_async(self, name: str, events: Sequence[EventSpec], *,
                            timeout: float | timedelta | None = None,
                            raise_on_timeout: bool = False) -> Event | None:
         """Wait for the first of several events: each an event name, or (name, match).
@@ -416,7 +493,7 @@ class Steps:
 
     # -- child jobs -------------------------------------------------------------------
 
-    async def invoke(self, name: str, job: JobHandle[Any] | str, payload: Any = None, *,
+    async def invoke_async(self, name: str, job: JobHandle[Any] | str, payload: Any = None, *,
                      key: str | None = None, **options: Any) -> Any:
         """Run another job as step `name` and answer its result.
 
@@ -428,7 +505,7 @@ class Steps:
         """
         return (await self._invoke([name], job, [payload], [key], options))[0]
 
-    async def invoke_many(self, name: str, job: JobHandle[Any] | str, payloads: Sequence[Any],
+    async def invoke_many_async(self, name: str, job: JobHandle[Any] | str, payloads: Sequence[Any],
                           *, keys: Sequence[str] | None = None, **options: Any) -> list[Any]:
         """Fan out: one child per payload (steps "name[0]", "name[1]", ...), enqueued in
         one statement; answers every result, in order, once all settled (raises the first
@@ -472,6 +549,53 @@ class Steps:
         return [_child_result(outcomes[step_name]) for step_name in names]
 
 
+    # -- the blocking forms of the waits (sync handlers) ------------------------------
+
+    def sleep(self, name: str, duration: float | timedelta) -> None:
+        """`sleep_async`, blocking."""
+        self._blocking(lambda _: self.sleep_async(name, duration))
+
+    def sleep_until(self, name: str, when: datetime) -> None:
+        """`sleep_until_async`, blocking."""
+        self._blocking(lambda _: self.sleep_until_async(name, when))
+
+    def wait_for_event(self, name: str, event: str, match: Mapping[str, Any] | None = None, *,
+                       timeout: float | timedelta | None = None,
+                       raise_on_timeout: bool = False) -> dict[str, Any] | None:
+        """`wait_for_event_async`, blocking."""
+        return self._blocking(lambda _: self.wait_for_event_async(
+            name, event, match, timeout=timeout, raise_on_timeout=raise_on_timeout))
+
+    def wait_for_any(self, name: str, events: Sequence[EventSpec], *,
+                     timeout: float | timedelta | None = None,
+                     raise_on_timeout: bool = False) -> Event | None:
+        """`wait_for_any_async`, blocking."""
+        return self._blocking(lambda _: self.wait_for_any_async(
+            name, events, timeout=timeout, raise_on_timeout=raise_on_timeout))
+
+    def invoke(self, name: str, job: JobHandle[Any] | str, payload: Any = None, *,
+               key: str | None = None, **options: Any) -> Any:
+        """`invoke_async`, blocking."""
+        return self._blocking(lambda _: self.invoke_async(name, job, payload, key=key,
+                                                          **options))
+
+    def invoke_many(self, name: str, job: JobHandle[Any] | str, payloads: Sequence[Any], *,
+                    keys: Sequence[str] | None = None, **options: Any) -> list[Any]:
+        """`invoke_many_async`, blocking."""
+        return self._blocking(lambda _: self.invoke_many_async(name, job, payloads, keys=keys,
+                                                               **options))
+
+
+def _settle(reply: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    """Answer a step function's call made in the handler's thread (on the loop)."""
+    if reply.done():  # its try timed out: the answer is dropped
+        return
+    if error is not None:
+        reply.set_exception(error)
+    else:
+        reply.set_result(value)
+
+
 _CHILD_ERRORS: dict[JobState, type[JobError]] = {
     JobState.FAILED: JobFailed, JobState.DEAD: JobDead, JobState.CANCELLED: JobCancelled}
 
@@ -483,105 +607,5 @@ def _child_result(value: Mapping[str, Any]) -> Any:
     raise _CHILD_ERRORS[state](int(value["job_id"]), value.get("error"))
 
 
-class SyncSteps:
-    """The durable steps of one run, for sync handlers (`ctx.step_sync`): the same calls
-    as `Steps`, blocking. A step's function runs in the handler's own thread."""
-
-    def __init__(self, steps: Steps) -> None:
-        self._steps = steps
-
-    @property
-    def stored(self) -> dict[str, Any]:
-        return self._steps.stored
-
-    def now(self) -> datetime:
-        return self._steps.now()
-
-    def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._steps.loop:
-            raise RuntimeError("on the event loop, use `await ctx.step...`, not ctx.step_sync")
-        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._steps.loop)
-        return future.result()
-
-    def run(self, name: str, fn: Callable[[], T], *, timeout: float | None = None,
-            retry: RetryPolicy | None = None, compensate: Callable[[Any], Any] | None = None,
-            result_type: Any = None) -> T:
-        """`Steps.run`, blocking; `fn` is called in this thread."""
-        steps = self._steps
-        done, value = steps._begin(name)
-        if done:
-            typed: T = steps._typed(value, fn, result_type)
-            if compensate is not None:
-                steps._compensations.append((name, compensate, typed))
-            return typed
-        failures = 0
-        while True:
-            steps._check_running()
-            try:
-                result = self._try(fn, timeout)
-            except Exception:
-                failures += 1
-                if retry is None or failures >= retry.max_attempts:
-                    raise
-                time.sleep(_backoff(retry, failures))
-                continue
-            break
-        options = {"compensable": True} if compensate is not None else None
-        stored = self._wait(steps._put(name, result, options))
-        answer: T = steps._typed(stored, fn, result_type)
-        if compensate is not None:
-            steps._compensations.append((name, compensate, answer))
-        return answer
-
-    @staticmethod
-    def _try(fn: Callable[[], T], timeout: float | None) -> T:
-        if timeout is None:
-            return fn()
-        box: Future[T] = Future()
-
-        def call() -> None:
-            try:
-                box.set_result(fn())
-            except BaseException as error:
-                box.set_exception(error)
-
-        threading.Thread(target=call, daemon=True, name="sqljobs-step").start()
-        try:
-            return box.result(timeout)
-        except TimeoutError:
-            raise StepTimeout(f"step function ran longer than {timeout:g} s") from None
-
-    def sleep(self, name: str, duration: float | timedelta) -> None:
-        self._wait(self._steps.sleep(name, duration))
-
-    def sleep_until(self, name: str, when: datetime) -> None:
-        self._wait(self._steps.sleep_until(name, when))
-
-    def wait_for_event(self, name: str, event: str, match: Mapping[str, Any] | None = None, *,
-                       timeout: float | timedelta | None = None,
-                       raise_on_timeout: bool = False) -> dict[str, Any] | None:
-        return self._wait(self._steps.wait_for_event(
-            name, event, match, timeout=timeout, raise_on_timeout=raise_on_timeout))
-
-    def wait_for_any(self, name: str, events: Sequence[EventSpec], *,
-                     timeout: float | timedelta | None = None,
-                     raise_on_timeout: bool = False) -> Event | None:
-        return self._wait(self._steps.wait_for_any(
-            name, events, timeout=timeout, raise_on_timeout=raise_on_timeout))
-
-
-    def invoke(self, name: str, job: JobHandle[Any] | str, payload: Any = None, *,
-               key: str | None = None, **options: Any) -> Any:
-        return self._wait(self._steps.invoke(name, job, payload, key=key, **options))
-
-    def invoke_many(self, name: str, job: JobHandle[Any] | str, payloads: Sequence[Any], *,
-                    keys: Sequence[str] | None = None, **options: Any) -> list[Any]:
-        return self._wait(self._steps.invoke_many(name, job, payloads, keys=keys, **options))
-
-
 __all__ = ["Event", "EventTimeout", "StepNameReused", "StepTimeout", "Steps", "Suspended",
-           "SyncSteps", "Unwinding"]
+           "Unwinding"]

@@ -25,14 +25,16 @@ import asyncio
 import contextvars
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from sqljobs.client import queries
 from sqljobs.client.connection import AsyncClient
 from sqljobs.client.encoding import ResultNotJSON, json_result
 from sqljobs.client.errors import InvalidPayload, LeaseLost
+from sqljobs.client.records import JobState
 from sqljobs.declare.control import Retry, Snooze
-from sqljobs.declare.jobs import JobDefinition
+from sqljobs.declare.jobs import JobDefinition, RetryPolicy
 from sqljobs.runtime.context import JobContext
 from sqljobs.runtime.steps import Steps, Suspended
 from sqljobs.runtime.stopping import RunCancelled
@@ -119,7 +121,9 @@ class Runner:
         ctx._steps = Steps(
             job_id=job.id, claim=job.claim, stored=job.steps, started_at=job.started_at,
             lease_s=self._lease_s, run=self._client.run, cancelled=ctx.cancelled,
-            lost=lambda: run.stop("lease_lost"), loop=ctx._loop)
+            lost=lambda: run.stop("lease_lost"), loop=ctx._loop,
+            job_retry=RetryPolicy(job.max_attempts, job.retry_base_s, job.retry_cap_s,
+                                  job.retry_jitter))
         run.ctx = ctx
         if run.stop_reason is not None:
             ctx._stop(run.stop_reason)
@@ -135,25 +139,34 @@ class Runner:
     # -- sagas ------------------------------------------------------------------------
 
     async def saga(self, run: Run, settlement: Settlement) -> Settlement | None:
-        """Sagas (sqljobs.runtime.steps, docs/design/sagas.md): a job that fails for good
-        with completed compensable steps, or that is already unwinding (cancelled, or
-        resumed after a crash), runs its compensations in reverse order and settles
-        itself."""
+        """Sagas (sqljobs.runtime.steps, docs/design/sagas.md). A run that reached
+        compensable steps and did not succeed settles at once, not through the group
+        settler: the engine decides whether that failure is final (jobs.retry_state) and,
+        if so, starts the unwind and answers `running`; this run then runs the
+        compensations in reverse order and settles the job in its recorded final state.
+        A job claimed already unwinding (cancelled, or resumed after a crash) goes
+        straight to its compensations."""
         steps = run.ctx._steps if run.ctx is not None else None
         if steps is None or not (steps.unwinding or steps.has_compensations):
             return settlement
         if run.stop_reason in ("lease_lost", "interrupt"):
             return settlement
-        job = run.job
-        final = settlement.mode == "fail" or (
-            settlement.mode == "retry" and job.attempt >= job.max_attempts)
-        if not steps.unwinding and (settlement.ack or not final):
-            return settlement
+        if not steps.unwinding:
+            if settlement.ack:
+                return settlement
+            job = run.job
+            answer = (await self._client.run(queries.nack_many(
+                [job.id], [job.claim], [settlement.error], [settlement.mode],
+                [settlement.delay_s])))[0]
+            if not answer.ok:
+                return None  # the lease was lost meanwhile
+            if answer.state is not JobState.RUNNING:
+                return replace(settlement, written=True)  # not final: retried as settled
+            steps.began_unwinding()
         if run.stop_reason == "timeout":
             steps.reopen()  # the handler was stopped; its compensations must still run
         try:
-            await steps.unwind("fail" if settlement.mode == "fail" else "retry",
-                               settlement.error)
+            await steps.unwind()
         except (LeaseLost, RunCancelled):
             if run.stop_reason == "interrupt":
                 return Settlement(ack=False, mode="interrupt", error=error_record(
@@ -164,7 +177,7 @@ class Runner:
             # later (not an attempt). Compensations must be retryable.
             return Settlement(ack=False, mode="shed", delay_s=SAGA_RETRY_S,
                               error=error_record("compensation_failed", error))
-        return Settlement(ack=False, mode="fail", written=True)
+        return Settlement(ack=False, mode="fail", written=True, compensated=True)
 
 
 async def _cancel(handler: asyncio.Future[Any]) -> None:

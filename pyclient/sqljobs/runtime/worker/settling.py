@@ -39,13 +39,18 @@ class Settlement:
     error: dict[str, Any] | None = None
     mode: NackMode = "retry"
     delay_s: float | None = None
-    written: bool = False  # already written: a durable step parked it, or a saga settled it
+    written: bool = False  # already written: a step parked it, or a saga settled it
+    compensated: bool = False  # a saga's compensations all ran and it settled
 
     @property
     def label(self) -> str:
-        if self.written:
-            return "parked" if self.mode == "park" else "compensated"
-        return "succeeded" if self.ack else f"nack:{self.mode}"
+        if self.ack:
+            return "succeeded"
+        if self.compensated:
+            return "compensated"
+        if self.written and self.mode == "park":
+            return "parked"
+        return f"nack:{self.mode}"
 
 
 _Pending = tuple[Run, Settlement, "asyncio.Future[bool]"]

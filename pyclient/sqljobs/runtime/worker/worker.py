@@ -1,7 +1,7 @@
 """The worker: claims jobs, runs their handlers, settles them in batches.
 
     worker = Worker(app, queues=["mail", "default"], concurrency=20)
-    exit_code = worker.run_sync()          # or: await worker.run(); app.run_worker(...)
+    exit_code = worker.run()          # or: await worker.run_async(); app.run_worker(...)
     $ sqljobs worker myapp.jobs:app --queue mail --queue default --concurrency 20
 
 One asyncio loop and a handful of connections (a small pool for claim, settle,
@@ -94,9 +94,15 @@ class Worker(Role):
             raise ConfigurationError("lease_s and poll_interval must be positive, "
                                      "drain_timeout zero or more")
         self.app = app
-        self.queues = list(dict.fromkeys(queues or sorted({d.queue for d in definitions.values()})))
-        if not self.queues:
+        if queues is not None and not queues:
             raise ConfigurationError("a worker needs at least one queue")
+        # The queues to serve: as given, else every queue the declared jobs use; a job
+        # declared without one uses the engine's default queue, read when the worker
+        # starts (jobs.spec_defaults()).
+        self.queues = list(dict.fromkeys(queues or sorted(
+            {d.queue for d in definitions.values() if d.queue is not None})))
+        self._default_queue_too = not queues and any(
+            d.queue is None for d in definitions.values())
         self.names = sorted(definitions)
         self.concurrency = concurrency
         self.prefetch = concurrency if prefetch is None else prefetch
@@ -152,11 +158,11 @@ class Worker(Role):
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def run_sync(self) -> int:
+    def run(self) -> int:
         """Run until stopped; answers the exit code (0 after a drain, 1 after a forced stop)."""
-        return asyncio.run(self.run())
+        return asyncio.run(self.run_async())
 
-    async def run(self) -> int:
+    async def run_async(self) -> int:
         """Run until stopped; answers the exit code (0 after a drain, 1 after a forced stop)."""
         loop = asyncio.get_running_loop()
         self._loop = loop
@@ -177,6 +183,9 @@ class Worker(Role):
         signals: list[signal.Signals] = []
         try:
             check_schema_version(await client.run(queries.schema_version()))
+            if self._default_queue_too:
+                default = (await client.run(queries.spec_defaults()))["queue"]
+                self.queues = sorted({*self.queues, default})
             await self._register()
             self._wire(client, dsn)
             assert self._settler is not None and self._claims is not None
@@ -333,12 +342,12 @@ class Worker(Role):
 def run_worker(app: App, queues: Sequence[str] | None = None, concurrency: int = 10,
                **options: Any) -> int:
     """Run a worker for `app` until SIGTERM/SIGINT; answers the exit code."""
-    return Worker(app, queues, concurrency, **options).run_sync()
+    return Worker(app, queues, concurrency, **options).run()
 
 
 async def run_worker_async(app: App, queues: Sequence[str] | None = None,
                            concurrency: int = 10, **options: Any) -> int:
-    return await Worker(app, queues, concurrency, **options).run()
+    return await Worker(app, queues, concurrency, **options).run_async()
 
 
 __all__ = ["Worker", "run_worker", "run_worker_async"]
