@@ -121,10 +121,11 @@ def _memory() -> str:
 
 def code_facts() -> dict[str, str]:
     """Which engine was measured: the commit, whether sql/ differed from it, and a hash
-    of the install SQL that was actually loaded."""
-    from sqljobs.schema.resources import install_sql
+    of the revisions' SQL that was actually loaded."""
+    from sqljobs.schema.resources import revisions
 
-    facts = {"schema_sha256": hashlib.sha256(install_sql().encode()).hexdigest()[:12]}
+    loaded = "".join(r.sql() for r in revisions())
+    facts = {"schema_sha256": hashlib.sha256(loaded.encode()).hexdigest()[:12]}
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()

@@ -401,6 +401,21 @@ def test_job_spec_refuses_unknown_and_missing_fields(conn: psycopg.Connection[An
     assert conn.execute("select count(*) from jobs.job").fetchone() == (0,)
 
 
+def test_the_job_spec_model_has_the_engines_fields(conn: psycopg.Connection[Any]) -> None:
+    """JobSpec (the model) and jobs.spec_fields() (read off jobs.job) name the same
+    fields: a column added to the table without its model field fails here."""
+    fields = Client(conn).run(queries.Call("select jobs.spec_fields() as f", (),
+                                           lambda rows: rows[0]["f"]))
+    assert set(JobSpec.model_fields) == set(fields)
+
+
+def test_one_job_takes_the_single_job_path() -> None:
+    call = queries.enqueue_spec(JobSpec(name="a", key="k", payload={"x": 1}, queue="mail"))
+    assert call.sql.startswith("select id, outcome from jobs.enqueue(")
+    assert call.params[:2] == ("a", "k")
+    assert call.params[2].obj == {"x": 1} and call.params[3].obj == {"queue": "mail"}
+
+
 def test_enqueue_many_takes_at_most_one_chunk(conn: psycopg.Connection[Any]) -> None:
     specs = [JobSpec(name="chunk", key=str(i)) for i in range(ENQUEUE_CHUNK + 1)]
     assert ENQUEUE_CHUNK == 1000

@@ -1,6 +1,7 @@
 """Installing the schema (docs/howto-alembic.md): every path gives the same `jobs` schema.
 
-* the Alembic revision (`sqljobs.migrate.upgrade`) equals running `sql/*.sql` directly;
+* every Alembic revision in turn (`sqljobs.schema.migrate.upgrade`) equals running
+  `sql/*.sql`, the source, directly (so upgrading from any release equals a fresh install);
 * installing twice changes nothing;
 * `sqljobs migrate --sql` renders an offline script that gives the same schema;
 * host applications: `sqljobs migrate --dsn`, our version location in a host's

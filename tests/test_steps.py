@@ -17,7 +17,16 @@ import psycopg
 import pytest
 from pydantic import BaseModel
 
-from sqljobs import App, JobContext, RetryPolicy, StepNameReused, fresh_key
+from sqljobs import (
+    App,
+    JobContext,
+    ReservedStepName,
+    RetryPolicy,
+    StepNameReused,
+    StepTimeout,
+    fresh_key,
+)
+from sqljobs.runtime.steps import _backoff
 from tests.processes import wait_for
 from tests.worker_helpers import running
 
@@ -97,6 +106,29 @@ def make_app(dsn: str) -> App:
             raise RuntimeError("again, to replay")
         ctx.step.sleep("nap", 0)
         return [a, b]
+
+    @app.job(name="steps.sync_threads", queue=QUEUE, retry=RetryPolicy(max_attempts=1))
+    def sync_threads(ctx: JobContext, payload: Nothing) -> dict[str, Any]:
+        handler = threading.get_ident()
+        before = threading.active_count()
+        here = ctx.step.run("here", threading.get_ident)
+
+        def slow() -> str:
+            RUNS[ctx.job_id, "slow"] += 1
+            threading.Event().wait(0.3)
+            return "late"
+
+        try:
+            ctx.step.run("slow", slow, timeout=0.05)
+            timed_out = False
+        except StepTimeout:
+            timed_out = True
+        return {"in_handler_thread": here == handler, "timed_out": timed_out,
+                "threads_started": threading.active_count() - before}
+
+    @app.job(name="steps.reserved", queue=QUEUE, retry=RetryPolicy(max_attempts=1))
+    async def reserved(ctx: JobContext, payload: Nothing) -> None:
+        await ctx.step.run_async("sqljobs.unwind", lambda: 1)
 
     @app.job(name="steps.gated", queue=QUEUE, retry=RetryPolicy(max_attempts=1))
     async def gated(ctx: JobContext, payload: Nothing) -> None:
@@ -256,12 +288,40 @@ def test_a_step_retries_on_its_own_policy_within_the_attempt(app: App, conn: Any
     assert (done["state"], done["attempt"], done["result"]) == ("succeeded", 1, 3)
 
 
-def test_sync_handlers_use_step_sync_and_replay_too(app: App, conn: Any) -> None:
+def test_sync_handlers_use_the_blocking_forms_and_replay_too(app: App, conn: Any) -> None:
     job_id = enqueue(app, "steps.sync")
     with running(app, concurrency=1):
         done = wait_for(in_state(conn, job_id, "succeeded"), "the sync job")
     assert done["result"] == ["A", [1, "two"]]
     assert (RUNS[job_id, "a"], RUNS[job_id, "b"], done["attempt"]) == (1, 1, 2)
+
+
+def test_a_sync_step_runs_in_the_handlers_thread_and_its_timeout_starts_none(
+        app: App, conn: Any) -> None:
+    job_id = enqueue(app, "steps.sync_threads")
+    with running(app, concurrency=1):
+        done = wait_for(in_state(conn, job_id, "succeeded"), "the sync job")
+    assert done["result"] == {"in_handler_thread": True, "timed_out": True,
+                              "threads_started": 0}
+    assert RUNS[job_id, "slow"] == 1  # it ran once, to its end, in the handler's thread
+    assert steps_of(conn, job_id) == ["here"]  # the timed-out try stored nothing
+
+
+def test_the_reserved_step_name_prefix_is_refused_by_the_engine(app: App, conn: Any) -> None:
+    job_id = enqueue(app, "steps.reserved")
+    with running(app, concurrency=1):
+        done = wait_for(in_state(conn, job_id, "dead", "failed"), "the refused job")
+    assert done["last_error"]["type"] == f"{ReservedStepName.__module__}.ReservedStepName"
+    assert steps_of(conn, job_id) == []
+
+
+@pytest.mark.parametrize("base, cap", [(1.0, 3600.0), (0.25, 3.0), (5.0, 5.0)])
+def test_a_steps_backoff_is_the_engines_curve(conn: Any, base: float, cap: float) -> None:
+    policy = RetryPolicy(max_attempts=50, base_s=base, cap_s=cap, jitter="none")
+    for failures in (1, 2, 3, 7, 12, 40):
+        engine = conn.execute("select jobs.backoff_s(%s, %s, %s, 'none')",
+                              (failures, base, cap)).fetchone()[0]
+        assert _backoff(policy, failures) == pytest.approx(engine)
 
 
 def test_a_cancelled_run_stores_no_more_steps(app: App, conn: Any) -> None:

@@ -33,10 +33,9 @@ pytestmark = pytest.mark.slow
 REQUIRED_FILES = [
     "sqljobs/__init__.py",
     "sqljobs/py.typed",
-    "sqljobs/_sql/00_schema.sql",
-    "sqljobs/_sql/10_errors.sql",
     "sqljobs/_migrations/env.py",
     "sqljobs/_migrations/versions/0001_install.py",
+    "sqljobs/_migrations/versions/0001_install.sql",
 ]
 
 
@@ -66,13 +65,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_wheel(tmp_path_factory.mktemp("dist"))
 
 
-def test_wheel_carries_the_sql_and_the_migrations(wheel: Path) -> None:
+def test_wheel_carries_every_revision(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [name for name in REQUIRED_FILES if name not in names]
     assert not missing, f"the wheel lacks {missing}"
-    sql_in_checkout = {p.name for p in (ROOT / "sql").glob("*.sql")}
-    sql_in_wheel = {Path(n).name for n in names if n.startswith("sqljobs/_sql/")}
-    assert sql_in_checkout <= sql_in_wheel
+    in_checkout = {p.name for p in (ROOT / "migrations" / "versions").glob("[0-9]*")}
+    in_wheel = {Path(n).name for n in names if n.startswith("sqljobs/_migrations/versions/")}
+    assert in_checkout and in_checkout <= in_wheel
     assert not [n for n in names if n.startswith(("tests/", "sqltests/", "bench/"))]
 
 

@@ -1,8 +1,8 @@
 """Versions the client knows about."""
 
 # The schema version this client needs: what `jobs.schema_version()` answers once the
-# Alembic revision shipped with this release is applied.
+# newest revision shipped with this release is applied (migrations/versions/).
 SCHEMA_VERSION = 1
 
-# The Alembic revision that installs SCHEMA_VERSION (migrations/versions/).
+# The Alembic revision that brings the schema to SCHEMA_VERSION.
 SCHEMA_REVISION = "sqljobs_0001"

@@ -1,6 +1,7 @@
-"""Install the sqljobs schema from a host application's own Alembic history.
+"""Install and upgrade the sqljobs schema from a host application's own Alembic history.
 
-Either list our version location in your `alembic.ini` beside your own::
+Either list our version location in your `alembic.ini` beside your own, and every
+sqljobs revision (one per schema version) joins your history::
 
     path_separator = space
     version_locations = %(here)s/migrations/versions sqljobs:_migrations/versions
@@ -8,14 +9,19 @@ Either list our version location in your `alembic.ini` beside your own::
 (`sqljobs.alembic.version_location()` answers the same directory as a path;
 `path_separator = os` would split `sqljobs:_migrations/versions` at its colon, `space`
 or `newline` keep it whole, and without the line Alembic warns and splits on spaces),
-or call this from one revision of your own::
+or call this from revisions of your own, pinning the versions each one applies so that
+it means the same thing whatever sqljobs release is installed later::
 
     import sqljobs.alembic
 
-    def upgrade() -> None:
-        sqljobs.alembic.upgrade(op)
+    def upgrade() -> None:                      # your revision that installs sqljobs
+        sqljobs.alembic.upgrade(op, to=1)
 
-The install is static SQL, so `alembic upgrade head --sql` renders it offline.
+    def upgrade() -> None:                      # a later one, after upgrading sqljobs
+        sqljobs.alembic.upgrade(op, since=1, to=2)
+
+Each schema version's SQL is static, so `alembic upgrade head --sql` renders it offline
+(docs/design/schema-upgrades.md says what a revision may do while workers run).
 """
 
 from __future__ import annotations
@@ -24,26 +30,38 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
-from sqljobs.schema.resources import install_sql, versions_dir
+from sqljobs.schema.resources import revision, revisions, versions_dir
 
 
 class _Operations(Protocol):
     def execute(self, sqltext: sa.TextClause) -> object: ...
 
 
-def install_statement() -> sa.TextClause:
-    """The whole install as one text clause, safe from bind-parameter parsing.
+def statement(sql: str) -> sa.TextClause:
+    """SQL as one text clause, safe from bind-parameter parsing.
 
     PL/pgSQL is full of `:` (casts, `:=`) that `text()` would read as bind parameters;
-    escaping each colon keeps the SQL byte-for-byte what `sql/` holds, online and in
-    `--sql` output.
+    escaping each colon keeps the SQL byte-for-byte what the revision holds, online and
+    in `--sql` output.
     """
-    return sa.text(install_sql().replace(":", "\\:"))
+    return sa.text(sql.replace(":", "\\:"))
 
 
-def upgrade(op: _Operations) -> None:
-    """Install (or re-install) the sqljobs schema inside the current migration."""
-    op.execute(install_statement())
+def apply(op: _Operations, version: int) -> None:
+    """Run the revision that brings schema version `version - 1` to `version`."""
+    op.execute(statement(revision(version).sql()))
+
+
+def upgrade(op: _Operations, to: int | None = None, since: int = 0) -> None:
+    """Bring the schema from version `since` (0: none installed) to `to` (default: the
+    newest this package knows), one revision at a time, inside the current migration."""
+    newest = len(revisions())
+    target = newest if to is None else to
+    if not 0 <= since <= target <= newest:
+        raise ValueError(f"cannot upgrade the sqljobs schema from version {since} to {to} "
+                         f"(this package knows versions 1..{newest})")
+    for version in range(since + 1, target + 1):
+        apply(op, version)
 
 
 def downgrade(op: _Operations) -> None:

@@ -1,24 +1,24 @@
-"""Where the packaged SQL and Alembic revisions live.
+"""Where the packaged Alembic revisions live, and which schema version each installs.
 
-`sqljobs/_sql` and `sqljobs/_migrations` are symlinks to the repository's top-level
-`sql/` and `migrations/`; the wheel stores their contents in their place, so one path
-works from a wheel, an editable install and a checkout. They sit at the top of the
-package so that `sqljobs:_migrations/versions` is the version location hosts write.
+`sqljobs/_migrations` is a symlink to the repository's top-level `migrations/`; the
+wheel stores its contents in its place, so one path works from a wheel, an editable
+install and a checkout. It sits at the top of the package so that
+`sqljobs:_migrations/versions` is the version location hosts write.
+
+A revision is two files in `migrations/versions/`: `NNNN_<slug>.py` (Alembic's) and
+`NNNN_<slug>.sql`, the static SQL that brings schema version N-1 to N (0001: the whole
+schema). `jobs.schema_version()` answers N once it ran (docs/design/schema-upgrades.md).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent.parent  # the sqljobs package
 
 # What a host app writes in `version_locations` (Alembic resolves package:path).
 VERSION_LOCATION_RESOURCE = "sqljobs:_migrations/versions"
-
-
-def sql_dir() -> Path:
-    """The directory of the install SQL (`00_schema.sql` ... `90_operator.sql`)."""
-    return _PACKAGE / "_sql"
 
 
 def migrations_dir() -> Path:
@@ -31,14 +31,37 @@ def versions_dir() -> Path:
     return migrations_dir() / "versions"
 
 
-def sql_files() -> list[Path]:
-    """The install SQL files in load order (their names are numbered)."""
-    files = sorted(sql_dir().glob("[0-9][0-9]_*.sql"))
-    if not files:
-        raise FileNotFoundError(f"sqljobs is installed without its SQL files ({sql_dir()})")
-    return files
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """One schema version's revision: its Alembic id and its SQL."""
+
+    version: int
+    path: Path
+
+    @property
+    def id(self) -> str:
+        return f"sqljobs_{self.version:04d}"
+
+    def sql(self) -> str:
+        return self.path.read_text(encoding="utf-8")
 
 
-def install_sql() -> str:
-    """The whole install as one SQL script."""
-    return "\n".join(path.read_text(encoding="utf-8") for path in sql_files())
+def revisions() -> list[Revision]:
+    """Every revision this package ships, oldest first (version 1, 2, ...)."""
+    found = [Revision(int(path.name[:4]), path)
+             for path in sorted(versions_dir().glob("[0-9][0-9][0-9][0-9]_*.sql"))]
+    if not found:
+        raise FileNotFoundError(f"sqljobs is installed without its revisions ({versions_dir()})")
+    if [r.version for r in found] != list(range(1, len(found) + 1)):
+        names = [r.path.name for r in found]
+        raise RuntimeError(f"sqljobs revisions are not numbered 1..n: {names}")
+    return found
+
+
+def revision(version: int) -> Revision:
+    """The revision that installs schema version `version`."""
+    found = revisions()
+    if not 1 <= version <= len(found):
+        raise ValueError(f"no sqljobs revision installs schema version {version} "
+                         f"(this package has 1..{len(found)})")
+    return found[version - 1]
