@@ -7,16 +7,19 @@ PYTHON ?= python
 PYTEST ?= $(PYTHON) -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help test sqltest lint bench docs
+.PHONY: help test sqltest test-limits lint bench docs
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 test: ## run every test: pytest and the pgTAP files in sqltests/
 	$(PYTEST)
 
 sqltest: ## run only the pgTAP files in sqltests/
 	$(PYTEST) sqltests/
+
+test-limits: ## the fleet races of tests/test_limits_processes.py at full size (5,000 jobs)
+	SQLJOBS_RACE_JOBS=5000 $(PYTEST) tests/test_limits_processes.py
 
 lint: ## ruff, mypy (strict on pyclient/) and the package layers (import-linter)
 	$(PYTHON) -m ruff check .

@@ -17,6 +17,7 @@ METRICS: dict[str, list[tuple[str, str, int, bool]]] = {
     "enqueue_single": [("jobs_per_s", "jobs/s", 0, True)],
     "enqueue_bulk": [("jobs_per_s", "jobs/s", 0, True)],
     "drain": [("jobs_per_s", "jobs/s", 0, True)],
+    "drain_limited": [("jobs_per_s", "jobs/s", 0, True)],
     "latency": [("p50_ms", "p50 ms", 1, False), ("p99_ms", "p99 ms", 1, False)],
     "step": [("ms_per_step", "ms/step", 2, False)],
     "replay": [("ms_per_step", "ms/step", 3, False)],

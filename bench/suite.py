@@ -48,6 +48,9 @@ WORKLOADS: dict[str, Workload] = {
         Workload("drain", ("--jobs", "20000", "--concurrency", "10"),
                  "20,000 pre-enqueued no-op jobs, the system's worker, concurrency 10, "
                  "until the database holds all as settled"),
+        Workload("drain_limited", ("--jobs", "20000", "--concurrency", "10"),
+                 "drain under limits held by the claim: a global concurrency limit of 100 "
+                 "and at most 2 running per key, over 100 keys"),
         Workload("latency", ("--jobs", "200", "--interval-ms", "10", "--concurrency", "10"),
                  "idle worker; 200 jobs enqueued 10 ms apart; handler start minus "
                  "enqueue time"),

@@ -77,7 +77,8 @@ class System:
 
 SYSTEMS: dict[str, System] = {
     s.name: s for s in (
-        System("sqljobs", "sqljobs", "self", "sqljobs_driver.py", QUEUE | STEPS),
+        System("sqljobs", "sqljobs", "self", "sqljobs_driver.py",
+               QUEUE | STEPS | {"drain_limited"}),
         # The worker's local queue as large as Graphile's batched local queue: the
         # worker settings only change drain and pickup latency.
         System("sqljobs_prefetch", "sqljobs (prefetch 500)", "self", "sqljobs_driver.py",

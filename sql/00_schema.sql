@@ -53,7 +53,7 @@ create sequence if not exists jobs.job_id_seq as bigint;
 -- The job spec (docs/reference/sql.md, "Job specs") is read off this table: every
 -- column but the engine's own (jobs.define_spec in sql/20_enqueue.sql names those) is
 -- a spec field a caller may set, and its DEFAULT here is the field's default. Adding a
--- spec field is adding a column here (and its field to sqljobs.JobSpec).
+-- spec field is adding a column at the end of this table (and its field to sqljobs.JobSpec).
 -- ---------------------------------------------------------------------------
 create table if not exists jobs.job (
   id               bigint primary key default pg_catalog.nextval('jobs.job_id_seq'),
@@ -90,7 +90,19 @@ create table if not exists jobs.job (
   compensating     boolean not null default false, -- unwinding its saga (never buried)
   parent_id        bigint,                         -- a child job: the parent awaiting it
   parent_step      text,                           --   and the parent's step
-  settle_watched   boolean not null default false  -- someone awaits its result (40_settle)
+  settle_watched   boolean not null default false, -- someone awaits its result (40_settle)
+  -- Version 2, flow control (sql/35_limits.sql). A column added later goes last, as
+  -- the revision adding it puts it (docs/design/schema-upgrades.md). A spec's fields:
+  group_key        text,                           -- the group debounce, singleton and
+                                                   --   throttle act on (null: the job name)
+  singleton        boolean not null default false, -- at most one live job per group
+  debounce_s       double precision,               -- collapse enqueues of a group this close
+  throttle_n       integer,                        -- at most throttle_n starts of the group
+  throttle_per_s   double precision,               --   per throttle_per_s seconds
+  -- and the engine's own:
+  slots            text[],                         -- running: the limit groups it holds
+  blocked_on       text,                           -- ready, waiting for this limit group
+  deferred_by      text                            -- ready, deferred by this group's rate
 ) with (fillfactor = 70);  -- room for HOT updates of progress and heartbeats
 -- No CHECK constraints: every value a caller gives is checked once, by
 -- jobs.spec_problem, before any write (a CHECK would repeat those rules, and cost a
@@ -103,10 +115,30 @@ comment on table jobs.job is 'Private storage of every job; use the jobs.* funct
 create unique index if not exists job_key_idx
   on jobs.job (name, (coalesce(tenant, '')), key);
 
--- The claim seeks this, per queue, in (priority, run_at, id) order.
+-- The claim seeks this, per queue, in (priority, run_at, id) order. A job waiting for a
+-- concurrency limit's slot (blocked_on) is not claimable until a slot frees.
 create index if not exists job_claimable_idx
   on jobs.job (queue, priority, run_at, id)
-  where state in ('ready', 'interrupted');
+  where state in ('ready', 'interrupted') and blocked_on is null;
+
+-- Jobs waiting for a limit's slot, per limit group, in claim order (sql/35_limits.sql).
+create index if not exists job_blocked_idx
+  on jobs.job (blocked_on, priority, run_at, id)
+  where blocked_on is not null and state in ('ready', 'interrupted');
+
+-- Jobs a rate limit deferred, per group (jobs.limit_stats).
+create index if not exists job_deferred_idx
+  on jobs.job (deferred_by)
+  where deferred_by is not null and state in ('ready', 'interrupted');
+
+-- At most one live singleton job per (name, tenant, group); at most one debounced job
+-- waiting to start per group (sql/20_enqueue.sql).
+create unique index if not exists job_singleton_idx
+  on jobs.job (name, (coalesce(tenant, '')), (coalesce(group_key, '')))
+  where singleton and state in ('ready', 'running', 'parked', 'interrupted');
+create unique index if not exists job_debounce_idx
+  on jobs.job (name, (coalesce(tenant, '')), (coalesce(group_key, '')))
+  where debounce_s is not null and state = 'ready';
 
 -- Lapsed-lease recovery seeks this: running rows by lease expiry.
 create index if not exists job_lease_idx
@@ -264,7 +296,7 @@ create index if not exists outbox_published_idx
   where published_at is not null;
 
 -- ---------------------------------------------------------------------------
--- jobs.schedule and jobs.leader: cron schedules and leader leases (sql/80_schedule.sql).
+-- jobs.schedule: cron schedules (sql/80_schedule.sql).
 -- ---------------------------------------------------------------------------
 create table if not exists jobs.schedule (
   name          text primary key,             -- the schedule's name (a task: its job's name)
@@ -287,15 +319,62 @@ create table if not exists jobs.schedule (
 comment on table jobs.schedule is
   'Private: cron schedules; use jobs.schedule_put / pause / resume / remove / schedules().';
 
-create table if not exists jobs.leader (
-  role             text primary key,          -- e.g. 'scheduler'
+-- ---------------------------------------------------------------------------
+-- jobs.lease: named leases (sql/35_limits.sql): fenced locks for applications, and the
+-- scheduler's leadership (the lease named 'scheduler').
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.lease (
+  name             text primary key,
   holder           text,                      -- who holds the lease (null: released)
   token            bigint not null default 0, -- fencing token: moved by every new holder
   lease_expires_at timestamptz,
   acquired_at      timestamptz
 );
 
-comment on table jobs.leader is 'Private: leader leases; use jobs.leader_acquire / leader_release.';
+comment on table jobs.lease is 'Private: named leases; use jobs.lease_acquire / renew / release.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.limit: concurrency and rate limits the claim enforces (sql/35_limits.sql).
+--   scope   global | queue (target: the queue) | name (target: the job name) | tenant
+--           (target: one tenant, or null: each tenant on its own) | key (target: the
+--           job name; key_path: the payload field whose value is the key) | throttle
+--           (the engine's own row: jobs enqueued with throttle= carry their rate)
+--   A job belongs to one group per limit that applies to it: '<limit>|<key>', the key
+--   being the tenant or payload value for tenant and key scopes, '' otherwise.
+-- jobs.limit_start: the last starts of each rate-limited group (a sliding window).
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.limit (
+  name         text primary key,
+  scope        text not null,
+  target       text,
+  key_path     text[],
+  concurrency  integer,                      -- at most this many running per group
+  rate_n       integer,                      -- at most rate_n starts per group
+  rate_per_s   double precision,             --   in any rate_per_s seconds
+  when_busy    text not null default 'wait', -- wait | fail (key scope, concurrency)
+  origin       text not null default 'api',  -- declared (in code) | api (set at run time)
+  updated_at   timestamptz not null
+);
+
+comment on table jobs.limit is 'Private: concurrency and rate limits; use jobs.limit_put / limit_remove / limits().';
+
+-- jobs.slot: one row per limit group a running job holds (its `slots`): a group's use
+-- is a count of its rows (docs/design/limits.md says why rows, not counters or an
+-- index over jobs.job). Written by the claim, deleted when the job leaves running.
+create table if not exists jobs.slot (
+  grp     text not null,
+  job_id  bigint not null,
+  primary key (grp, job_id)
+);
+
+comment on table jobs.slot is 'Private: the limit groups running jobs hold (sql/35_limits.sql).';
+
+create table if not exists jobs.limit_start (
+  grp     text primary key,
+  starts  timestamptz[] not null             -- the most recent rate_n starts, oldest first
+);
+
+comment on table jobs.limit_start is 'Private: recent starts of rate-limited groups (sql/35_limits.sql).';
 
 -- ---------------------------------------------------------------------------
 -- Clock. Every function reads time through jobs.now(), so tests (and pgTAP, where
@@ -327,6 +406,6 @@ returns integer
 language sql
 immutable
 set search_path = ''
-as $$ select 1 $$;
+as $$ select 2 $$;
 
 comment on function jobs.schema_version() is 'The installed sqljobs schema version.';

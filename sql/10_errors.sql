@@ -17,6 +17,9 @@
 --   SJ009     job_running           remove or promote of a job that a worker is running
 --   SJ010     job_finished          cancel or promote of a job already in a final state
 --   SJ011     reserved_step_name    a step name starting with 'sqljobs.' (the runtime's own)
+--   SJ012     key_busy              a job of a key limit with when_busy = 'fail' found its key held
+--                                   (stored in the failed job's last_error, not raised)
+--   SJ013     limit_not_found       a limit verb names a limit that does not exist
 --   SJ030     not_leader            a scheduler fire whose leader token is not the live lease's
 --   SJ031     schedule_not_found    a schedule verb names a schedule that does not exist
 
@@ -38,6 +41,8 @@ as $$
     ('SJ009', 'job_running',         'a worker is running the job'),
     ('SJ010', 'job_finished',        'the job already reached a final state'),
     ('SJ011', 'reserved_step_name',  'step names starting with sqljobs. are the runtime''s own'),
+    ('SJ012', 'key_busy',            'another run held the key, and the job said when_busy = fail'),
+    ('SJ013', 'limit_not_found',     'no limit has that name'),
     ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
     ('SJ031', 'schedule_not_found',  'no schedule has that name')
 $$;

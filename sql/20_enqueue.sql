@@ -44,12 +44,14 @@ declare
   v_engine   text[] := array['id', 'state', 'attempt', 'claim', 'lease_expires_at', 'worker',
                              'progress', 'last_error', 'result', 'created_at', 'started_at',
                              'finished_at', 'first_started_at', 'step_seq', 'compensable',
-                             'compensating', 'parent_id', 'parent_step', 'settle_watched'];
+                             'compensating', 'parent_id', 'parent_step', 'settle_watched',
+                             'slots', 'blocked_on', 'deferred_by'];
   -- the fields that only steer an enqueue (not columns)
   v_steering jsonb := '{"delay_s": "double precision", "on_conflict": "text"}';
   v_fields   jsonb := '{}';
   v_defaults jsonb := '{}';
   v_columns  text[] := '{}';  -- spec columns the insert names (run_at is computed)
+  v_order    text[];          -- the record's fields: steering ones, then columns in order
   v_checks   text := '';      -- one WHEN per field: a value not of its column's JSON type
   v_values   text;            -- the value rules
   v_given    text;            -- a spec without the fields it gives as JSON null
@@ -61,6 +63,7 @@ declare
   v_want     text;
 begin
   -- FIELDS and DEFAULTS, from the columns of jobs.job
+  v_order := array(select k from pg_catalog.jsonb_object_keys(v_steering) k order by k);
   for v_col in
     select a.attname::text as name, pg_catalog.format_type(a.atttypid, a.atttypmod) as type,
            pg_catalog.pg_get_expr(d.adbin, d.adrelid) as default_expr
@@ -71,6 +74,7 @@ begin
      order by a.attnum
   loop
     v_fields := v_fields || pg_catalog.jsonb_build_object(v_col.name, v_col.type);
+    v_order := v_order || v_col.name;
     if v_col.default_expr is not null then
       -- a constant the catalog wrote itself (e.g. 'default'::text, 25, '{}'::jsonb)
       execute 'select pg_catalog.to_jsonb(' || v_col.default_expr || ')' into v_default;
@@ -124,18 +128,21 @@ begin
 
   -- jobs.job_spec: a spec's fields as one record (narrow, so reading a spec is cheap).
   -- Fields are added, never dropped or changed: a column of jobs.job is never either.
+  -- A column added to jobs.job comes last, so does its field here: an upgraded type
+  -- and a fresh one list the same fields in the same order.
   if pg_catalog.to_regtype('jobs.job_spec') is null then
     execute 'create type jobs.job_spec as (' ||
-            (select pg_catalog.string_agg(pg_catalog.format('%I %s', f.key, f.value #>> '{}'),
-                                          ', ' order by f.key)
-               from pg_catalog.jsonb_each(v_fields) f) || ')';
+            (select pg_catalog.string_agg(pg_catalog.format('%I %s', f.name, v_fields->>f.name),
+                                          ', ' order by f.ord)
+               from pg_catalog.unnest(v_order) with ordinality as f(name, ord)) || ')';
   else
     for v_col in
-      select f.key as name, f.value #>> '{}' as type
-        from pg_catalog.jsonb_each(v_fields) f
+      select f.name, v_fields->>f.name as type
+        from pg_catalog.unnest(v_order) with ordinality as f(name, ord)
        where not exists (select from pg_catalog.pg_attribute a
                           where a.attrelid = 'jobs.job_spec'::pg_catalog.regclass
-                            and a.attname = f.key and not a.attisdropped)
+                            and a.attname = f.name and not a.attisdropped)
+       order by f.ord
     loop
       execute pg_catalog.format('alter type jobs.job_spec add attribute %I %s',
                                 v_col.name, v_col.type);
@@ -174,6 +181,14 @@ begin
         when {r}.delay_s is not null and {r}.run_at is not null
           then 'give run_at or delay_s, not both'
         when {r}.on_conflict not in ('return', 'error') then 'on_conflict must be return or error'
+        when {r}.group_key = '' then 'group_key must not be empty'
+        when {r}.debounce_s <= 0 then 'debounce_s must be positive'
+        when {r}.debounce_s is not null and ({r}.run_at is not null or {r}.delay_s is not null)
+          then 'give debounce_s, or run_at / delay_s, not both'
+        when ({r}.throttle_n is null) <> ({r}.throttle_per_s is null)
+          then 'give throttle_n and throttle_per_s together'
+        when {r}.throttle_n < 1 then 'throttle_n must be at least 1'
+        when {r}.throttle_per_s <= 0 then 'throttle_per_s must be positive'
       end$rules$;
   v_given := 'case when {spec} @? ''$.* ? (@ == null)'' then jobs.spec_given({spec}) else {spec} end';
   v_base := 'pg_catalog.jsonb_populate_record(null::jobs.job_spec, '
@@ -282,10 +297,10 @@ begin
                       else p_specs->0 end);
         insert into jobs.job as j (id, {columns}, run_at, created_at)
         values (coalesce(p_ids[1], pg_catalog.nextval('jobs.job_id_seq')), {values1},
-                coalesce(v_r.run_at,
-                         p_now + pg_catalog.make_interval(secs => coalesce(v_r.delay_s, 0))),
+                coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
+                  secs => coalesce(v_r.delay_s, v_r.debounce_s, 0))),
                 p_now)
-        on conflict (name, (coalesce(tenant, '')), key) do nothing
+        on conflict do nothing  -- the key, or a singleton's or debounced job's group
         returning j.id, j.queue, j.run_at into id, queue, run_at;
         if found then
           ord := 1;
@@ -318,11 +333,11 @@ begin
       ), ins as (
         insert into jobs.job as j (id, {columns}, run_at, created_at)
         select s.id, {values},
-               coalesce((s.r).run_at,
-                        p_now + pg_catalog.make_interval(secs => coalesce((s.r).delay_s, 0))),
+               coalesce((s.r).run_at, p_now + pg_catalog.make_interval(
+                 secs => coalesce((s.r).delay_s, (s.r).debounce_s, 0))),
                p_now
           from sorted s
-        on conflict (name, (coalesce(tenant, '')), key) do nothing
+        on conflict do nothing  -- the key, or a singleton's or debounced job's group
         returning j.id, j.queue, j.run_at
       )
       select s.ord, ins.id, ins.queue, ins.run_at from ins join sorted s on s.id = ins.id;
@@ -456,6 +471,53 @@ $$;
 comment on function jobs.wake(text[]) is
   'Notify jobs_wake once per queue (off when the session sets jobs.notify = off).';
 
+-- jobs.job_of_group(spec) -> the job holding the spec's group (name, tenant, group_key):
+-- for a singleton spec the live singleton job, for a debounced one the debounced job
+-- waiting to start; null when there is none. Private.
+create or replace function jobs.job_of_group(p_spec jsonb)
+returns bigint
+language plpgsql
+stable
+set search_path = ''
+set plan_cache_mode = force_generic_plan
+as $$
+begin
+  return (select k.id from jobs.job k
+           where k.name = p_spec->>'name'
+             and coalesce(k.tenant, '') = coalesce(p_spec->>'tenant', '')
+             and coalesce(k.group_key, '') = coalesce(p_spec->>'group_key', '')
+             and ((k.singleton and (p_spec->>'singleton')::boolean
+                   and k.state in ('ready', 'running', 'parked', 'interrupted'))
+                  or (k.debounce_s is not null and p_spec->>'debounce_s' is not null
+                      and k.state = 'ready'))
+           limit 1);
+end
+$$;
+
+-- jobs.debounce(spec, now) -> the debounced job waiting to start in the spec's group,
+-- which now carries the spec's payload and starts debounce_s from now; null when none
+-- waits. (Trailing debounce: every enqueue inside the window moves the start.) Private.
+create or replace function jobs.debounce(p_spec jsonb, p_now timestamptz)
+returns bigint
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_id bigint;
+begin
+  update jobs.job as k
+     set payload = coalesce(nullif(p_spec->'payload', 'null'), '{}'),
+         run_at = p_now + pg_catalog.make_interval(secs => (p_spec->>'debounce_s')::double precision)
+   where k.name = p_spec->>'name'
+     and coalesce(k.tenant, '') = coalesce(p_spec->>'tenant', '')
+     and coalesce(k.group_key, '') = coalesce(p_spec->>'group_key', '')
+     and k.debounce_s is not null and k.state = 'ready'
+  returning k.id into v_id;
+  return v_id;
+end
+$$;
+
 -- jobs.refuse_duplicate(ord, id, key): raise duplicate_job (SJ003) for spec `ord`, whose
 -- key already has job `id`; nothing when id is null. Private.
 create or replace function jobs.refuse_duplicate(p_ord bigint, p_id bigint, p_key text)
@@ -483,7 +545,9 @@ $$;
 --     same batch takes (duplicate_job SJ003).
 --   * Inserts every new job as ready in one statement (jobs.insert_jobs); a key already
 --     present (also a key repeated inside the batch) answers the existing job with
---     outcome 'deduped'.
+--     outcome 'deduped'; so does a singleton spec whose group has a live singleton job.
+--     A debounced spec whose group has a debounced job waiting to start collapses into
+--     it (its payload, start now + debounce_s) with outcome 'debounced'.
 --   * Notifies 'jobs_wake' once per queue that received a job runnable now.
 -- Locks: inserts rows in (name, tenant, key) order, so two batches that share keys
 --   wait for each other instead of deadlocking.
@@ -511,9 +575,17 @@ declare
   v_id       bigint;
   v_queue    text;
   v_run_at   timestamptz;
+  v_try      integer;
 begin
   -- GUARD: every refusal happens here, before the first write.
   perform jobs.check_specs(p_specs);
+
+  -- Throttled jobs: make the claim enforce their rates (sql/35_limits.sql).
+  if p_specs @? '$[*].throttle_n ? (@ != null)' then
+    insert into jobs.limit (name, scope, updated_at)
+    values ('sqljobs.throttle', 'throttle', v_now)
+    on conflict (name) do nothing;
+  end if;
 
   -- ONE SPEC (jobs.enqueue, most client calls): the same steps for one row, without the
   -- batch statements' set-up.
@@ -524,26 +596,53 @@ begin
       perform jobs.refuse_duplicate(1, jobs.job_of_key(v_spec->>'name', v_spec->>'tenant',
                                                        v_spec->>'key'), v_spec->>'key');
     end if;
-    select c.id, c.queue, c.run_at into v_id, v_queue, v_run_at
-      from jobs.insert_jobs(p_specs, v_now) c;
     ord := 1;
-    if v_id is not null then
-      if v_run_at <= v_now then
-        perform jobs.wake(array[v_queue]);  -- WAKE: runnable now
+    -- (a job of a debounced or singleton group that starts or ends meanwhile frees the
+    -- group: then try again)
+    for v_try in 1..3 loop
+      if v_spec->>'debounce_s' is not null then
+        id := jobs.debounce(v_spec, v_now);
+        if id is not null then
+          outcome := 'debounced';
+          return next;
+          return;
+        end if;
       end if;
-      id := v_id;
-      outcome := 'created';
-      return next;
-      return;
-    end if;
-    -- The key has a job: an existing one, or one a concurrent transaction committed
-    -- first (this later statement sees it).
-    id := jobs.job_of_key(v_spec->>'name', v_spec->>'tenant', v_spec->>'key');
-    if v_strict then
-      perform jobs.refuse_duplicate(1, id, v_spec->>'key');
-    end if;
-    outcome := 'deduped';
-    return next;
+      select c.id, c.queue, c.run_at into v_id, v_queue, v_run_at
+        from jobs.insert_jobs(p_specs, v_now) c;
+      if v_id is not null then
+        if v_run_at <= v_now then
+          perform jobs.wake(array[v_queue]);  -- WAKE: runnable now
+        end if;
+        id := v_id;
+        outcome := 'created';
+        return next;
+        return;
+      end if;
+      -- The key has a job: an existing one, or one a concurrent transaction committed
+      -- first (this later statement sees it). Or its group has a live singleton.
+      id := jobs.job_of_key(v_spec->>'name', v_spec->>'tenant', v_spec->>'key');
+      if v_strict then
+        perform jobs.refuse_duplicate(1, id, v_spec->>'key');
+      end if;
+      id := coalesce(id, case when v_spec->>'debounce_s' is null then jobs.job_of_group(v_spec) end);
+      if id is not null then
+        outcome := 'deduped';
+        return next;
+        return;
+      end if;
+    end loop;
+    perform jobs.raise_error('invalid_argument',
+      'spec 1: its group changed under three tries in a row; enqueue it again');
+  end if;
+
+  -- A BATCH with debounced specs: one at a time (each may collapse into a waiting job).
+  if p_specs @? '$[*].debounce_s ? (@ != null)' then
+    return query
+      select e.ord::integer, m.id, m.outcome
+        from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+       cross join lateral jobs.enqueue_many(pg_catalog.jsonb_build_array(e.spec)) m
+       order by e.ord;
     return;
   end if;
 
@@ -592,7 +691,8 @@ begin
   -- transaction committed one first. This later statement sees it: answer that job.
   if pg_catalog.array_position(v_created, false) is not null then
     v_ids := array(
-      select coalesce(e.id, jobs.job_of_key(e.spec->>'name', e.spec->>'tenant', e.spec->>'key'))
+      select coalesce(e.id, jobs.job_of_key(e.spec->>'name', e.spec->>'tenant', e.spec->>'key'),
+                      jobs.job_of_group(e.spec))
         from rows from (pg_catalog.jsonb_array_elements(p_specs), pg_catalog.unnest(v_ids))
              with ordinality as e(spec, id, ord)
        order by e.ord);

@@ -2,15 +2,21 @@
 --
 -- jobs.claim(queues, worker, limit, lease_s, options) -> up to `limit` running jobs.
 --
--- One call, one autocommit statement from the client, three phases:
+-- One call, one autocommit statement from the client, four phases:
 --   RECOVER  running jobs in these queues whose lease lapsed (at most 100 per call, by
 --            job_lease_idx): back to ready with the attempt counted, or, when that was
 --            the final attempt, buried as dead (failed when dead_letter is off) and
---            never returned (a compensating job always goes back to ready: its saga
---            unwind must finish). Parked jobs whose wake-up time passed become ready.
+--            never returned (a compensable job starts its unwind instead, and a
+--            compensating one always goes back to ready: its saga unwind must finish).
+--            Parked jobs whose wake-up time passed become ready; jobs waiting for a
+--            limit's free slot are made claimable (jobs.unblock_free).
 --   PICK     per unpaused queue, the first `limit` claimable rows in (priority, run_at,
 --            id) order from job_claimable_idx, `for update skip locked`; then the first
 --            `limit` of those across queues. Finished rows are never read.
+--   LIMITS   only once any limit exists (sql/35_limits.sql): no queue whose global or
+--            queue limit is full is picked from; twice as many candidates are picked,
+--            and jobs.admit lets through those every limit has room for; it blocks,
+--            defers or fails the others (never as an attempt).
 --   CLAIM    each picked job: running, attempt + 1, claim + 1 (the new claim token),
 --            lease_expires_at = now + lease_s, worker recorded; first_started_at set
 --            on the first claim (the event-wait cursor, sql/60_events.sql). Answers
@@ -21,7 +27,8 @@
 --          {"recover": false} skips the RECOVER phase: a busy worker claiming again as
 --          slots free leaves recovery to its periodic (poll) claims, which keep the
 --          default true — recovery stays within lease TTL + one poll.
--- Locks: row locks only, all taken with skip locked; no lock waits.
+-- Locks: row locks only, all taken with skip locked; with limits, an advisory lock per
+-- limit group of the candidates (in group order), held to commit.
 -- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a missing
 --         worker, limit outside 1..1000, lease_s <= 0, or a bad option.
 
@@ -60,9 +67,12 @@ set search_path = ''
 -- One generic plan per session instead of planning every call (planning was about a
 -- third of a small claim). It must stay index-driven whatever the table's size when it
 -- is made: seq scans are off for these statements, and the update finds its rows by
--- `id = any(array(...))` on job_pkey, never by joining a scan of jobs.job.
+-- `id = any(array(...))` on job_pkey, never by joining a scan of jobs.job. With seq
+-- scans off, a scan of a small table (jobs.limit) is costed so high that it would be
+-- JIT-compiled (hundreds of ms): no JIT, ever, for a claim.
 set plan_cache_mode = force_generic_plan
 set enable_seqscan = off
+set jit = off
 as $$
 declare
   v_now    timestamptz := jobs.now();
@@ -72,6 +82,8 @@ declare
   v_unwind_seqs   integer[];
   v_unwind_states jobs.job_state[];
   v_unwind_errors jsonb[];
+  v_limited boolean;
+  v_ids     bigint[];  -- limited: the candidates
 begin
   -- GUARD
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
@@ -148,6 +160,11 @@ begin
      where m.starts_unwind;
     perform jobs.record_unwinds(v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors);
 
+    -- Free the slots a waiter did not hear of (sql/35_limits.sql).
+    if exists (select from jobs.limit) then
+      perform jobs.unblock_free(100);
+    end if;
+
     -- Wake parked jobs whose time came (durable sleeps, wait timeouts).
     update jobs.job as j
        set state = 'ready'
@@ -166,23 +183,63 @@ begin
       from pg_catalog.unnest(p_queues) as q(name)
      where not exists (select 1 from jobs.queue pq where pq.name = q.name and pq.paused));
 
-  -- CLAIM
-  return query
-    with picked as materialized (
-      select c.id, c.priority, c.run_at
+  -- LIMITS (sql/35_limits.sql), only once any limit exists: pick more candidates
+  -- than asked for, and claim those jobs.admit lets run (below).
+  v_limited := exists (select from jobs.limit);
+  if v_limited then
+    -- A full global limit admits nothing, a full queue limit nothing of its queue: then
+    -- there is nothing to pick (read without the limits' locks, this only saves work;
+    -- jobs.admit decides under them).
+    v_queues := array(
+      select q.name from pg_catalog.unnest(v_queues) as q(name)
+       where not exists (
+         select from jobs.limit l
+          where l.concurrency is not null
+            and (l.scope = 'global' or (l.scope = 'queue' and l.target = q.name))
+            and l.concurrency <= (select pg_catalog.count(*) from jobs.slot s
+                                   where s.grp = l.name || '|')));
+    v_ids := array(
+      select c.id
         from pg_catalog.unnest(v_queues) as q(name)
         cross join lateral (
           select r.id, r.priority, r.run_at
             from jobs.job r
-           where r.state in ('ready', 'interrupted')
+           where r.state in ('ready', 'interrupted') and r.blocked_on is null
              and r.queue = q.name
              and r.run_at <= v_now
              and (v_names is null or r.name = any (v_names))
            order by r.priority, r.run_at, r.id
-           limit p_limit
+           limit p_limit + 4
              for update skip locked) as c
        order by c.priority, c.run_at, c.id
-       limit p_limit
+       limit p_limit + 4);
+  end if;
+
+  -- CLAIM
+  return query
+    with picked as materialized (
+      (select c.id, c.priority, c.run_at, null::text[] as slots, v_now as started_at
+         from pg_catalog.unnest(v_queues) as q(name)
+         cross join lateral (
+           select r.id, r.priority, r.run_at
+             from jobs.job r
+            where r.state in ('ready', 'interrupted') and r.blocked_on is null
+              and r.queue = q.name
+              and r.run_at <= v_now
+              and (v_names is null or r.name = any (v_names))
+            order by r.priority, r.run_at, r.id
+            limit p_limit
+              for update skip locked) as c
+        where not v_limited
+        order by c.priority, c.run_at, c.id
+        limit p_limit)
+      union all
+      -- limited: the candidates jobs.admit lets run, with the limit groups each takes
+      -- and the admission's time as its start
+      (select a.id, r.priority, r.run_at, a.slots, a.at
+         from jobs.admit(v_ids, p_limit, v_now) a
+         join jobs.job r on r.id = a.id and r.id = any (v_ids)  -- job_pkey, the candidates
+        where v_limited)
     ),
     claimed as (
       update jobs.job as j
@@ -191,19 +248,27 @@ begin
              claim = j.claim + 1,
              worker = p_worker,
              lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s),
-             started_at = v_now,
-             first_started_at = coalesce(j.first_started_at, v_now)
+             started_at = picked.started_at,
+             first_started_at = coalesce(j.first_started_at, v_now),
+             deferred_by = null,
+             slots = picked.slots
         from picked
        where j.id = any (array(select p.id from picked p)) and j.id = picked.id
       returning j.id, j.name, j.queue, j.tenant, j.key, j.payload, j.priority, j.attempt,
                 j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.claim,
                 j.lease_expires_at, j.timeout_s, j.progress,
-                j.traceparent, j.created_at, picked.run_at as picked_run_at, j.step_seq
+                j.traceparent, j.created_at, picked.run_at as picked_run_at, j.step_seq,
+                j.started_at
+    ),
+    slotted as (  -- the limit groups the admitted jobs now hold (sql/35_limits.sql)
+      insert into jobs.slot (grp, job_id)
+      select g, p.id from picked p cross join lateral pg_catalog.unnest(p.slots) as g
+      on conflict do nothing
     )
     select c.id, c.name, c.queue, c.tenant, c.key, c.payload, c.priority, c.attempt,
            c.max_attempts, c.retry_base_s, c.retry_cap_s, c.retry_jitter, c.claim,
            c.lease_expires_at, c.timeout_s, c.progress,
-           c.traceparent, c.created_at, v_now,
+           c.traceparent, c.created_at, c.started_at,
            -- Stored steps (sql/50_steps.sql), read only for jobs that ever wrote one.
            case when c.step_seq > 0 then
              (select pg_catalog.jsonb_object_agg(s.name, s.value)

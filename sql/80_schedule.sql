@@ -11,22 +11,18 @@
 -- watermark ("every occurrence at or before this instant is done: fired or skipped")
 -- moves in the same transaction as the fire and never moves back.
 --
--- One leader at a time: jobs.leader is a lease table (one row per role) with a fencing
+-- One leader at a time: the lease named 'scheduler' (jobs.lease) carries a fencing
 -- token that moves on every change of holder. jobs.schedule_fire is fenced on that
 -- token and on the lease being live, and holds the leader row FOR SHARE while it fires,
 -- so a takeover waits for a fire in flight and a deposed leader's fire changes nothing.
 --
--- Lock order everywhere: jobs.leader row, then the jobs.schedule row, then job rows.
+-- Lock order everywhere: the 'scheduler' lease row, then the jobs.schedule row, then job rows.
 
 -- ---------------------------------------------------------------------------
--- jobs.leader_acquire(role, holder, lease_s) -> the fencing token, or null.
---
--- Contract: the holder of a live lease renews it (same token) and gets its token; a
--- free, released or lapsed lease is taken (token + 1, acquired_at = now); a live lease
--- of another holder answers null and changes nothing. A holder whose lease lapsed and
--- was not taken renews with its old token (nobody held it meanwhile).
--- Locks: the role's leader row (insert or update); waits for a fire in flight.
--- Refuses (invalid_argument): empty role or holder, non-positive or infinite lease.
+-- The scheduler's leadership is the named lease 'scheduler' (jobs.lease, sql/35_limits.sql):
+-- jobs.leader_acquire(role, holder, lease_s), jobs.leader_release(role, holder, token)
+-- and jobs.leaders() are jobs.lease_acquire / lease_release / leases() under the
+-- scheduler's own names.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.leader_acquire(
   p_role    text,
@@ -38,59 +34,28 @@ language plpgsql
 volatile
 set search_path = ''
 as $$
-declare
-  v_now   timestamptz := jobs.now();
-  v_token bigint;
 begin
-  if p_role is null or p_role = '' or p_holder is null or p_holder = '' then
-    perform jobs.raise_error('invalid_argument', 'role and holder are required');
-  end if;
-  if p_lease_s is null or not (p_lease_s > 0 and p_lease_s < 'Infinity'::double precision) then
-    perform jobs.raise_error('invalid_argument', 'lease_s must be positive and finite');
-  end if;
-  insert into jobs.leader as l (role, holder, token, lease_expires_at, acquired_at)
-  values (p_role, p_holder, 1, v_now + pg_catalog.make_interval(secs => p_lease_s), v_now)
-  on conflict (role) do update
-     set holder = excluded.holder,
-         token = case when l.holder = excluded.holder then l.token else l.token + 1 end,
-         acquired_at = case when l.holder = excluded.holder then l.acquired_at
-                            else excluded.acquired_at end,
-         lease_expires_at = excluded.lease_expires_at
-   where l.holder = excluded.holder or l.holder is null or l.lease_expires_at <= v_now
-  returning l.token into v_token;
-  return v_token;
+  return jobs.lease_acquire(p_role, p_holder, p_lease_s);
 end
 $$;
 
 comment on function jobs.leader_acquire(text, text, double precision) is
   'Take or renew the role''s leader lease; answers the fencing token, or null when another holds it.';
 
--- ---------------------------------------------------------------------------
--- jobs.leader_release(role, holder, token) -> true when the lease was released.
--- Fenced on holder and token: a deposed holder releases nothing. The token is kept, so
--- the next holder's token is higher.
--- ---------------------------------------------------------------------------
 create or replace function jobs.leader_release(p_role text, p_holder text, p_token bigint)
 returns boolean
-language sql
+language plpgsql
 volatile
 set search_path = ''
 as $$
-  with released as (
-    update jobs.leader l
-       set holder = null, lease_expires_at = null
-     where l.role = p_role and l.holder = p_holder and l.token = p_token
-    returning l.role
-  )
-  select exists (select 1 from released)
+begin
+  return jobs.lease_release(p_role, p_holder, p_token);
+end
 $$;
 
 comment on function jobs.leader_release(text, text, bigint) is
   'Give up a leader lease (fenced on holder and token).';
 
--- ---------------------------------------------------------------------------
--- jobs.leaders() -> the leases: role, holder, token, lease_expires_at, acquired_at, live.
--- ---------------------------------------------------------------------------
 create or replace function jobs.leaders()
 returns table (role text, holder text, token bigint, lease_expires_at timestamptz,
                acquired_at timestamptz, live boolean)
@@ -98,10 +63,8 @@ language sql
 stable
 set search_path = ''
 as $$
-  select l.role, l.holder, l.token, l.lease_expires_at, l.acquired_at,
-         l.holder is not null and l.lease_expires_at > jobs.now()
-    from jobs.leader l
-   order by l.role
+  select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at, l.live
+    from jobs.leases() l
 $$;
 
 comment on function jobs.leaders() is 'Leader leases and whether each is live.';
@@ -367,8 +330,8 @@ begin
   -- GUARD: the leader lease, held for share until commit.
   select l.holder is not null and l.lease_expires_at > v_now and l.token = p_token
     into v_live
-    from jobs.leader l
-   where l.role = 'scheduler'
+    from jobs.lease l
+   where l.name = 'scheduler'
      for share;
   if not coalesce(v_live, false) then
     perform jobs.raise_error('not_leader',

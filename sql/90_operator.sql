@@ -175,7 +175,7 @@ as $$
   with moved as (
     update jobs.job as j
        set state = 'ready', attempt = 0, run_at = jobs.now(), finished_at = null,
-           lease_expires_at = null, result = null
+           lease_expires_at = null, result = null, blocked_on = null
      where j.id = any (p_ids) and j.state in ('failed', 'dead', 'cancelled')
     returning j.queue
   )
@@ -447,7 +447,8 @@ returns table (
   dead            bigint,
   cancelled       bigint,
   oldest_ready_s  double precision,
-  unserved        bigint
+  unserved        bigint,
+  limited         bigint
 )
 language sql
 stable
@@ -457,6 +458,17 @@ as $$
     select u.queue, pg_catalog.sum(u.waiting)::bigint as waiting
       from jobs.unserved_jobs() u
      group by u.queue
+  ),
+  full_limits as (  -- global and queue limits with no free slot (sql/35_limits.sql)
+    select l.scope, l.target
+      from jobs.limit l
+     where l.scope in ('global', 'queue') and l.concurrency is not null
+       and l.concurrency <= (select pg_catalog.count(*) from jobs.slot s
+                              where s.grp = l.name || '|')
+  ),
+  held as (
+    select exists (select from full_limits f where f.scope = 'global') as everywhere,
+           array(select f.target from full_limits f where f.scope = 'queue') as queues
   ),
   counts as (
     select j.queue,
@@ -469,8 +481,16 @@ as $$
            pg_catalog.count(*) filter (where j.state = 'dead') as dead,
            pg_catalog.count(*) filter (where j.state = 'cancelled') as cancelled,
            pg_catalog.min(j.run_at) filter (where j.state in ('ready', 'interrupted')
-                                              and j.run_at <= jobs.now()) as oldest_ready_at
-      from jobs.job j
+                                              and j.run_at <= jobs.now()
+                                              and j.blocked_on is null) as oldest_ready_at,
+           pg_catalog.count(*) filter (where j.state in ('ready', 'interrupted')
+                                         and (j.blocked_on is not null
+                                              or (j.deferred_by is not null
+                                                  and j.run_at > jobs.now())
+                                              or (j.run_at <= jobs.now()
+                                                  and (h.everywhere or j.queue = any (h.queues)))
+                                             )) as limited
+      from jobs.job j cross join held h
      group by j.queue
   ),
   names as (
@@ -481,7 +501,7 @@ as $$
          coalesce(c.interrupted, 0), coalesce(c.succeeded, 0), coalesce(c.failed, 0),
          coalesce(c.dead, 0), coalesce(c.cancelled, 0),
          coalesce(extract(epoch from jobs.now() - c.oldest_ready_at)::double precision, 0),
-         coalesce(u.waiting, 0)
+         coalesce(u.waiting, 0), coalesce(c.limited, 0)
     from names n
     left join counts c on c.queue = n.queue
     left join jobs.queue q on q.name = n.queue
@@ -490,4 +510,4 @@ as $$
 $$;
 
 comment on function jobs.queue_stats() is
-  'Per queue: paused, counts by state, age in seconds of the oldest runnable job, and how many waiting jobs no live worker declares (unserved).';
+  'Per queue: paused, counts by state, age in seconds of the oldest runnable job, how many waiting jobs no live worker declares (unserved), and how many wait on a limit (limited).';

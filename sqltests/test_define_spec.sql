@@ -3,16 +3,17 @@
 -- (this is the whole change a new field needs in SQL); the engine's own columns are not
 -- fields; a column type without a JSON rule is refused.
 begin;
-select plan(10);
+select plan(11);
 
 select is((select pg_catalog.array_agg(k order by k) from pg_catalog.jsonb_object_keys(jobs.spec_fields()) k),
-          array['dead_letter', 'delay_s', 'key', 'max_attempts', 'name', 'on_conflict', 'payload',
-                'priority', 'queue', 'retry_base_s', 'retry_cap_s', 'retry_jitter', 'run_at',
-                'tenant', 'timeout_s', 'traceparent'],
+          array['dead_letter', 'debounce_s', 'delay_s', 'group_key', 'key', 'max_attempts', 'name',
+                'on_conflict', 'payload', 'priority', 'queue', 'retry_base_s', 'retry_cap_s',
+                'retry_jitter', 'run_at', 'singleton', 'tenant', 'throttle_n', 'throttle_per_s',
+                'timeout_s', 'traceparent'],
           'the fields: the settable columns of jobs.job, and delay_s and on_conflict');
 select is(jobs.spec_defaults(),
           '{"queue": "default", "payload": {}, "priority": 0, "dead_letter": true, "retry_cap_s": 3600,
-            "max_attempts": 25, "retry_base_s": 1, "retry_jitter": "full"}'::jsonb,
+            "max_attempts": 25, "retry_base_s": 1, "retry_jitter": "full", "singleton": false}'::jsonb,
           'the defaults are the columns'' DEFAULTs');
 select throws_ok($$ select * from jobs.enqueue('ds.job', 'k', '{}', '{"state": "succeeded"}') $$,
                  'SJ001', 'sqljobs.invalid_argument: spec 1: unknown field ''state''',
@@ -21,6 +22,10 @@ select throws_ok($$ select * from jobs.enqueue('ds.job', 'k', '{}', '{"state": "
 -- a new field: one column, then define_spec
 alter table jobs.job add column colour text not null default 'blue';
 select lives_ok($$ select jobs.define_spec() $$, 'define_spec reads the new column');
+select is((select a.attname::text from pg_catalog.pg_attribute a
+            where a.attrelid = 'jobs.job_spec'::pg_catalog.regclass and a.attnum > 0
+            order by a.attnum desc limit 1), 'colour',
+          'the spec record adds it last, as a fresh install of that table would');
 select is(jobs.spec_fields()->>'colour', 'text', 'it is a field');
 select is(jobs.spec_defaults()->>'colour', 'blue', 'with its default');
 select lives_ok($$ select * from jobs.enqueue_many('[{"name": "ds.job", "key": "a", "colour": "red"}, {"name": "ds.job", "key": "b"}]') $$,

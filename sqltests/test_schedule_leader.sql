@@ -8,7 +8,7 @@ select is(jobs.leader_acquire('scheduler', 'A', 10), 1::bigint, 'the first holde
 select is(jobs.leader_acquire('scheduler', 'B', 10), null::bigint, 'a live lease keeps B out');
 set local jobs.fake_now = '2030-01-01 00:00:05+00';
 select is(jobs.leader_acquire('scheduler', 'A', 10), 1::bigint, 'A renews with the same token');
-select is((select lease_expires_at from jobs.leader), '2030-01-01 00:00:15+00'::timestamptz,
+select is((select lease_expires_at from jobs.lease), '2030-01-01 00:00:15+00'::timestamptz,
           'the renewal moves the expiry');
 set local jobs.fake_now = '2030-01-01 00:00:14+00';
 select is(jobs.leader_acquire('scheduler', 'B', 10), null::bigint, 'still live at 14 s');

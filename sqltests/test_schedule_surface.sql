@@ -4,7 +4,7 @@ begin;
 select plan(8);
 
 select has_table('jobs', 'schedule', 'jobs.schedule exists');
-select has_table('jobs', 'leader', 'jobs.leader exists');
+select has_table('jobs', 'lease', 'jobs.lease exists (the leader lease is the lease named scheduler)');
 select set_eq(
   $$ select p.proname::text, pg_catalog.pg_get_function_identity_arguments(p.oid)
        from pg_catalog.pg_proc p

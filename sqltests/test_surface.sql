@@ -126,7 +126,7 @@ select is(pg_catalog.pg_get_function_result('jobs.remove_where(jsonb,integer)'::
           'TABLE(moved integer, remaining bigint)',
           'remove_where returns these columns');
 select is(pg_catalog.pg_get_function_result('jobs.queue_stats()'::regprocedure),
-          'TABLE(queue text, paused boolean, ready bigint, running bigint, parked bigint, interrupted bigint, succeeded bigint, failed bigint, dead bigint, cancelled bigint, oldest_ready_s double precision, unserved bigint)',
+          'TABLE(queue text, paused boolean, ready bigint, running bigint, parked bigint, interrupted bigint, succeeded bigint, failed bigint, dead bigint, cancelled bigint, oldest_ready_s double precision, unserved bigint, limited bigint)',
           'queue_stats returns these columns');
 select is(pg_catalog.pg_get_function_result('jobs.error_codes()'::regprocedure),
           'TABLE(sqlstate text, name text, meaning text)',

@@ -44,6 +44,7 @@ from sqljobs import (
     SqljobsError,
     queries,
 )
+from sqljobs._version import SCHEMA_VERSION
 from sqljobs.client.queries import ENQUEUE_CHUNK, Call
 from tests.helpers_db import SAFETY_S
 
@@ -195,7 +196,7 @@ def lifecycle() -> Scenario:
     assert moved == BulkMoved(moved=2, remaining=0)
     assert (yield queries.remove(jk.id)) is None
     assert (yield queries.get_job(jk.id)) is None
-    assert (yield queries.schema_version()) == 1
+    assert (yield queries.schema_version()) == SCHEMA_VERSION
 
 
 def parked_without_wake_up() -> Scenario:

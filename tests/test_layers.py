@@ -26,12 +26,13 @@ PUBLIC = {
     "DatabaseError", "DuplicateJob", "Enqueued", "Event", "EventTimeout", "InvalidArgument",
     "InvalidPayload", "JobCancelled", "JobContext", "JobDead", "JobError", "JobFailed",
     "JobFinished", "JobHandle", "JobLive", "JobNotFound", "JobNotRequeueable", "JobRecord",
-    "JobRunning", "JobSpec", "JobState", "LeaseLost", "NotLeader", "PayloadTooLarge",
+    "JobRunning", "JobSpec", "JobState", "KeyBusy", "LeaseLost", "LimitNotFound", "LockBusy",
+    "LockLost", "NotLeader", "PayloadTooLarge",
     "QueueStats", "QueuesRequired", "Relay", "ReservedStepName", "ResultTimeout", "Retry",
     "RetryPolicy", "RunCancelled", "ScheduleNotFound", "Scheduler", "SchemaError", "Settled",
     "Snooze",
     "SqljobsError", "Staged", "StepNameReused", "StepTimeout", "Steps",
-    "UnknownJob", "Worker", "fresh_key", "queries",
+    "UnknownJob", "Worker", "fresh_key", "key", "queries",
 }
 
 

@@ -123,7 +123,7 @@ def test_a_restarted_or_second_scheduler_never_fires_twice(
     # A scheduler that lost the watermark (e.g. a restore) or whose clock is behind
     # fires the same occurrences again: they answer the same jobs.
     conn.execute("update jobs.schedule set watermark = %s", (OUTAGE_START,))
-    conn.execute("update jobs.leader set holder = null")
+    conn.execute("update jobs.lease set holder = null")
 
     async def replay(scheduler: Scheduler) -> None:
         assert await scheduler.acquire()
@@ -147,7 +147,7 @@ def test_only_the_leader_fires_and_a_deposed_leader_stops_at_once(
         second._client = first._client
         assert not await second.acquire(), "a live lease keeps the second scheduler out"
         # The first scheduler's lease lapses (it was paused, say); the second takes over.
-        conn.execute("update jobs.leader set lease_expires_at = jobs.now() - interval '1 s'")
+        conn.execute("update jobs.lease set lease_expires_at = jobs.now() - interval '1 s'")
         assert await second.acquire()
         assert second.token == (first.token or 0) + 1
         assert first.leading, "the first does not know yet ..."

@@ -2,7 +2,7 @@
 killed mid-run; and one worker process that also runs a relay and a scheduler.
 
 The task is `roles.tick` (tests/roles_example_app.py): cron `* * * * * *` (every second,
-seconds-resolution), catch_up = all. Assertions read jobs.job and jobs.leader: every
+seconds-resolution), catch_up = all. Assertions read jobs.job and jobs.lease: every
 second between the first and the last fired is enqueued exactly once, across the
 handover, and the new leader took over only after the dead one's lease lapsed.
 """
@@ -46,18 +46,18 @@ def test_two_schedulers_fire_every_second_exactly_once_across_a_killed_leader(
     processes = {"A": scheduler(spawn, "A"), "B": scheduler(spawn, "B")}
     wait_for(lambda: ticks(conn) >= 5, "five seconds fired")
     leader, token, expires = conn.execute(
-        "select holder, token, lease_expires_at from jobs.leader where role = 'scheduler'"
+        "select holder, token, lease_expires_at from jobs.lease where name = 'scheduler'"
     ).fetchone() or (None, None, None)
     assert leader in processes, leader
     processes[leader].proc.kill()
     processes[leader].proc.wait(10)
     # The lease as the dead leader last renewed it (nobody can take it before it lapses).
-    expires = scalar(conn, "select lease_expires_at from jobs.leader where role = 'scheduler' "
+    expires = scalar(conn, "select lease_expires_at from jobs.lease where name = 'scheduler' "
                            "and holder = %s", (leader,))
     survivor = "B" if leader == "A" else "A"
-    wait_for(lambda: scalar(conn, "select holder = %s from jobs.leader", (survivor,)),
+    wait_for(lambda: scalar(conn, "select holder = %s from jobs.lease", (survivor,)),
              "the survivor to take the lease over")
-    taken = conn.execute("select token, acquired_at from jobs.leader").fetchone()
+    taken = conn.execute("select token, acquired_at from jobs.lease").fetchone()
     assert taken is not None
     assert taken[0] == token + 1, "a new holder moves the fencing token"
     assert taken[1] >= expires, "never taken over before the dead leader's lease lapsed"
@@ -66,7 +66,7 @@ def test_two_schedulers_fire_every_second_exactly_once_across_a_killed_leader(
 
     processes[survivor].proc.send_signal(signal.SIGTERM)
     assert processes[survivor].wait(20) == 0, processes[survivor].output()
-    assert scalar(conn, "select holder from jobs.leader") is None, "a clean stop releases"
+    assert scalar(conn, "select holder from jobs.lease") is None, "a clean stop releases"
 
     occurrences = [datetime.fromisoformat(key.split("@", 1)[1]) for (key,) in conn.execute(
         "select key from jobs.job where name = 'roles.tick' order by key")]
@@ -98,4 +98,4 @@ def test_a_worker_runs_a_relay_and_a_scheduler_beside_it(
     assert worker.wait(30) == 0, worker.output()
     output = worker.output()
     assert "relay" in output and "scheduler" in output and "stopped (exit 0)" in output
-    assert scalar(conn, "select holder from jobs.leader") is None
+    assert scalar(conn, "select holder from jobs.lease") is None

@@ -63,11 +63,14 @@ def test_revisions_are_numbered_and_the_newest_is_the_clients() -> None:
         assert f"sqljobs.alembic.apply(op, {r.version})" in text
     assert found[-1].version == SCHEMA_VERSION and found[-1].id == SCHEMA_REVISION
     source = (ROOT / "sql" / "00_schema.sql").read_text(encoding="utf-8")
-    declared = re.search(r"function jobs\.schema_version\(\).*?select (\d+)", source, re.S)
+    declared = re.search(r"function jobs\.schema_version\(\).*?select (\d+)", source,
+                         re.S | re.I)
     assert declared and int(declared.group(1)) == SCHEMA_VERSION, (
         "sql/00_schema.sql's jobs.schema_version() must answer the newest revision's version")
     for r in found[1:]:
-        assert f"select {r.version} $$" in r.sql(), (
+        sets = re.search(r"function jobs\.schema_version\(\).*?select (\d+)", r.sql(),
+                         re.S | re.I)
+        assert sets and int(sets.group(1)) == r.version, (
             f"{r.path.name} must set jobs.schema_version() to {r.version}")
 
 
@@ -110,9 +113,9 @@ def test_an_upgrade_keeps_work_in_flight(new_database: NewDatabase, version: int
     migrate.upgrade(dsn, f"sqljobs_{version - 1:04d}")
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert _scalar(conn, "select jobs.schema_version()") == version - 1
+        conn.execute("select jobs.enqueue('up.job', 'held')")
+        conn.execute("select jobs.enqueue('up.job', 'sleeper')")
         conn.execute("select jobs.enqueue('up.job', 'ready')")
-        conn.execute("select jobs.enqueue('up.job', 'running')")
-        conn.execute("select jobs.enqueue('up.job', 'parked')")
         running = conn.execute(
             "select id, claim from jobs.claim('{default}', 'w-old', 2, 300)").fetchall()
         assert len(running) == 2
@@ -121,6 +124,7 @@ def test_an_upgrade_keeps_work_in_flight(new_database: NewDatabase, version: int
                               (sleeper_id, sleeper_claim)).fetchone()
         assert parked == (True,)
         conn.execute("select jobs.stage('up.job', 'staged')")
+        leader_token = _scalar(conn, "select jobs.leader_acquire('scheduler', 's-old', 300)")
         counts_before = _scalar(conn, "select count(*) from jobs.job")
 
     migrate.upgrade(dsn)  # to the newest
@@ -130,16 +134,20 @@ def test_an_upgrade_keeps_work_in_flight(new_database: NewDatabase, version: int
         assert _scalar(conn, "select count(*) from jobs.job") == counts_before
         # the run that held its claim across the upgrade settles with the same token
         conn.execute("select jobs.ack(%s, %s, '\"done\"')", (held_id, held_claim))
+        # the scheduler's leadership carries over: its holder renews under its token
+        assert _scalar(conn, "select jobs.leader_acquire('scheduler', 's-old', 300)") == (
+            leader_token)
+        assert _scalar(conn, "select jobs.leader_acquire('scheduler', 's-new', 300)") is None
         # the outbox row is published, the ready job and the sleeper (once due) run
         assert _scalar(conn, "select published from jobs.relay(10, 'r', 30)") == 0
         assert _scalar(conn, "select published from jobs.relay(0, 'r', 30)") == 1
-        conn.execute("set jobs.fake_now = %s", (
+        conn.execute("select set_config('jobs.fake_now', %s, false)", (
             str(_scalar(conn, "select now() + interval '1 minute'")),))
         claimed = conn.execute(
             "select id, claim, key from jobs.claim('{default}', 'w-new', 10, 30)").fetchall()
-        assert sorted(key for _, _, key in claimed) == ["parked", "ready", "staged"]
+        assert sorted(key for _, _, key in claimed) == ["ready", "sleeper", "staged"]
         for job_id, claim, _ in claimed:
             conn.execute("select jobs.ack(%s, %s)", (job_id, claim))
         states = dict(conn.execute("select key, state::text from jobs.job").fetchall())
-        assert states == {"ready": "succeeded", "running": "succeeded",
-                          "parked": "succeeded", "staged": "succeeded"}
+        assert states == {"held": "succeeded", "sleeper": "succeeded",
+                          "ready": "succeeded", "staged": "succeeded"}

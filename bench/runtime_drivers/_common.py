@@ -19,6 +19,10 @@ it runs the driver through its counting proxy (bench/wire.py).
   drain           --jobs no-op jobs enqueued in bulk (untimed), ANALYZE, then the
                   system's own worker started in-process (--concurrency) and timed from
                   its start to the moment the database holds every job as settled
+  drain_limited   drain, the jobs under a global concurrency limit of 10 x --concurrency
+                  (a claimed job holds a slot, prefetched ones too) and a limit of 2
+                  running per key, the payload's `k` taking 100 values (systems that
+                  hold such limits in the claim)
   latency         the worker started, one warm-up job run, 0.5 s idle, then --jobs
                   jobs enqueued --interval-ms apart, each payload carrying time.time()
                   taken just before its enqueue call; the handler records its own start
@@ -48,7 +52,8 @@ from typing import Any
 
 import psycopg
 
-WORKLOADS = ("enqueue_single", "enqueue_bulk", "drain", "latency", "steps", "sustained")
+WORKLOADS = ("enqueue_single", "enqueue_bulk", "drain", "drain_limited", "latency", "steps",
+             "sustained")
 
 
 def args() -> argparse.Namespace:
@@ -210,7 +215,7 @@ async def drain(a: argparse.Namespace, rec: Recorder, start_worker: Callable[[],
     if settled != a.jobs or rec.started != a.jobs:
         raise RuntimeError(f"drain: {settled} settled, {rec.started} handler runs; "
                            f"expected {a.jobs}")
-    return {"workload": "drain", "jobs": a.jobs, "seconds": p1 - p0,
+    return {"workload": a.workload, "jobs": a.jobs, "seconds": p1 - p0,
             "jobs_per_s": a.jobs / (p1 - p0), "handlers_seconds": handlers_done - p0,
             "settled": settled, "window": window(t0, t1)}
 

@@ -4,8 +4,8 @@ The public surface is what this module exports; modules starting with `_` are pr
 The package is layered, each layer a sub-package that imports only the layers below it
 (docs/design/package-layers.md):
 
-    sqljobs.client    statements, records, errors, connections, transactions, results
-    sqljobs.declare   App, jobs, tasks, retry policies, schedules
+    sqljobs.client    statements, records, errors, connections, transactions, results, locks
+    sqljobs.declare   App, jobs, tasks, retry policies, schedules, limits
     sqljobs.runtime   worker, durable steps, context, scheduler, relay
     sqljobs.cli       the `sqljobs` command; sqljobs.demo, the demo
     sqljobs.schema    installing and upgrading the schema (and sqljobs.alembic for hosts)
@@ -36,6 +36,9 @@ from sqljobs.client.errors import (
     JobNotRequeueable,
     JobRunning,
     LeaseLost,
+    LimitNotFound,
+    LockBusy,
+    LockLost,
     NotLeader,
     PayloadTooLarge,
     QueuesRequired,
@@ -56,10 +59,18 @@ from sqljobs.client.records import (
     Settled,
     Staged,
 )
-from sqljobs.client.results import JobCancelled, JobDead, JobError, JobFailed, ResultTimeout
+from sqljobs.client.results import (
+    JobCancelled,
+    JobDead,
+    JobError,
+    JobFailed,
+    KeyBusy,
+    ResultTimeout,
+)
 from sqljobs.declare.app import App
 from sqljobs.declare.control import Retry, Snooze
 from sqljobs.declare.jobs import JobHandle, RetryPolicy
+from sqljobs.declare.limits import key
 
 if TYPE_CHECKING:
     from sqljobs.runtime.context import JobContext
@@ -136,7 +147,11 @@ __all__ = [
     "JobRunning",
     "JobSpec",
     "JobState",
+    "KeyBusy",
     "LeaseLost",
+    "LimitNotFound",
+    "LockBusy",
+    "LockLost",
     "NotLeader",
     "PayloadTooLarge",
     "QueueStats",
@@ -160,5 +175,6 @@ __all__ = [
     "UnknownJob",
     "Worker",
     "fresh_key",
+    "key",
     "queries",
 ]

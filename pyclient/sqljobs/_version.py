@@ -2,7 +2,7 @@
 
 # The schema version this client needs: what `jobs.schema_version()` answers once the
 # newest revision shipped with this release is applied (migrations/versions/).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # The Alembic revision that brings the schema to SCHEMA_VERSION.
-SCHEMA_REVISION = "sqljobs_0001"
+SCHEMA_REVISION = "sqljobs_0002"

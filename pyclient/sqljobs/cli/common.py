@@ -1,4 +1,4 @@
-"""What every `sqljobs` command group shares: the consoles and the DSN option.
+"""What every `sqljobs` command group shares: the consoles, the DSN option, a client.
 
 `dsn_of` resolves --dsn, $SQLJOBS_DSN, $DATABASE_URL, and only when none is given falls
 back to the embedded PostgreSQL (sqljobs.embedded), saying so in one line on stderr.
@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import psycopg
@@ -17,8 +19,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from sqljobs.cli.logs import setup_logging
+from sqljobs.client.connection import Client
 from sqljobs.client.database import DSN_VARIABLES, resolve_dsn
-from sqljobs.client.errors import SqljobsError
+from sqljobs.client.errors import DatabaseError, SqljobsError
 from sqljobs.declare.app import App
 from sqljobs.dev import embedded
 
@@ -84,3 +87,14 @@ def setup_logs(log_level: str, log_format: str) -> None:
         err_console.print("[red]error:[/red] --log-format is text or json")
         raise typer.Exit(2)
     setup_logging(log_level, "json" if log_format == "json" else "text")
+
+
+@contextmanager
+def connected_client(dsn: str | None) -> Iterator[Client]:
+    """A client on one autocommit connection; a coded error is printed, exit code 1."""
+    with psycopg.connect(dsn_of(dsn), autocommit=True) as conn:
+        try:
+            yield Client(conn)
+        except DatabaseError as error:
+            err_console.print(f"[red]error:[/red] {error}", markup=True, highlight=False)
+            raise typer.Exit(1) from error

@@ -10,6 +10,7 @@ import typer
 
 from sqljobs.cli import demo, install, operate, roles
 from sqljobs.cli.dev import dev_app
+from sqljobs.cli.limits import leases, limits_app
 from sqljobs.cli.schedules import schedules_app
 
 app = typer.Typer(
@@ -30,6 +31,8 @@ app.add_typer(schedules_app, name="schedules")
 app.add_typer(dev_app, name="dev")
 app.add_typer(operate.jobs_app, name="jobs")
 app.add_typer(operate.queues_app, name="queues")
+app.add_typer(limits_app, name="limits")
+app.command()(leases)
 
 
 def main() -> None:

@@ -7,8 +7,7 @@ arrive as the coded errors and are printed as such, exit code 1.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 import psycopg
@@ -16,10 +15,10 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from sqljobs.cli.common import DsnOption, console, dsn_of, err_console
+from sqljobs.cli.common import DsnOption, connected_client, console, dsn_of, err_console
+from sqljobs.cli.limits import use_table
 from sqljobs.client import queries
 from sqljobs.client.connection import Client
-from sqljobs.client.errors import DatabaseError
 from sqljobs.client.queries import Call
 from sqljobs.client.records import BulkMoved, JobRecord, JobState
 
@@ -34,16 +33,6 @@ QueueOption = Annotated[str | None, typer.Option(help="Only jobs of this queue."
 NameOption = Annotated[str | None, typer.Option(help="Only jobs of this job name.")]
 TenantOption = Annotated[str | None, typer.Option(help="Only jobs of this tenant.")]
 IdsArgument = Annotated[list[int] | None, typer.Argument(help="Job ids; or give a filter.")]
-
-
-@contextmanager
-def _client(dsn: str | None) -> Iterator[Client]:
-    with psycopg.connect(dsn_of(dsn), autocommit=True) as conn:
-        try:
-            yield Client(conn)
-        except DatabaseError as error:
-            err_console.print(f"[red]error:[/red] {error}", markup=True, highlight=False)
-            raise typer.Exit(1) from error
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -70,7 +59,7 @@ def jobs_list(state: StateOption = None, queue: QueueOption = None, name: NameOp
         err_console.print(f"[red]error:[/red] unknown state {', '.join(unknown)}; states: "
                           + ", ".join(s.value for s in JobState))
         raise typer.Exit(2)
-    with _client(dsn) as client:
+    with connected_client(dsn) as client:
         records = client.run(queries.list_jobs(state, queue, name, tenant, limit))
     table = Table("id", "name", "queue", "state", "attempt", "run at / finished", "last error")
     for r in records:
@@ -84,7 +73,7 @@ def jobs_show(job_id: Annotated[int, typer.Argument(help="The job id.")],
               payload: Annotated[bool, typer.Option(help="Also print the payload.")] = False,
               dsn: DsnOption = None) -> None:
     """Show one job: its fields, last error, result and stored steps."""
-    with _client(dsn) as client:
+    with connected_client(dsn) as client:
         record = client.run(queries.get_job(job_id))
         if record is None:
             err_console.print(f"[red]error:[/red] no job has id {job_id}")
@@ -123,7 +112,7 @@ def _apply(verb: str, ids: list[int] | None, filter: Mapping[str, Any], max_per_
         err_console.print(f"[red]error:[/red] give job ids, or a filter (--state, --queue, "
                           f"--name, --tenant) to {verb} every job it matches")
         raise typer.Exit(2)
-    with _client(dsn) as client:
+    with connected_client(dsn) as client:
         if ids:
             client.run_all(one(ids))
             console.print(f"{verb}: {len(ids)} job(s)")
@@ -185,23 +174,29 @@ def jobs_remove(ids: IdsArgument = None, state: StateOption = None, queue: Queue
 
 @queues_app.command("list")
 def queues_list(dsn: DsnOption = None) -> None:
-    """Every queue: paused or not, counts by state, oldest runnable age, unserved jobs."""
-    with _client(dsn) as client:
+    """Every queue: paused or not, counts by state, oldest runnable age, jobs no live
+    worker can run (unserved) and jobs a limit holds back (limited); then each limit
+    group in use, so "held by a limit" and "no worker" tell apart."""
+    with connected_client(dsn) as client:
         stats = client.run(queries.queue_stats())
+        use = client.run(queries.limit_stats())
     table = Table("queue", "paused", "ready", "running", "parked", "interrupted", "succeeded",
-                  "failed", "dead", "cancelled", "oldest ready (s)", "unserved")
+                  "failed", "dead", "cancelled", "oldest ready (s)", "unserved", "limited")
     for q in stats:
         table.add_row(q.queue, "yes" if q.paused else "", str(q.ready), str(q.running),
                       str(q.parked), str(q.interrupted), str(q.succeeded), str(q.failed),
-                      str(q.dead), str(q.cancelled), f"{q.oldest_ready_s:.1f}", str(q.unserved))
+                      str(q.dead), str(q.cancelled), f"{q.oldest_ready_s:.1f}", str(q.unserved),
+                      str(q.limited))
     console.print(table)
+    if use:
+        console.print(use_table(use))
 
 
 @queues_app.command("pause")
 def queues_pause(queue: Annotated[str, typer.Argument(help="The queue.")],
                  dsn: DsnOption = None) -> None:
     """Stop workers from claiming this queue's jobs (enqueue still works)."""
-    with _client(dsn) as client:
+    with connected_client(dsn) as client:
         client.run(queries.pause_queue(queue))
     console.print(f"paused {queue}")
 
@@ -210,7 +205,7 @@ def queues_pause(queue: Annotated[str, typer.Argument(help="The queue.")],
 def queues_resume(queue: Annotated[str, typer.Argument(help="The queue.")],
                   dsn: DsnOption = None) -> None:
     """Let workers claim this queue's jobs again."""
-    with _client(dsn) as client:
+    with connected_client(dsn) as client:
         client.run(queries.resume_queue(queue))
     console.print(f"resumed {queue}")
 

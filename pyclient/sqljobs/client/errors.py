@@ -126,12 +126,25 @@ class ReservedStepName(DatabaseError, ValueError, sqlstate="SJ011", name="reserv
     """A step name starts with `sqljobs.`: those names are the runtime's own (sagas)."""
 
 
+class LimitNotFound(DatabaseError, LookupError, sqlstate="SJ013", name="limit_not_found"):
+    """No limit has that name."""
+
+
 class NotLeader(DatabaseError, sqlstate="SJ030", name="not_leader"):
     """A scheduler fire whose leader token no longer holds the live lease: stop dispatching."""
 
 
 class ScheduleNotFound(DatabaseError, LookupError, sqlstate="SJ031", name="schedule_not_found"):
     """No schedule has that name."""
+
+
+class LockBusy(SqljobsError, TimeoutError):
+    """`app.lock(...)` could not take the lock before its timeout: another holder has it."""
+
+
+class LockLost(SqljobsError):
+    """The lock's lease lapsed or passed to another holder while this one held it: the
+    guarded work must stop, and writes fenced on its old token are refused."""
 
 
 # What a call raises when the database is unreachable right now (a dropped connection, a

@@ -23,6 +23,9 @@ from sqljobs.client.records import (
     JobRecord,
     JobSpec,
     LeaderRecord,
+    LeaseRecord,
+    LimitRecord,
+    LimitUse,
     NackMode,
     OutboxStats,
     Purged,
@@ -278,7 +281,7 @@ def resume_queue(queue: str) -> Call[None]:
 def queue_stats() -> Call[list[QueueStats]]:
     return Call(
         "select queue, paused, ready, running, parked, interrupted, succeeded, failed, dead, "
-        "cancelled, oldest_ready_s, unserved from jobs.queue_stats()",
+        "cancelled, oldest_ready_s, unserved, limited from jobs.queue_stats()",
         (),
         lambda rows: [QueueStats.model_validate(row) for row in rows],
     )
@@ -560,4 +563,65 @@ def leaders() -> Call[list[LeaderRecord]]:
         "select role, holder, token, lease_expires_at, acquired_at, live from jobs.leaders()",
         (),
         lambda rows: [LeaderRecord.model_validate(row) for row in rows],
+    )
+
+
+# -- flow control: limits and leases (sql/35_limits.sql) -------------------------------
+
+
+def limit_put(name: str, definition: Mapping[str, Any]) -> Call[bool]:
+    """Define or replace a limit; True when it is new (see jobs.limit_put)."""
+    return Call("select jobs.limit_put(%s, %s) as created", (name, Jsonb(dict(definition))),
+                _one("created"))
+
+
+def limit_remove(name: str) -> Call[None]:
+    return Call("select jobs.limit_remove(%s)", (name,), _none)
+
+
+def limits() -> Call[list[LimitRecord]]:
+    return Call(
+        "select name, scope, target, key_path, concurrency, rate_n, rate_per_s, when_busy, "
+        "origin, updated_at from jobs.limits()",
+        (),
+        lambda rows: [LimitRecord.model_validate(row) for row in rows],
+    )
+
+
+def limit_stats() -> Call[list[LimitUse]]:
+    return Call(
+        "select limit_name, grp, concurrency, running, waiting, rate_n, rate_per_s, "
+        "recent_starts, deferred from jobs.limit_stats()",
+        (),
+        lambda rows: [LimitUse.model_validate(row) for row in rows],
+    )
+
+
+def lease_acquire(name: str, holder: str, ttl_s: float) -> Call[int | None]:
+    """The fencing token, or None while another holder's lease is live."""
+    return Call("select jobs.lease_acquire(%s, %s, %s) as token", (name, holder, ttl_s),
+                _one("token"))
+
+
+def lease_renew(name: str, holder: str, token: int, ttl_s: float) -> Call[bool]:
+    return Call("select jobs.lease_renew(%s, %s, %s, %s) as held",
+                (name, holder, token, ttl_s), _one("held"))
+
+
+def lease_release(name: str, holder: str, token: int) -> Call[bool]:
+    return Call("select jobs.lease_release(%s, %s, %s) as released", (name, holder, token),
+                _one("released"))
+
+
+def lease_holds(name: str, token: int) -> Call[bool]:
+    """True while `token` holds the live lease; run it in the transaction of the write
+    it guards (it locks the lease row for share until that transaction ends)."""
+    return Call("select jobs.lease_holds(%s, %s) as holds", (name, token), _one("holds"))
+
+
+def leases() -> Call[list[LeaseRecord]]:
+    return Call(
+        "select name, holder, token, lease_expires_at, acquired_at, live from jobs.leases()",
+        (),
+        lambda rows: [LeaseRecord.model_validate(row) for row in rows],
     )

@@ -30,7 +30,7 @@ _FINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState
 
 NackMode = Literal["retry", "fail", "park", "shed", "interrupt"]
 Jitter = Literal["none", "full", "equal"]
-Outcome = Literal["created", "deduped"]
+Outcome = Literal["created", "deduped", "debounced"]
 
 
 class _Record(BaseModel):
@@ -38,7 +38,9 @@ class _Record(BaseModel):
 
 
 class Enqueued(_Record):
-    """One enqueue's answer: the job's id and whether it was new."""
+    """One enqueue's answer: the job's id and whether it was new (`created`), an
+    existing job of its key or singleton group (`deduped`), or a debounced job of its
+    group that now carries this payload (`debounced`)."""
 
     id: int
     outcome: Outcome
@@ -125,6 +127,7 @@ class QueueStats(_Record):
     cancelled: int
     oldest_ready_s: float
     unserved: int  # waiting jobs whose name no live worker declares
+    limited: int  # waiting jobs a limit holds back (a full group, or a rate's deferral)
 
 
 class StepRecord(_Record):
@@ -191,6 +194,11 @@ class JobSpec(BaseModel):
     dead_letter: bool | None = None
     timeout_s: float | None = None
     traceparent: str | None = None
+    group_key: str | None = None
+    singleton: bool | None = None
+    debounce_s: float | None = None
+    throttle_n: int | None = None
+    throttle_per_s: float | None = None
     on_conflict: Literal["return", "error"] | None = None
 
     def to_sql(self) -> dict[str, Any]:
@@ -300,6 +308,54 @@ class Fired(_Record):
     occurrence: datetime
     job_id: int
     outcome: Outcome
+
+
+# -- flow control (sql/35_limits.sql) ---------------------------------------------------
+
+LimitScope = Literal["global", "queue", "name", "tenant", "key"]
+WhenBusy = Literal["wait", "fail"]
+
+
+class LimitRecord(_Record):
+    """One row of `jobs.limits()`: a concurrency and/or rate limit as defined."""
+
+    name: str
+    scope: LimitScope
+    target: str | None
+    key_path: list[str] | None
+    concurrency: int | None
+    rate_n: int | None
+    rate_per_s: float | None
+    when_busy: WhenBusy
+    origin: Literal["declared", "api"]
+    updated_at: datetime
+
+
+class LimitUse(_Record):
+    """One row of `jobs.limit_stats()`: a limit group (`<limit>|<key>`) in use: running
+    against its concurrency, starts in the window against its rate, and the jobs it
+    holds back (`waiting` for a slot, `deferred` by the rate)."""
+
+    limit_name: str
+    grp: str
+    concurrency: int | None
+    running: int
+    waiting: int
+    rate_n: int | None
+    rate_per_s: float | None
+    recent_starts: int
+    deferred: int
+
+
+class LeaseRecord(_Record):
+    """One row of `jobs.leases()`."""
+
+    name: str
+    holder: str | None
+    token: int
+    lease_expires_at: datetime | None
+    acquired_at: datetime | None
+    live: bool
 
 
 class LeaderRecord(_Record):

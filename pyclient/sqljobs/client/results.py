@@ -22,7 +22,7 @@ import psycopg
 
 from sqljobs.client import queries
 from sqljobs.client.connection import AsyncClient, Client
-from sqljobs.client.errors import JobNotFound, SqljobsError
+from sqljobs.client.errors import DatabaseError, JobNotFound, SqljobsError
 from sqljobs.client.records import JobOutcome, JobState
 
 FIRST_POLL_S = 0.25
@@ -54,6 +54,23 @@ class JobFailed(JobError):
     exhausted under a policy without dead-letter)."""
 
     state = JobState.FAILED
+
+
+class KeyBusy(JobFailed, DatabaseError, sqlstate="SJ012", name="key_busy"):
+    """The job failed for good without running: its key limit says `when_busy="fail"`
+    and another run held the key under a live lease (last_error kind `key_busy`).
+
+    `app.result` raises it for such a job. No function raises SJ012 itself; a caller
+    of `jobs.raise_error('key_busy', ...)` gets it with its message, detail and hint."""
+
+    def __init__(self, job_id: int | str, error: Any = None, *, detail: str | None = None,
+                 hint: str | None = None) -> None:
+        if isinstance(job_id, int):
+            super().__init__(job_id, error)
+        else:  # from a raised SQLSTATE (sqljobs.client.errors.translate)
+            DatabaseError.__init__(self, job_id, detail=detail, hint=hint)
+            self.job_id = None  # type: ignore[assignment]
+            self.error = {"kind": self.name, "message": job_id}
 
 
 class JobDead(JobError):
@@ -89,6 +106,9 @@ def settled_value(job_id: int, outcome: JobOutcome | None) -> tuple[bool, Any]:
     if outcome.state is JobState.SUCCEEDED:
         return True, outcome.result
     error = _ERRORS.get(outcome.state)
+    if error is JobFailed and isinstance(outcome.last_error, dict) and (
+            outcome.last_error.get("kind") == KeyBusy.name):
+        error = KeyBusy
     if error is not None:
         raise error(job_id, outcome.last_error)
     return False, None

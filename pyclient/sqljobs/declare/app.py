@@ -6,7 +6,7 @@ schema version this client needs. The runtime (declarations, worker) builds on i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -18,9 +18,12 @@ from sqljobs.client.connection import AsyncClient, Client
 from sqljobs.client.database import SCHEMA_MISSING, check_schema_version, redacted_dsn, resolve_dsn
 from sqljobs.client.errors import ConfigurationError, UnknownJob
 from sqljobs.declare.jobs import JobDefinition, JobHandle, RetryPolicy, payload_model_of
+from sqljobs.declare.limits import KeyLimit, Limit, RateArg, job_limits
 from sqljobs.declare.tasks import TaskDefinition
 
 if TYPE_CHECKING:
+    from sqljobs.client.locks import AsyncLock, Lock
+    from sqljobs.declare.limits import Limits, Rate
     from sqljobs.declare.schedules import Schedules
 
 class App:
@@ -34,6 +37,7 @@ class App:
         self._async_pool: AsyncConnectionPool[Any] | None = None
         self._jobs: dict[str, JobHandle[Any]] = {}
         self._tasks: dict[str, TaskDefinition] = {}
+        self._limits: dict[str, Limit] = {}
 
     # -- declarations -----------------------------------------------------------------
 
@@ -48,6 +52,9 @@ class App:
         dead_letter: bool | None = None,
         terminal: tuple[type[BaseException], ...] = (),
         payload: type[BaseModel] | None = None,
+        concurrency: int | None = None,
+        rate: Rate | RateArg | None = None,
+        limit: KeyLimit | Sequence[KeyLimit] | None = None,
     ) -> Callable[[Callable[..., Any]], JobHandle[Any]]:
         """Declare a job: `@app.job(queue="mail", retry=RetryPolicy(max_attempts=5))`.
 
@@ -56,6 +63,10 @@ class App:
         once; any other exception is retried by the policy. A second job with the same
         name is refused here. What is left None (queue, priority, the policy's fields)
         takes the engine's default (`jobs.spec_defaults()`: queue "default", priority 0).
+
+        Limits, held by the claim across every worker (docs/howto-limits.md):
+        `concurrency` runs of this job at once, `rate=(n, seconds)` starts per window,
+        and `limit=key("field", n)` per value of a payload field (see `sqljobs.key`).
         """
         policy = retry or RetryPolicy()
         if dead_letter is not None:
@@ -72,11 +83,62 @@ class App:
                 queue=queue, retry=policy, timeout_s=timeout, priority=priority,
                 terminal=terminal,
             )
+            limits = job_limits(job_name, definition.payload_model, concurrency, rate, limit)
+            for each in limits:
+                self._declare_limit(each)
             handle: JobHandle[Any] = JobHandle(self, definition)
             self._jobs[job_name] = handle
             return handle
 
         return declare
+
+    def limit(self, name: str, *, scope: str, target: str | None = None,
+              concurrency: int | None = None, rate: Rate | RateArg | None = None) -> Limit:
+        """Declare a limit beyond one job's: `scope` "global" (every job), "queue" (target:
+        the queue), "name" (target: a job name) or "tenant" (target: one tenant, or None
+        for each tenant on its own); `concurrency` running at once and/or
+        `rate=(n, seconds)` starts per window. Workers write it when they start."""
+        declared = Limit.build(name, scope=scope, target=target, concurrency=concurrency,
+                               rate=rate)
+        self._declare_limit(declared)
+        return declared
+
+    def _declare_limit(self, limit: Limit) -> None:
+        if limit.name in self._limits:
+            raise ConfigurationError(f"a limit named {limit.name!r} is already declared")
+        self._limits[limit.name] = limit
+
+    @property
+    def declared_limits(self) -> dict[str, Limit]:
+        """Limits declared in code (`app.limit`, and `@app.job`'s), by name."""
+        return dict(self._limits)
+
+    @property
+    def limits(self) -> Limits:
+        """Manage the limits stored in the database (see `sqljobs.declare.limits`)."""
+        from sqljobs.declare.limits import Limits
+
+        return Limits(self)
+
+    # -- locks ------------------------------------------------------------------------
+
+    def lock(self, name: str, *, ttl: float = 30.0, timeout: float | None = None,
+             holder: str | None = None) -> Lock:
+        """A fenced lock on the named lease: `with app.lock("export") as lock:`. Waits
+        for it (`timeout` seconds at most: LockBusy), renews it in the background, and
+        exposes `lock.token` and `lock.check()`; see `sqljobs.client.locks`."""
+        from sqljobs.client.locks import Lock
+
+        return Lock(self.client.run, name, ttl_s=ttl, timeout=timeout, holder=holder)
+
+    def lock_async(self, name: str, *, ttl: float = 30.0, timeout: float | None = None,
+                   holder: str | None = None) -> AsyncLock:
+        """`lock` for asyncio code (`async with app.lock_async("export") as lock:`): a
+        lost lease cancels the task inside the block, which raises LockLost."""
+        from sqljobs.client.locks import AsyncLock
+
+        return AsyncLock(self.async_client.run, name, ttl_s=ttl, timeout=timeout,
+                         holder=holder)
 
     @property
     def jobs(self) -> dict[str, JobHandle[Any]]:
@@ -110,7 +172,7 @@ class App:
         IANA name). `catch_up` says what the scheduler fires after downtime: "all" the
         missed occurrences, the "latest" one only, or "none". A bad cron expression, time
         zone, policy or payload is refused here (ConfigurationError / InvalidPayload).
-        The other arguments are `app.job`'s; see `sqljobs.tasks`.
+        The other arguments are `app.job`'s; see `sqljobs.declare.tasks`.
         """
         from sqljobs.declare.cron import Cron
         from sqljobs.declare.tasks import adapt_handler, check_catch_up
@@ -142,7 +204,7 @@ class App:
 
     @property
     def schedules(self) -> Schedules:
-        """Manage the schedules stored in the database (see `sqljobs.schedules`)."""
+        """Manage the schedules stored in the database (see `sqljobs.declare.schedules`)."""
         from sqljobs.declare.schedules import Schedules
 
         return Schedules(self)
@@ -240,7 +302,7 @@ class App:
 
     def run_worker(self, queues: list[str] | None = None, concurrency: int = 10,
                    **options: Any) -> int:
-        """Run a worker for this app's jobs until SIGTERM/SIGINT (see `sqljobs.worker`).
+        """Run a worker for this app's jobs until SIGTERM/SIGINT (see `sqljobs.runtime.worker`).
 
         `queues` defaults to every queue the declared jobs use. Answers the exit code:
         0 after a drain, 1 after a forced stop.
@@ -259,7 +321,7 @@ class App:
     # -- results ----------------------------------------------------------------------
 
     def result(self, job_id: int, timeout: float | None = None) -> Any:
-        """Wait for job `job_id` to finish and answer its result (see `sqljobs.results`).
+        """Wait for job `job_id` to finish and answer its result (see `sqljobs.client.results`).
 
         Raises JobFailed / JobDead / JobCancelled when it ended without succeeding,
         ResultTimeout when `timeout` seconds pass first, JobNotFound for an unknown id.

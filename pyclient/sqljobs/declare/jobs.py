@@ -22,6 +22,7 @@ from sqljobs.client import queries
 from sqljobs.client.errors import ConfigurationError, InvalidPayload
 from sqljobs.client.records import Enqueued, Jitter, JobSpec, Staged
 from sqljobs.client.transactions import run_in, run_in_async
+from sqljobs.declare.limits import Rate
 
 if TYPE_CHECKING:
     from sqljobs.declare.app import App
@@ -143,10 +144,22 @@ class JobHandle(Generic[P]):
         tenant: str | None = None,
         on_conflict: typing.Literal["return", "error"] | None = None,
         traceparent: str | None = None,
+        group: str | None = None,
+        singleton: bool | None = None,
+        debounce: float | timedelta | None = None,
+        throttle: tuple[int, float | timedelta] | None = None,
     ) -> JobSpec:
-        """The JobSpec for one enqueue; validates the payload (raises InvalidPayload)."""
+        """The JobSpec for one enqueue; validates the payload (raises InvalidPayload).
+
+        `group` names the group that `singleton`, `debounce` and `throttle` act on
+        (default: every job of this name): `singleton=True` answers the group's live
+        singleton job instead of a new one; `debounce=s` collapses enqueues of the
+        group within s seconds into one run with the latest payload, s after the last;
+        `throttle=(n, s)` starts at most n of the group per s seconds
+        (docs/howto-limits.md)."""
         d = self.definition
         model = d.parse_payload(payload)
+        rate = None if throttle is None else Rate.of(throttle, "throttle")
         return JobSpec(
             name=d.name, key=key, payload=model.model_dump(mode="json"),
             queue=queue or d.queue, tenant=tenant,
@@ -155,7 +168,9 @@ class JobHandle(Generic[P]):
             max_attempts=d.retry.max_attempts, retry_base_s=d.retry.base_s,
             retry_cap_s=d.retry.cap_s, retry_jitter=d.retry.jitter,
             dead_letter=d.retry.dead_letter, timeout_s=d.timeout_s,
-            on_conflict=on_conflict, traceparent=traceparent,
+            on_conflict=on_conflict, traceparent=traceparent, group_key=group,
+            singleton=singleton or None, debounce_s=_delay_s(debounce),
+            throttle_n=rate and rate.n, throttle_per_s=rate and rate.per_s,
         )
 
     def enqueue(self, payload: P | Mapping[str, Any], *, key: str, conn: Any = None,

@@ -46,6 +46,7 @@ from sqljobs.client.connection import AsyncClient
 from sqljobs.client.database import check_schema_version
 from sqljobs.client.errors import ConfigurationError
 from sqljobs.client.records import ClaimedJob
+from sqljobs.declare.limits import declared_writes
 from sqljobs.runtime.lifecycle import Role
 from sqljobs.runtime.listening import WAKE_CHANNEL, Listener
 from sqljobs.runtime.threads import DaemonThreadPool
@@ -186,6 +187,9 @@ class Worker(Role):
             if self._default_queue_too:
                 default = (await client.run(queries.spec_defaults()))["queue"]
                 self.queues = sorted({*self.queues, default})
+            # the limits declared in code hold from this worker's first claim on
+            await client.run_all(declared_writes(self.app.declared_limits.values(),
+                                                 await client.run(queries.limits())))
             await self._register()
             self._wire(client, dsn)
             assert self._settler is not None and self._claims is not None

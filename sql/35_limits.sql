@@ -1,0 +1,765 @@
+-- sqljobs: flow control — concurrency and rate limits enforced by the claim, and named
+-- leases (fenced locks). docs/howto-limits.md says what each guarantees;
+-- docs/design/limits.md why it is built this way.
+--
+-- LIMITS (jobs.limit). A limit applies to the jobs of its scope; each job it applies to
+-- belongs to one GROUP of it, '<limit>|<key>' (the key: the job's tenant for a tenant
+-- limit without a target, the payload value at key_path for a key limit, '' else). A
+-- job enqueued with throttle= belongs to the group 'sqljobs.throttle|<name>|<tenant>|<group>'
+-- (the group that singleton and debounce act on too).
+--   concurrency  at most N jobs of a group running at once. A running job holds its
+--                groups (`slots`, and a row per group in jobs.slot); a group's use is
+--                a count of its rows, so a lapsed lease holds its slot until lease
+--                recovery moves the job, and then frees it.
+--   rate         at most N starts of a group in any window of per_s seconds (a sliding
+--                window over the group's last N starts, jobs.limit_start).
+-- The claim admits candidates in its usual order while every group of theirs has room.
+-- A candidate refused by a concurrency limit waits: `blocked_on` = the full group takes
+-- it out of job_claimable_idx (the claim never reads it again) until a slot of that
+-- group frees (trigger job_slots_freed, and a sweep in every recovering claim). A full
+-- global or queue limit holds back every job of the claim (or of its queue) alike: it
+-- leaves them claimable, the claim skips picking while it is full, and its freed slot
+-- wakes the queues instead. One refused by a rate limit is deferred (run_at = when the
+-- window lets it start). None of this counts as an attempt. A key limit with when_busy = 'fail' fails the job for good
+-- instead (last_error kind key_busy, SQLSTATE SJ012), but only on evidence: another
+-- run of the group holds a live lease; held by lapsed leases only, it waits.
+-- Locks: the claim takes a transaction advisory lock per group of its candidates, in
+-- group order, before it counts their use: claims that share a group run one at a time,
+-- so no two can both take its last slot.
+--
+-- LEASES (jobs.lease). A named lease has a holder, a TTL and a fencing token that
+-- moves every time the lease changes hands (never reset). jobs.lease_acquire takes a
+-- free or lapsed lease (or renews one the caller holds), jobs.lease_renew extends it
+-- while the caller still holds it under its token, jobs.lease_release gives it up. A
+-- resource guarded by a lease checks the token it is handed against the highest it
+-- has seen, so a holder that lost the lease (a pause longer than the TTL) cannot write
+-- with its old token. The scheduler's leadership is the lease named 'scheduler'.
+
+-- ---------------------------------------------------------------------------
+-- Leases
+-- ---------------------------------------------------------------------------
+
+-- jobs.lease_acquire(name, holder, ttl_s) -> the fencing token, or null when another
+-- holder's lease is live. The holder of a live lease renews it (same token); a free,
+-- released or lapsed lease is taken (token + 1). A holder whose lease lapsed and was not
+-- taken meanwhile keeps its old token. Locks: the lease row.
+-- Errors: invalid_argument (SJ001) for an empty name or holder, a ttl that is not
+-- positive and finite.
+create or replace function jobs.lease_acquire(p_name text, p_holder text, p_ttl_s double precision)
+returns bigint
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now   timestamptz := jobs.now();
+  v_token bigint;
+begin
+  perform jobs.check_lease_args(p_name, p_holder, p_ttl_s);
+  insert into jobs.lease as l (name, holder, token, lease_expires_at, acquired_at)
+  values (p_name, p_holder, 1, v_now + pg_catalog.make_interval(secs => p_ttl_s), v_now)
+  on conflict (name) do update
+     set holder = excluded.holder,
+         token = case when l.holder = excluded.holder then l.token else l.token + 1 end,
+         acquired_at = case when l.holder = excluded.holder then l.acquired_at
+                            else excluded.acquired_at end,
+         lease_expires_at = excluded.lease_expires_at
+   where l.holder = excluded.holder or l.holder is null or l.lease_expires_at <= v_now
+  returning l.token into v_token;
+  return v_token;
+end
+$$;
+
+comment on function jobs.lease_acquire(text, text, double precision) is
+  'Take or renew a named lease; answers its fencing token, or null while another holds it.';
+
+-- jobs.lease_renew(name, holder, token, ttl_s) -> true while the caller still holds the
+-- lease under that token (it is extended to now + ttl_s); false, changing nothing, once
+-- another holder took it. Errors as lease_acquire.
+create or replace function jobs.lease_renew(p_name text, p_holder text, p_token bigint,
+                                            p_ttl_s double precision)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.check_lease_args(p_name, p_holder, p_ttl_s);
+  update jobs.lease as l
+     set lease_expires_at = jobs.now() + pg_catalog.make_interval(secs => p_ttl_s)
+   where l.name = p_name and l.holder = p_holder and l.token = p_token;
+  return found;
+end
+$$;
+
+comment on function jobs.lease_renew(text, text, bigint, double precision) is
+  'Extend a lease the caller holds under its token; false once another holder took it.';
+
+-- jobs.lease_release(name, holder, token) -> true when released. Fenced on holder and
+-- token: a deposed holder releases nothing. The token is kept, so the next is higher.
+create or replace function jobs.lease_release(p_name text, p_holder text, p_token bigint)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  update jobs.lease as l
+     set holder = null, lease_expires_at = null
+   where l.name = p_name and l.holder = p_holder and l.token = p_token;
+  return found;
+end
+$$;
+
+comment on function jobs.lease_release(text, text, bigint) is
+  'Give up a lease (fenced on holder and token).';
+
+-- jobs.lease_holds(name, token) -> true while `token` is the token of the live lease
+-- `name`. It locks the lease row FOR SHARE to the end of the caller's transaction, so a
+-- takeover waits for that transaction: a write in this database guarded by it
+-- (`update ... where jobs.lease_holds('name', $token)`) never lands after the lease
+-- moved on. (A resource elsewhere keeps the highest token it has seen and refuses lower.)
+create or replace function jobs.lease_holds(p_name text, p_token bigint)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  return coalesce((select l.holder is not null and l.lease_expires_at > jobs.now()
+                          and l.token = p_token
+                     from jobs.lease l
+                    where l.name = p_name
+                      for share), false);
+end
+$$;
+
+comment on function jobs.lease_holds(text, bigint) is
+  'True while the token holds the live lease; locks it for share so a fenced write commits first.';
+
+-- jobs.leases() -> every lease: name, holder, token, lease_expires_at, acquired_at, live.
+create or replace function jobs.leases()
+returns table (name text, holder text, token bigint, lease_expires_at timestamptz,
+               acquired_at timestamptz, live boolean)
+language sql
+stable
+set search_path = ''
+as $$
+  select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at,
+         l.holder is not null and l.lease_expires_at > jobs.now()
+    from jobs.lease l
+   order by l.name
+$$;
+
+comment on function jobs.leases() is 'Named leases and whether each is live.';
+
+-- Shared guard of the lease functions.
+create or replace function jobs.check_lease_args(p_name text, p_holder text,
+                                                 p_ttl_s double precision)
+returns void
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  if p_name is null or p_name = '' or pg_catalog.length(p_name) > 200
+     or p_holder is null or p_holder = '' then
+    perform jobs.raise_error('invalid_argument',
+      'a lease needs a name (at most 200 characters) and a holder');
+  end if;
+  if p_ttl_s is null or not (p_ttl_s > 0 and p_ttl_s < 'Infinity'::double precision) then
+    perform jobs.raise_error('invalid_argument', 'ttl_s must be positive and finite');
+  end if;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Limits: define, remove, list
+-- ---------------------------------------------------------------------------
+
+-- jobs.limit_problem(name, definition) -> what is wrong with a limit definition, or null.
+create or replace function jobs.limit_problem(p_name text, p_def jsonb)
+returns text
+language plpgsql
+immutable
+set search_path = ''
+as $$
+declare
+  v_scope text := p_def->>'scope';
+begin
+  if p_name is null or p_name = '' or pg_catalog.length(p_name) > 200 or p_name like '%|%' then
+    return 'a limit name is 1 to 200 characters, without |';
+  end if;
+  if p_name like 'sqljobs.%' then
+    return 'limit names starting with sqljobs. are the engine''s own';
+  end if;
+  if p_def is null or pg_catalog.jsonb_typeof(p_def) <> 'object' then
+    return 'a limit is a JSON object';
+  end if;
+  if p_def - array['scope', 'target', 'key', 'concurrency', 'rate', 'when_busy', 'origin'] <> '{}' then
+    return pg_catalog.format('unknown field %L (a limit takes scope, target, key, concurrency, '
+                             'rate, when_busy, origin)',
+      (select k from pg_catalog.jsonb_object_keys(
+         p_def - array['scope', 'target', 'key', 'concurrency', 'rate', 'when_busy', 'origin']) k
+        limit 1));
+  end if;
+  if v_scope is null or v_scope not in ('global', 'queue', 'name', 'tenant', 'key') then
+    return 'scope must be global, queue, name, tenant or key';
+  end if;
+  if pg_catalog.jsonb_typeof(p_def->'target') not in ('string', 'null') or p_def->>'target' = '' then
+    return 'target must be a non-empty string';
+  end if;
+  if v_scope in ('queue', 'name', 'key') and p_def->>'target' is null then
+    return pg_catalog.format('a %s limit needs a target (the %s)', v_scope,
+                             case v_scope when 'queue' then 'queue' else 'job name' end);
+  end if;
+  if v_scope = 'global' and p_def->>'target' is not null then
+    return 'a global limit takes no target';
+  end if;
+  if (v_scope = 'key') <> (p_def ? 'key') then
+    return 'a key limit, and only it, needs key: the payload field (a name, or a path as a list of names)';
+  end if;
+  if v_scope = 'key' and not (
+       (pg_catalog.jsonb_typeof(p_def->'key') = 'string' and p_def->>'key' <> '')
+       or (pg_catalog.jsonb_typeof(p_def->'key') = 'array'
+           and pg_catalog.jsonb_array_length(p_def->'key') between 1 and 10
+           and not p_def->'key' @? '$[*] ? (@.type() != "string" || @ == "")')) then
+    return 'key must be a payload field name, or a path as a list of names';
+  end if;
+  if not (p_def ? 'concurrency' or p_def ? 'rate') then
+    return 'a limit needs concurrency, rate, or both';
+  end if;
+  if p_def ? 'concurrency' and not (pg_catalog.jsonb_typeof(p_def->'concurrency') = 'number'
+       and (p_def->'concurrency')::numeric % 1 = 0
+       and (p_def->'concurrency')::numeric between 1 and 1000000) then
+    return 'concurrency must be a whole number from 1 to 1000000';
+  end if;
+  if p_def ? 'rate' and not (pg_catalog.jsonb_typeof(p_def->'rate') = 'object'
+       and (p_def->'rate') - array['n', 'per_s'] = '{}'
+       and pg_catalog.jsonb_typeof(p_def->'rate'->'n') = 'number'
+       and (p_def->'rate'->'n')::numeric % 1 = 0
+       and (p_def->'rate'->'n')::numeric between 1 and 100000
+       and pg_catalog.jsonb_typeof(p_def->'rate'->'per_s') = 'number'
+       and (p_def->'rate'->'per_s')::numeric > 0
+       and (p_def->'rate'->'per_s')::numeric <= 31536000) then
+    return 'rate must be {"n": starts (1 to 100000), "per_s": seconds (more than 0, at most a year)}';
+  end if;
+  if p_def ? 'when_busy' and (p_def->>'when_busy' is null
+                              or p_def->>'when_busy' not in ('wait', 'fail')) then
+    return 'when_busy must be wait or fail';
+  end if;
+  if p_def->>'when_busy' = 'fail' and (v_scope <> 'key' or not p_def ? 'concurrency') then
+    return 'when_busy fail is for a key limit with concurrency';
+  end if;
+  if p_def ? 'origin' and (p_def->>'origin' is null or p_def->>'origin' not in ('declared', 'api')) then
+    return 'origin must be declared or api';
+  end if;
+  return null;
+end
+$$;
+
+-- jobs.limit_put(name, definition) -> true when the limit is new (else it is replaced).
+-- definition: {"scope": "global" | "queue" | "name" | "tenant" | "key",
+--              "target": the queue / job name / tenant (tenant: omit for each tenant),
+--              "key": the payload field (key scope), "concurrency": N,
+--              "rate": {"n": N, "per_s": seconds}, "when_busy": "wait" | "fail"}.
+-- A lowered concurrency applies from the next claim (running jobs run to their end);
+-- a raised one frees waiting jobs at the next recovering claim.
+-- Errors: invalid_argument (SJ001) with what is wrong; nothing is written.
+create or replace function jobs.limit_put(p_name text, p_def jsonb)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_problem text := jobs.limit_problem(p_name, p_def);
+  v_new     boolean;
+begin
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_argument', v_problem);
+  end if;
+  insert into jobs.limit as l (name, scope, target, key_path, concurrency, rate_n, rate_per_s,
+                               when_busy, origin, updated_at)
+  values (p_name, p_def->>'scope', p_def->>'target',
+          case pg_catalog.jsonb_typeof(p_def->'key')
+            when 'string' then array[p_def->>'key']
+            when 'array' then array(select pg_catalog.jsonb_array_elements_text(p_def->'key'))
+          end,
+          (p_def->>'concurrency')::integer, (p_def->'rate'->>'n')::integer,
+          (p_def->'rate'->>'per_s')::double precision,
+          coalesce(p_def->>'when_busy', 'wait'), coalesce(p_def->>'origin', 'api'), jobs.now())
+  on conflict (name) do update
+     set scope = excluded.scope, target = excluded.target, key_path = excluded.key_path,
+         concurrency = excluded.concurrency, rate_n = excluded.rate_n,
+         rate_per_s = excluded.rate_per_s, when_busy = excluded.when_busy,
+         origin = excluded.origin, updated_at = excluded.updated_at
+  returning (xmax = 0) into v_new;
+  return v_new;
+end
+$$;
+
+comment on function jobs.limit_put(text, jsonb) is
+  'Define (or replace) a concurrency and/or rate limit; true when it is new.';
+
+-- jobs.limit_remove(name): the limit goes; jobs waiting on it are claimable again.
+-- Errors: limit_not_found (SJ013).
+create or replace function jobs.limit_remove(p_name text)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  delete from jobs.limit l where l.name = p_name;
+  if not found then
+    perform jobs.raise_error('limit_not_found', pg_catalog.format('no limit named %L', p_name));
+  end if;
+  perform jobs.unblock(array(
+    select b.id from jobs.job b
+     where pg_catalog.split_part(b.blocked_on, '|', 1) = p_name
+       and b.state in ('ready', 'interrupted')));
+end
+$$;
+
+comment on function jobs.limit_remove(text) is
+  'Remove a limit; the jobs waiting on it become claimable. SJ013 when there is none.';
+
+-- jobs.limits() -> every limit as defined.
+create or replace function jobs.limits()
+returns table (name text, scope text, target text, key_path text[], concurrency integer,
+               rate_n integer, rate_per_s double precision, when_busy text, origin text,
+               updated_at timestamptz)
+language sql
+stable
+set search_path = ''
+as $$
+  select l.name, l.scope, l.target, l.key_path, l.concurrency, l.rate_n, l.rate_per_s,
+         l.when_busy, l.origin, l.updated_at
+    from jobs.limit l
+   where l.scope <> 'throttle'
+   order by l.name
+$$;
+
+comment on function jobs.limits() is 'The concurrency and rate limits, as defined.';
+
+-- jobs.limit_stats() -> per group in use or waiting: its limit, key, concurrency and
+-- running count, rate and starts in the current window, and the jobs waiting on it
+-- (for a slot; for a full global or queue limit, the runnable jobs it holds back) or
+-- deferred (by its rate, run_at ahead).
+create or replace function jobs.limit_stats()
+returns table (limit_name text, grp text, concurrency integer, running bigint,
+               waiting bigint, rate_n integer, rate_per_s double precision,
+               recent_starts integer, deferred bigint)
+language sql
+stable
+set search_path = ''
+as $$
+  with used as (
+    select s.grp, pg_catalog.count(*) as running from jobs.slot s group by s.grp
+  ), waiting as (
+    select b.blocked_on as grp, pg_catalog.count(*) as waiting
+      from jobs.job b
+     where b.blocked_on is not null and b.state in ('ready', 'interrupted')
+     group by b.blocked_on
+  ), deferred as (
+    select d.deferred_by as grp, pg_catalog.count(*) as deferred
+      from jobs.job d
+     where d.deferred_by is not null and d.state in ('ready', 'interrupted')
+       and d.run_at > jobs.now()
+     group by d.deferred_by
+  ), held as (  -- a full global or queue limit holds back the runnable jobs of its scope
+    select l.name || '|' as grp,
+           (select pg_catalog.count(*) from jobs.job h
+             where h.state in ('ready', 'interrupted') and h.blocked_on is null
+               and h.run_at <= jobs.now() and (l.scope = 'global' or h.queue = l.target)) as n
+      from jobs.limit l join used u on u.grp = l.name || '|'
+     where l.scope in ('global', 'queue') and u.running >= l.concurrency
+  ), starts as (
+    select t.grp, t.starts from jobs.limit_start t
+  ), groups as (
+    select u.grp from used u union select w.grp from waiting w
+    union select d.grp from deferred d union select t.grp from starts t
+  )
+  select pg_catalog.split_part(g.grp, '|', 1), g.grp, l.concurrency,
+         coalesce(u.running, 0), coalesce(w.waiting, 0) + coalesce(h.n, 0), l.rate_n, l.rate_per_s,
+         (select pg_catalog.count(*)::integer from pg_catalog.unnest(t.starts) s(at)
+           where s.at > jobs.now() - pg_catalog.make_interval(secs => coalesce(l.rate_per_s, 0))),
+         coalesce(d.deferred, 0)
+    from groups g
+    left join jobs.limit l on l.name = pg_catalog.split_part(g.grp, '|', 1)
+    left join used u on u.grp = g.grp
+    left join waiting w on w.grp = g.grp
+    left join starts t on t.grp = g.grp
+    left join deferred d on d.grp = g.grp
+    left join held h on h.grp = g.grp
+   order by g.grp
+$$;
+
+comment on function jobs.limit_stats() is
+  'Per limit group in use: concurrency and running, waiting jobs, rate and recent starts.';
+
+-- ---------------------------------------------------------------------------
+-- The claim's admission (called by jobs.claim when any limit exists)
+-- ---------------------------------------------------------------------------
+
+-- jobs.admit(candidates, limit, now) -> (id, slots, at) of the candidates admitted, at
+-- most p_limit, in candidate order: the limit groups each holds, and the admission's
+-- time (its start). The candidates are ready jobs the claim holds locked, in claim
+-- order. Refused ones are blocked, deferred or failed here (see the file's header);
+-- candidates past the limit are left as they are. Locks: an advisory lock per group of
+-- the candidates, in group order, held to commit.
+create or replace function jobs.admit(p_ids bigint[], p_limit integer, p_now timestamptz)
+returns table (id bigint, slots text[], at timestamptz)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  -- every (candidate, group) pair, in candidate order (a candidate's pairs together,
+  -- its global and queue groups last), as parallel arrays
+  a_id     bigint[];
+  a_group  text[];
+  a_cap    integer[];       -- concurrency (null: none)
+  a_n      integer[];       -- rate: starts ...
+  a_per    double precision[];  -- ... per seconds (null: no rate)
+  a_fail   boolean[];       -- when_busy = 'fail'
+  a_all    boolean[];       -- a global or queue limit's group
+  a_pos    integer[];       -- the group's place in v_names
+  v_names  text[];          -- every group of the candidates, sorted (the lock order)
+  v_used   integer[];       -- per group: running (then + admitted)
+  v_waits  integer[];       -- per group: jobs deferred by its rate so far (null: not read)
+  v_starts jsonb := '{}';   -- rate group -> recent starts, oldest first (+ admitted)
+  v_now    timestamptz := p_now;
+  v_k      integer := 1;    -- the pair at hand
+  v_first  integer;         -- the candidate's first pair
+  v_last   integer;
+  v_cid    bigint;
+  v_p      integer;
+  v_i      integer;
+  v_taken  integer := 0;
+  v_refusal text;           -- null (admitted) | block | leave | defer | fail
+  v_group  text;
+  v_until  timestamptz;
+  v_at     timestamptz;
+  v_ring   jsonb;
+  v_w      integer;
+  v_slots  text[];
+  v_blocked  bigint[] := '{}';
+  v_block_on text[] := '{}';
+  v_defer    bigint[] := '{}';
+  v_defer_at timestamptz[] := '{}';
+  v_defer_on text[] := '{}';
+  v_defer_group text;      -- the rate group that defers the longest
+  v_fail     bigint[] := '{}';
+  v_fail_on  text[] := '{}';
+begin
+  -- GROUPS of every candidate, from the limits that apply to it.
+  select pg_catalog.array_agg(g.id), pg_catalog.array_agg(g.grp), pg_catalog.array_agg(g.cap),
+         pg_catalog.array_agg(g.n), pg_catalog.array_agg(g.per), pg_catalog.array_agg(g.fail),
+         pg_catalog.array_agg(g.all_jobs)
+    into a_id, a_group, a_cap, a_n, a_per, a_fail, a_all
+    from (select x.id, x.grp, x.cap, x.n, x.per, x.fail, x.all_jobs from (
+            select c.ord, j.id,
+                   l.name || '|' || case
+                     when l.scope = 'key' then coalesce(j.payload #>> l.key_path, '')
+                     when l.scope = 'tenant' and l.target is null then j.tenant
+                     else '' end as grp,
+                   l.concurrency as cap, l.rate_n as n, l.rate_per_s as per,
+                   l.when_busy = 'fail' as fail, l.scope in ('global', 'queue') as all_jobs
+              from pg_catalog.unnest(p_ids) with ordinality as c(id, ord)
+              join jobs.job j on j.id = c.id
+              join jobs.limit l
+                on l.scope = 'global'
+                or (l.scope = 'queue' and l.target = j.queue)
+                or ((l.scope = 'name' or l.scope = 'key') and l.target = j.name)
+                or (l.scope = 'tenant' and j.tenant is not null
+                    and (l.target is null or l.target = j.tenant))
+            union all
+            select c.ord, j.id,
+                   'sqljobs.throttle|' || j.name || '|' || coalesce(j.tenant, '') || '|'
+                     || coalesce(j.group_key, ''),
+                   null, j.throttle_n, j.throttle_per_s, false, false
+              from pg_catalog.unnest(p_ids) with ordinality as c(id, ord)
+              join jobs.job j on j.id = c.id
+             where j.throttle_n is not null) x
+          -- one sort feeds every aggregate (each array in this order)
+          order by x.ord, x.all_jobs, x.grp) g;
+
+  if a_id is null then  -- no limit applies to any candidate
+    return query select c.id, null::text[], p_now
+                   from pg_catalog.unnest(p_ids) with ordinality as c(id, ord)
+                  order by c.ord limit p_limit;
+    return;
+  end if;
+
+  -- LOCK ACQUISITION: one advisory lock per group, in group order.
+  v_names := array(select distinct g from pg_catalog.unnest(a_group) g order by 1);
+  perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('sqljobs.limit|' || g, 0))
+     from pg_catalog.unnest(v_names) as g
+    order by g;
+  a_pos := array(select pg_catalog.array_position(v_names, g)
+                   from pg_catalog.unnest(a_group) with ordinality as x(g, o) order by x.o);
+
+  -- The admission's time, read once the locks are held: the claims of a group are
+  -- admitted in lock order, so their starts (the rate windows, each job's started_at)
+  -- are in that order too. A session's jobs.fake_now (tests) stands in for it.
+  if nullif(pg_catalog.current_setting('jobs.fake_now', true), '') is null then
+    v_now := pg_catalog.clock_timestamp();
+  end if;
+
+  -- USE: the running jobs holding each group (jobs.slot); recent starts.
+  select pg_catalog.array_agg(coalesce(u.n, 0) order by g.o)
+    into v_used
+    from pg_catalog.unnest(v_names) with ordinality as g(name, o)
+    left join (select s.grp, pg_catalog.count(*)::integer as n
+                 from jobs.slot s
+                where s.grp = any (v_names)
+                group by s.grp) u on u.grp = g.name;
+  if exists (select from pg_catalog.unnest(a_n) n where n is not null) then
+    select coalesce(pg_catalog.jsonb_object_agg(t.grp, pg_catalog.to_jsonb(t.starts)), '{}')
+      into v_starts
+      from jobs.limit_start t
+     where t.grp = any (v_names);
+  end if;
+  v_waits := pg_catalog.array_fill(null::integer, array[pg_catalog.cardinality(v_names)]);
+
+  -- ADMIT in claim order while every group has room.
+  foreach v_cid in array p_ids loop
+    exit when v_taken >= p_limit;
+    v_first := v_k;
+    while v_k <= pg_catalog.cardinality(a_id) and a_id[v_k] = v_cid loop
+      v_k := v_k + 1;
+    end loop;
+    v_last := v_k - 1;
+    v_refusal := null;
+    -- concurrency first: a full group blocks (or fails); a full global or queue group
+    -- (listed last) leaves the job as it is; then the rates
+    for v_i in v_first .. v_last loop
+      v_p := a_pos[v_i];
+      if a_cap[v_i] is not null and v_used[v_p] >= a_cap[v_i] then
+        v_group := a_group[v_i];
+        if a_all[v_i] then
+          v_refusal := 'leave';
+        elsif a_fail[v_i] and exists (
+                select from jobs.slot s join jobs.job r on r.id = s.job_id
+                 where s.grp = v_group and r.state = 'running' and r.lease_expires_at > v_now)
+        then
+          v_refusal := 'fail';  -- evidence: a run holds the key under a live lease
+        else
+          v_refusal := 'block';
+        end if;
+        exit;
+      end if;
+    end loop;
+    if v_refusal is null then
+      v_until := null;
+      for v_i in v_first .. v_last loop
+        continue when a_n[v_i] is null;
+        v_group := a_group[v_i];
+        v_ring := coalesce(v_starts->v_group, '[]');
+        if pg_catalog.jsonb_array_length(v_ring) >= a_n[v_i]
+           and (v_ring->>(pg_catalog.jsonb_array_length(v_ring) - a_n[v_i]))::timestamptz
+               > v_now - pg_catalog.make_interval(secs => a_per[v_i]) then
+          -- the window is full: the k-th job deferred (counting those an earlier claim
+          -- deferred, still waiting) starts when the k-th of the recent starts leaves
+          -- the window
+          v_p := a_pos[v_i];
+          if v_waits[v_p] is null then
+            select pg_catalog.count(*) into v_w from jobs.job d
+             where d.deferred_by = v_group and d.state in ('ready', 'interrupted')
+               and d.run_at > v_now;
+            v_waits[v_p] := v_w;
+          end if;
+          v_w := v_waits[v_p];
+          v_waits[v_p] := v_w + 1;
+          v_at := (v_ring->>(pg_catalog.jsonb_array_length(v_ring) - a_n[v_i]
+                             + v_w % a_n[v_i]))::timestamptz
+                  + pg_catalog.make_interval(secs => a_per[v_i] * (v_w / a_n[v_i] + 1));
+          if v_until is null or v_at > v_until then
+            v_until := v_at;
+            v_defer_group := v_group;
+          end if;
+          v_refusal := 'defer';
+        end if;
+      end loop;
+    end if;
+    if v_refusal = 'block' then
+      v_blocked := v_blocked || v_cid;
+      v_block_on := v_block_on || v_group;
+    elsif v_refusal = 'fail' then
+      v_fail := v_fail || v_cid;
+      v_fail_on := v_fail_on || v_group;
+    elsif v_refusal = 'defer' then
+      v_defer := v_defer || v_cid;
+      v_defer_at := v_defer_at || v_until;
+      v_defer_on := v_defer_on || v_defer_group;
+    elsif v_refusal is null then
+      -- TAKE: a slot of each concurrency group, a start of each rate group
+      v_slots := null;
+      for v_i in v_first .. v_last loop
+        v_p := a_pos[v_i];
+        if a_cap[v_i] is not null then
+          v_used[v_p] := v_used[v_p] + 1;
+          v_slots := v_slots || a_group[v_i];
+        end if;
+        if a_n[v_i] is not null then
+          v_ring := coalesce(v_starts->a_group[v_i], '[]') || pg_catalog.to_jsonb(v_now);
+          if pg_catalog.jsonb_array_length(v_ring) > a_n[v_i] then
+            v_ring := v_ring - 0;
+          end if;
+          v_starts := v_starts || pg_catalog.jsonb_build_object(a_group[v_i], v_ring);
+        end if;
+      end loop;
+      id := v_cid;
+      slots := v_slots;
+      at := v_now;
+      v_taken := v_taken + 1;
+      return next;
+    end if;
+  end loop;
+
+  -- APPLY the refusals and the new starts.
+  if pg_catalog.cardinality(v_blocked) > 0 then
+    update jobs.job as j set blocked_on = b.grp
+      from unnest(v_blocked, v_block_on) as b(id, grp)
+     where j.id = b.id;
+    -- ROOM LEFT: a group that still has free slots after this admission may have jobs
+    -- waiting on it (a waiter woken for its slot and blocked again on another of its
+    -- groups left that slot unused): make as many of them claimable as it has room.
+    -- Only a claim that blocked a job can have left such a slot.
+    perform jobs.unblock(array(
+      select w.id
+        from (select distinct a_group[x.i] as grp, a_cap[x.i] as cap, v_used[a_pos[x.i]] as used
+                from pg_catalog.generate_subscripts(a_group, 1) as x(i)
+               where a_cap[x.i] > v_used[a_pos[x.i]]) g
+       cross join lateral (
+         select b.id from jobs.job b
+          where b.blocked_on = g.grp and b.state in ('ready', 'interrupted')
+          order by b.priority, b.run_at, b.id
+          limit g.cap - g.used
+            for update skip locked) w));
+  end if;
+  if pg_catalog.cardinality(v_defer) > 0 then
+    update jobs.job as j set run_at = d.at, deferred_by = d.grp
+      from unnest(v_defer, v_defer_at, v_defer_on) as d(id, at, grp)
+     where j.id = d.id;
+  end if;
+  if pg_catalog.cardinality(v_fail) > 0 then
+    update jobs.job as j
+       set state = 'failed', finished_at = v_now,
+           last_error = pg_catalog.jsonb_build_object(
+             'kind', 'key_busy', 'sqlstate', 'SJ012',
+             'message', pg_catalog.format(
+               'another run holds key %L of limit %L, and the job says when_busy = fail',
+               pg_catalog.substr(f.grp, pg_catalog.strpos(f.grp, '|') + 1),
+               pg_catalog.split_part(f.grp, '|', 1)),
+             'at', v_now)
+      from unnest(v_fail, v_fail_on) as f(id, grp)
+     where j.id = f.id;
+  end if;
+  -- MORE: refused jobs left the claimable ones (blocked, deferred or failed); when this
+  -- claim took fewer than it was asked for, others may be claimable now: wake the
+  -- claimers of those queues (this one included) to claim again.
+  if v_taken < p_limit and pg_catalog.cardinality(v_blocked || v_defer || v_fail) > 0 then
+    perform jobs.wake(array(select distinct j.queue from jobs.job j
+                             where j.id = any (v_blocked || v_defer || v_fail)));
+  end if;
+  if v_starts <> '{}' then
+    insert into jobs.limit_start as t (grp, starts)
+    select s.key, array(select pg_catalog.jsonb_array_elements_text(s.value)::timestamptz)
+      from pg_catalog.jsonb_each(v_starts) as s
+    on conflict (grp) do update set starts = excluded.starts
+     where t.starts is distinct from excluded.starts;
+  end if;
+end
+$$;
+
+-- jobs.unblock(ids): these waiting jobs are claimable again; their queues are woken.
+create or replace function jobs.unblock(p_ids bigint[])
+returns void
+language sql
+volatile
+set search_path = ''
+as $$
+  with moved as (
+    update jobs.job as j set blocked_on = null
+     where j.id = any (p_ids) and j.blocked_on is not null
+    returning j.queue
+  )
+  select jobs.wake(array(select distinct m.queue from moved m))
+$$;
+
+-- jobs.unblock_free(max) -> how many waiting jobs it made claimable: for every group with
+-- waiting jobs, as many as it has free slots (all, when its limit is gone or has no
+-- concurrency any more). The recovering claims run it, so a slot that freed without
+-- waking a waiter (a waiter blocked while the slot freed) is taken within one poll.
+create or replace function jobs.unblock_free(p_max integer)
+returns integer
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_ids bigint[];
+begin
+  v_ids := array(
+    select w.id
+      from (select b.blocked_on as grp, pg_catalog.count(*) as n
+              from jobs.job b
+             where b.blocked_on is not null and b.state in ('ready', 'interrupted')
+             group by b.blocked_on) g
+      left join jobs.limit l on l.name = pg_catalog.split_part(g.grp, '|', 1)
+     cross join lateral (
+       select b.id from jobs.job b
+        where b.blocked_on = g.grp and b.state in ('ready', 'interrupted')
+        order by b.priority, b.run_at, b.id
+        limit greatest(0, case when l.concurrency is null then g.n
+                               else l.concurrency - (select pg_catalog.count(*) from jobs.slot s
+                                                      where s.grp = g.grp) end)
+          for update skip locked) w
+     limit p_max);
+  perform jobs.unblock(v_ids);
+  return pg_catalog.cardinality(v_ids);
+end
+$$;
+
+-- A running job that leaves running frees its slots: its jobs.slot rows go, and the
+-- first waiting job of each of its groups becomes claimable (skip locked: a waiter
+-- another transaction holds is left to the sweep). Only jobs that held slots pay.
+create or replace function jobs.slots_freed()
+returns trigger
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  delete from jobs.slot s where s.grp = any (old.slots) and s.job_id = old.id;
+  if exists (select from jobs.job b
+              where b.blocked_on = any (old.slots) and b.state in ('ready', 'interrupted')) then
+    perform jobs.unblock(array(
+      select (select b.id from jobs.job b
+               where b.blocked_on = g and b.state in ('ready', 'interrupted')
+               order by b.priority, b.run_at, b.id
+               limit 1
+                 for update skip locked)
+        from pg_catalog.unnest(old.slots) as g));
+  end if;
+  -- Jobs held back by a full global or queue limit stay claimable (no waiter is
+  -- recorded): wake the claimers of the job's queue. (Those of other queues under the
+  -- same global limit take its free slot at their next poll.)
+  if exists (select from jobs.limit l
+              where l.scope in ('global', 'queue') and l.concurrency is not null
+                and l.name || '|' = any (old.slots)) then
+    perform jobs.wake(array[old.queue]);
+  end if;
+  return null;
+end
+$$;
+
+drop trigger if exists job_slots_freed on jobs.job;
+create trigger job_slots_freed
+  after update of state on jobs.job
+  for each row
+  when (old.state = 'running' and new.state <> 'running' and old.slots is not null)
+  execute function jobs.slots_freed();

@@ -1,0 +1,169 @@
+"""Fenced locks (`app.lock`, `app.lock_async`, sqljobs.client.locks) on named leases.
+
+In process: one holder at a time, a fencing token that moves with every holder,
+LockBusy on a timeout, release on exit, and a lost lease noticed (sync: `check()` and
+the block's exit raise LockLost; async: the guarded task is cancelled). As processes
+(tests/lock_holder.py): the holder is SIGSTOPped past its TTL, another takes the lock
+with a higher token; the first, resumed, stops with LockLost, and no write fenced on its
+old token lands after the takeover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from sqljobs import App, ConfigurationError, InvalidArgument, LockBusy, LockLost, queries
+from tests.lock_holder import FENCED_WRITE, TABLE
+from tests.processes import REPO, scalar, wait_for
+
+
+@pytest.fixture
+def app(db_dsn: str, conn: psycopg.Connection[Any]) -> Iterator[App]:
+    with App(db_dsn) as application:
+        yield application
+
+
+def take_over(conn: psycopg.Connection[Any], name: str) -> int:
+    """Another holder takes the lease at once: as if this one's had lapsed."""
+    conn.execute("update jobs.lease set lease_expires_at = now() - interval '1 second' "
+                 "where name = %s", (name,))
+    token = scalar(conn, "select jobs.lease_acquire(%s, 'thief', 30)", (name,))
+    assert token is not None
+    return int(token)
+
+
+def test_one_holder_at_a_time_and_the_token_moves_up(app: App) -> None:
+    with app.lock("export", ttl=5) as lock:
+        assert lock.token == 1
+        with pytest.raises(LockBusy, match="'export' is held by another holder"), \
+                app.lock("export", timeout=0.3):
+            pass
+        lock.check()
+    with app.lock("export", ttl=5) as again:  # released on exit: free at once
+        assert again.token == 2
+    [lease] = app.client.run(queries.leases())
+    assert (lease.name, lease.holder, lease.token, lease.live) == ("export", None, 2, False)
+
+
+def test_a_waiting_lock_takes_over_when_the_holder_releases(app: App) -> None:
+    first = app.lock("turn", ttl=5).__enter__()
+    started = time.monotonic()
+
+    def release_soon() -> None:
+        time.sleep(0.4)
+        first.__exit__(None, None, None)
+
+    threading.Thread(target=release_soon).start()
+    with app.lock("turn", ttl=5, timeout=10) as second:
+        assert second.token == 2 and time.monotonic() - started >= 0.3
+
+
+def test_a_lost_lease_fails_the_next_check_and_the_exit(app: App,
+                                                        conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(LockLost, match=r"'report' .* was lost"), \
+            app.lock("report", ttl=1.5) as lock:
+        take_over(conn, "report")
+        wait_for(lambda: lock.lost, "the renewer to notice", timeout=3)
+        with pytest.raises(LockLost):
+            lock.check()
+        # the block finishing without looking does not hide it: the exit raises
+    assert scalar(conn, "select holder from jobs.lease where name = 'report'") == "thief", (
+        "a deposed holder releases nothing")
+
+
+def test_async_a_lost_lease_cancels_the_guarded_task(app: App,
+                                                     conn: psycopg.Connection[Any]) -> None:
+    reached: list[str] = []
+
+    async def guarded() -> None:
+        await app.open_async()
+        async with app.lock_async("sync-job", ttl=1.5) as lock:
+            assert lock.token == 1
+            take_over(conn, "sync-job")
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                reached.append("cancelled")
+                raise
+            reached.append("slept through")  # never
+
+    async def main() -> None:
+        try:
+            with pytest.raises(LockLost):
+                await guarded()
+        finally:
+            await app.close_async()
+
+    asyncio.run(main())
+    assert reached == ["cancelled"]
+
+
+def test_bad_arguments_are_refused(app: App, conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(ConfigurationError, match="ttl must be positive"):
+        app.lock("x", ttl=0)
+    with pytest.raises(ConfigurationError, match="timeout"):
+        app.lock("x", timeout=-1)
+    with pytest.raises(InvalidArgument, match="a lease needs a name"), app.lock(""):
+        pass
+    assert scalar(conn, "select count(*) from jobs.lease") == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_holder_stopped_past_its_ttl_loses_and_its_fenced_writes_are_refused(
+        db_dsn: str, conn: psycopg.Connection[Any], tmp_path: Path, mode: str) -> None:
+    conn.execute(TABLE)
+    conn.execute("truncate public.fenced_writes")
+    ttl = 1.0
+    logs = [tmp_path / f"holder{i}.log" for i in (1, 2)]
+
+    opened: list[Any] = []
+
+    def holder(log: Path) -> subprocess.Popen[bytes]:
+        opened.append(log.open("w"))
+        return subprocess.Popen([sys.executable, "-m", "tests.lock_holder", db_dsn, "ledger",
+                                 str(ttl), mode], cwd=REPO, stdout=opened[-1],
+                                stderr=subprocess.STDOUT)
+
+    first = holder(logs[0])
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        wait_for(lambda: "acquired 1" in logs[0].read_text(), "the first holder", timeout=20)
+        wait_for(lambda: scalar(conn, "select count(*) from public.fenced_writes"),
+                 "a fenced write of the first holder")
+        first.send_signal(signal.SIGSTOP)
+        time.sleep(ttl + 0.5)  # paused past its TTL
+        second = holder(logs[1])
+        wait_for(lambda: "acquired 2" in logs[1].read_text(), "the second holder", timeout=20)
+        taken_at = scalar(conn, "select acquired_at from jobs.lease where name = 'ledger'")
+        # the resource refuses the old token and takes the new one
+        assert conn.execute(FENCED_WRITE, (1, os.getpid(), "ledger", 1)).rowcount == 0
+        assert conn.execute(FENCED_WRITE, (2, os.getpid(), "ledger", 2)).rowcount == 1
+        first.send_signal(signal.SIGCONT)
+        assert first.wait(10) == 3, logs[0].read_text()
+        assert "lost" in logs[0].read_text()
+        late = scalar(conn, "select count(*) from public.fenced_writes "
+                            "where token = 1 and at >= %s", (taken_at,))
+        assert late == 0, "a write fenced on the old token landed after the takeover"
+        assert scalar(conn, "select count(*) from public.fenced_writes where token = 2") > 0
+        assert second.poll() is None, "the new holder keeps the lock"
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.kill()
+                process.wait(10)
+        for log in opened:
+            log.close()
