@@ -53,6 +53,21 @@ create unique index job_debounce_idx
 alter table jobs.leader rename to lease;
 alter table jobs.lease rename column role to name;
 alter table jobs.lease rename constraint leader_pkey to lease_pkey;
+-- PostgreSQL 18 names NOT NULL constraints too (leader_role_not_null, ...): renamed
+-- as a fresh install names them.
+do $$
+declare
+  c record;
+begin
+  for c in select conname from pg_catalog.pg_constraint
+            where conrelid = 'jobs.lease'::regclass and contype = 'n' and conname like 'leader\_%'
+  loop
+    execute pg_catalog.format('alter table jobs.lease rename constraint %I to %I', c.conname,
+      pg_catalog.replace(pg_catalog.replace(c.conname, 'leader_role_', 'lease_name_'),
+                         'leader_', 'lease_'));
+  end loop;
+end
+$$;
 
 -- ---------------------------------------------------------------------------
 -- jobs.limit, jobs.slot and jobs.limit_start (sql/00_schema.sql says what each holds).
