@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -130,6 +131,37 @@ def stop_all(workers: list[CliProcess]) -> None:
             assert worker.wait(20) == 0, worker.output()
 
 
+def kill_two_holders(conn: psycopg.Connection[Any], workers: list[CliProcess]
+                     ) -> tuple[list[CliProcess], dict[int, int]]:
+    """SIGKILL two workers that hold running jobs, and answer them with what they held
+    (job id -> claim). The fleet is frozen (SIGSTOP) while the holders are read, so no
+    holder acks its 5 ms run between the look and the kill."""
+    deadline = time.monotonic() + 60
+    while True:
+        for w in workers:
+            w.proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.2)  # statements already sent settle; nothing new is sent
+        held_by: dict[int, dict[int, int]] = defaultdict(dict)
+        for job_id, claim, pid in conn.execute(
+                "select id, claim, split_part(worker, ':', 2)::int from jobs.job "
+                "where state = 'running' and split_part(worker, ':', 2)::int = any(%s)",
+                ([w.pid for w in workers],)):
+            held_by[pid][job_id] = claim
+        victims = [w for w in workers if held_by.get(w.pid)][:2]
+        if len(victims) == 2:
+            for victim in victims:
+                victim.proc.kill()
+                victim.proc.wait(10)
+            for w in workers:
+                if w not in victims:
+                    w.proc.send_signal(signal.SIGCONT)
+            return victims, {**held_by[victims[0].pid], **held_by[victims[1].pid]}
+        for w in workers:
+            w.proc.send_signal(signal.SIGCONT)
+        assert time.monotonic() < deadline, "two workers to hold jobs at one instant"
+        time.sleep(0.05)
+
+
 def test_eight_workers_never_exceed_a_global_a_queue_or_a_keyed_limit(
         runs: psycopg.Connection[Any], db_dsn: str,
         spawn: Callable[..., CliProcess]) -> None:
@@ -154,25 +186,9 @@ def test_slots_held_by_sigkilled_workers_come_back_within_lease_and_a_poll(
     wait_for(lambda: scalar(runs, "select count(*) >= %s from public.limit_runs "
                                   "where event = 'end'", (JOBS // 3,)),
              "a third of the jobs to finish")
-    # two workers with a run in flight, killed together
-    victims: list[CliProcess] = []
-    while len(victims) < 2:
-        in_flight = {r[0] for r in runs.execute(
-            "select s.pid from public.limit_runs s where s.event = 'start' and not exists ("
-            "select from public.limit_runs e where e.event = 'end' and e.job_id = s.job_id "
-            "and e.claim = s.claim)")}
-        victims = [w for w in workers if w.pid in in_flight][:2]
-    for victim in victims:
-        victim.proc.kill()
+    victims, held = kill_two_holders(runs, workers)
     killed_at: datetime = scalar(runs, "select clock_timestamp()")
-    for victim in victims:
-        victim.proc.wait(10)
     killed_pids = {v.pid for v in victims}
-    # what the dead workers held: running under their claims, their slots taken
-    held = dict(runs.execute(
-        "select id, claim from jobs.job where state = 'running' "
-        "and split_part(worker, ':', 2)::int = any(%s)", (list(killed_pids),)).fetchall())
-    assert held, "the kill landed while the dead workers held jobs (and their slots)"
     survivors = [w for w in workers if w not in victims]
     wait_for(all_done(runs, ids), "every job to succeed", timeout=240)
     stop_all(survivors)
