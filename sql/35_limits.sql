@@ -414,6 +414,7 @@ returns table (id bigint, slots text[], at timestamptz)
 language plpgsql
 volatile
 set search_path = ''
+set enable_bitmapscan = off  -- jobs.slot churns: see jobs.claim (sql/30_claim.sql)
 as $$
 declare
   -- every (candidate, group) pair, in candidate order (a candidate's pairs together,
@@ -676,18 +677,28 @@ end
 $$;
 
 -- jobs.unblock(ids): these waiting jobs are claimable again; their queues are woken.
+-- (PL/pgSQL, not SQL: its plans are kept for the session; a SQL function called from
+-- a trigger is planned at every call.)
 create or replace function jobs.unblock(p_ids bigint[])
 returns void
-language sql
+language plpgsql
 volatile
 set search_path = ''
 as $$
+declare
+  v_queues text[];
+begin
+  if p_ids is null or pg_catalog.cardinality(p_ids) = 0 then
+    return;
+  end if;
   with moved as (
     update jobs.job as j set blocked_on = null
      where j.id = any (p_ids) and j.blocked_on is not null
     returning j.queue
   )
-  select jobs.wake(array(select distinct m.queue from moved m))
+  select pg_catalog.array_agg(distinct m.queue) into v_queues from moved m;
+  perform jobs.wake(v_queues);
+end
 $$;
 
 -- jobs.unblock_free(max) -> how many waiting jobs it made claimable: for every group with
@@ -699,6 +710,7 @@ returns integer
 language plpgsql
 volatile
 set search_path = ''
+set enable_bitmapscan = off  -- jobs.slot churns: see jobs.claim (sql/30_claim.sql)
 as $$
 declare
   v_ids bigint[];
@@ -724,42 +736,75 @@ begin
 end
 $$;
 
--- A running job that leaves running frees its slots: its jobs.slot rows go, and the
--- first waiting job of each of its groups becomes claimable (skip locked: a waiter
--- another transaction holds is left to the sweep). Only jobs that held slots pay.
+-- Jobs that leave running free their slots, once per statement (an ack_many of a
+-- batch pays one trigger, not one per job): their jobs.slot rows go, and the first
+-- waiting job of each freed group becomes claimable (skip locked: a waiter another
+-- transaction holds is left to the sweep). A statement that moved no job holding
+-- slots out of running returns after one look at its old rows.
 create or replace function jobs.slots_freed()
 returns trigger
 language plpgsql
 volatile
 set search_path = ''
+set enable_bitmapscan = off  -- jobs.slot churns: see jobs.claim (sql/30_claim.sql)
 as $$
+declare
+  v_groups text[];
+  v_queues text[];
 begin
-  delete from jobs.slot s where s.grp = any (old.slots) and s.job_id = old.id;
+  if not exists (select from old_jobs o where o.slots is not null and o.state = 'running') then
+    return null;
+  end if;
+  with freed as (
+    delete from jobs.slot s
+     using (select g, o.id, o.queue
+              from old_jobs o
+              join new_jobs n on n.id = o.id
+             cross join lateral pg_catalog.unnest(o.slots) as g
+             where o.state = 'running' and n.state <> 'running' and o.slots is not null) f
+     where s.grp = f.g and s.job_id = f.id
+    returning s.grp, f.queue
+  )
+  select pg_catalog.array_agg(distinct freed.grp), pg_catalog.array_agg(distinct freed.queue)
+    into v_groups, v_queues
+    from freed;
+  if v_groups is null then
+    return null;
+  end if;
   if exists (select from jobs.job b
-              where b.blocked_on = any (old.slots) and b.state in ('ready', 'interrupted')) then
+              where b.blocked_on = any (v_groups) and b.state in ('ready', 'interrupted')) then
     perform jobs.unblock(array(
       select (select b.id from jobs.job b
                where b.blocked_on = g and b.state in ('ready', 'interrupted')
                order by b.priority, b.run_at, b.id
                limit 1
                  for update skip locked)
-        from pg_catalog.unnest(old.slots) as g));
+        from pg_catalog.unnest(v_groups) as g));
   end if;
   -- Jobs held back by a full global or queue limit stay claimable (no waiter is
-  -- recorded): wake the claimers of the job's queue. (Those of other queues under the
-  -- same global limit take its free slot at their next poll.)
+  -- recorded), and the claims skip picking while it is full: when these slots were
+  -- the group's last (the group was full as this transaction sees it), wake the
+  -- claimers of the jobs' queues. (Those of other queues under the same global limit
+  -- take a free slot at their next poll.) A group with room wakes no one: its
+  -- claimers are not waiting for it.
   if exists (select from jobs.limit l
               where l.scope in ('global', 'queue') and l.concurrency is not null
-                and l.name || '|' = any (old.slots)) then
-    perform jobs.wake(array[old.queue]);
+                and l.name || '|' = any (v_groups)
+                and l.concurrency <= (select pg_catalog.count(*) from jobs.slot s
+                                       where s.grp = l.name || '|')
+                                     + (select pg_catalog.count(*) from old_jobs o
+                                         where l.name || '|' = any (o.slots))) then
+    perform jobs.wake(v_queues);
   end if;
   return null;
 end
 $$;
 
+-- (Transition tables need a trigger on every update: PostgreSQL allows no column list
+-- with them.)
 drop trigger if exists job_slots_freed on jobs.job;
 create trigger job_slots_freed
-  after update of state on jobs.job
-  for each row
-  when (old.state = 'running' and new.state <> 'running' and old.slots is not null)
+  after update on jobs.job
+  referencing old table as old_jobs new table as new_jobs
+  for each statement
   execute function jobs.slots_freed();

@@ -105,6 +105,7 @@ CREATE OR REPLACE FUNCTION jobs.admit(p_ids bigint[], p_limit integer, p_now tim
  RETURNS TABLE(id bigint, slots text[], at timestamp with time zone)
  LANGUAGE plpgsql
  SET search_path TO ''
+ SET enable_bitmapscan TO 'off'
 AS $function$
 declare
   -- every (candidate, group) pair, in candidate order (a candidate's pairs together,
@@ -708,26 +709,55 @@ CREATE OR REPLACE FUNCTION jobs.slots_freed()
  RETURNS trigger
  LANGUAGE plpgsql
  SET search_path TO ''
+ SET enable_bitmapscan TO 'off'
 AS $function$
+declare
+  v_groups text[];
+  v_queues text[];
 begin
-  delete from jobs.slot s where s.grp = any (old.slots) and s.job_id = old.id;
+  if not exists (select from old_jobs o where o.slots is not null and o.state = 'running') then
+    return null;
+  end if;
+  with freed as (
+    delete from jobs.slot s
+     using (select g, o.id, o.queue
+              from old_jobs o
+              join new_jobs n on n.id = o.id
+             cross join lateral pg_catalog.unnest(o.slots) as g
+             where o.state = 'running' and n.state <> 'running' and o.slots is not null) f
+     where s.grp = f.g and s.job_id = f.id
+    returning s.grp, f.queue
+  )
+  select pg_catalog.array_agg(distinct freed.grp), pg_catalog.array_agg(distinct freed.queue)
+    into v_groups, v_queues
+    from freed;
+  if v_groups is null then
+    return null;
+  end if;
   if exists (select from jobs.job b
-              where b.blocked_on = any (old.slots) and b.state in ('ready', 'interrupted')) then
+              where b.blocked_on = any (v_groups) and b.state in ('ready', 'interrupted')) then
     perform jobs.unblock(array(
       select (select b.id from jobs.job b
                where b.blocked_on = g and b.state in ('ready', 'interrupted')
                order by b.priority, b.run_at, b.id
                limit 1
                  for update skip locked)
-        from pg_catalog.unnest(old.slots) as g));
+        from pg_catalog.unnest(v_groups) as g));
   end if;
   -- Jobs held back by a full global or queue limit stay claimable (no waiter is
-  -- recorded): wake the claimers of the job's queue. (Those of other queues under the
-  -- same global limit take its free slot at their next poll.)
+  -- recorded), and the claims skip picking while it is full: when these slots were
+  -- the group's last (the group was full as this transaction sees it), wake the
+  -- claimers of the jobs' queues. (Those of other queues under the same global limit
+  -- take a free slot at their next poll.) A group with room wakes no one: its
+  -- claimers are not waiting for it.
   if exists (select from jobs.limit l
               where l.scope in ('global', 'queue') and l.concurrency is not null
-                and l.name || '|' = any (old.slots)) then
-    perform jobs.wake(array[old.queue]);
+                and l.name || '|' = any (v_groups)
+                and l.concurrency <= (select pg_catalog.count(*) from jobs.slot s
+                                       where s.grp = l.name || '|')
+                                     + (select pg_catalog.count(*) from old_jobs o
+                                         where l.name || '|' = any (o.slots))) then
+    perform jobs.wake(v_queues);
   end if;
   return null;
 end
@@ -736,15 +766,23 @@ $function$;
 -- new: jobs.unblock(bigint[])
 CREATE OR REPLACE FUNCTION jobs.unblock(p_ids bigint[])
  RETURNS void
- LANGUAGE sql
+ LANGUAGE plpgsql
  SET search_path TO ''
 AS $function$
+declare
+  v_queues text[];
+begin
+  if p_ids is null or pg_catalog.cardinality(p_ids) = 0 then
+    return;
+  end if;
   with moved as (
     update jobs.job as j set blocked_on = null
      where j.id = any (p_ids) and j.blocked_on is not null
     returning j.queue
   )
-  select jobs.wake(array(select distinct m.queue from moved m))
+  select pg_catalog.array_agg(distinct m.queue) into v_queues from moved m;
+  perform jobs.wake(v_queues);
+end
 $function$;
 
 -- new: jobs.unblock_free(integer)
@@ -752,6 +790,7 @@ CREATE OR REPLACE FUNCTION jobs.unblock_free(p_max integer)
  RETURNS integer
  LANGUAGE plpgsql
  SET search_path TO ''
+ SET enable_bitmapscan TO 'off'
 AS $function$
 declare
   v_ids bigint[];
@@ -800,6 +839,7 @@ CREATE OR REPLACE FUNCTION jobs.claim(p_queues text[], p_worker text, p_limit in
  SET search_path TO ''
  SET plan_cache_mode TO 'force_generic_plan'
  SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
  SET jit TO 'off'
 AS $function$
 declare
@@ -886,10 +926,13 @@ begin
       into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors
       from moved m
      where m.starts_unwind;
-    perform jobs.record_unwinds(v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors);
+    if v_unwind_ids is not null then  -- (a SQL function: planned at every call)
+      perform jobs.record_unwinds(v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors);
+    end if;
 
     -- Free the slots a waiter did not hear of (sql/35_limits.sql).
-    if exists (select from jobs.limit) then
+    if exists (select from jobs.job b
+                where b.blocked_on is not null and b.state in ('ready', 'interrupted')) then
       perform jobs.unblock_free(100);
     end if;
 
@@ -1710,9 +1753,9 @@ AS $function$ select 2 $function$;
 select jobs.define_spec();
 
 create trigger job_slots_freed
-  after update of state on jobs.job
-  for each row
-  when (old.state = 'running' and new.state <> 'running' and old.slots is not null)
+  after update on jobs.job
+  referencing old table as old_jobs new table as new_jobs
+  for each statement
   execute function jobs.slots_freed();
 
 comment on function jobs.lease_acquire(text,text,double precision) is 'Take or renew a named lease; answers its fencing token, or null while another holds it.';
