@@ -7,7 +7,7 @@ PYTHON ?= python
 PYTEST ?= $(PYTHON) -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help test sqltest test-limits lint bench docs
+.PHONY: help test sqltest test-limits test-stalls lint bench docs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,6 +20,9 @@ sqltest: ## run only the pgTAP files in sqltests/
 
 test-limits: ## the fleet races of tests/test_limits_processes.py at full size (5,000 jobs)
 	SQLJOBS_RACE_JOBS=5000 $(PYTEST) tests/test_limits_processes.py
+
+test-stalls: ## tests/test_stalls_processes.py with crash recovery under a 20,000-job backlog
+	SQLJOBS_STALL_BACKLOG=20000 $(PYTEST) -s tests/test_stalls_processes.py
 
 lint: ## ruff, mypy (strict on pyclient/) and the package layers (import-linter)
 	$(PYTHON) -m ruff check .

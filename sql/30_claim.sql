@@ -4,7 +4,8 @@
 --
 -- One call, one autocommit statement from the client, four phases:
 --   RECOVER  running jobs in these queues whose lease lapsed (at most 100 per call, by
---            job_lease_idx): back to ready with the attempt counted, or, when that was
+--            job_lease_idx): back to ready with the attempt counted and its run_at
+--            kept (its place in line, ahead of a backlog), or, when that was
 --            the final attempt, buried as dead (failed when dead_letter is off) and
 --            never returned (a compensable job starts its unwind instead, and a
 --            compensating one always goes back to ready: its saga unwind must finish).
@@ -140,7 +141,8 @@ begin
       update jobs.job as j
          set state = case when j.compensable or j.compensating then 'ready'
                           else n.next_state end,
-             run_at = v_now,
+             -- run_at is left as it was: a recovered job keeps its place in line
+             -- (priority, run_at, id), ahead of the backlog that queued behind it
              lease_expires_at = null,
              finished_at = case when n.next_state = 'ready' or j.compensable or j.compensating
                                 then null else v_now end,

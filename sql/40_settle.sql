@@ -123,7 +123,8 @@ comment on function jobs.watch_outcome(bigint) is
 -- ---------------------------------------------------------------------------
 -- jobs.ack_many(ids, claims, results) -> (id, ok) per input, in input order.
 -- running -> succeeded, storing the result (jsonb; null allowed). results may be
--- null (no results at all). ok = false: the fence did not hold, nothing changed.
+-- null (no results at all). An earlier attempt's last_error is kept, marked
+-- {"historical": true}. ok = false: the fence did not hold, nothing changed.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.ack_many(
   p_ids     bigint[],
@@ -152,7 +153,10 @@ begin
        set state = 'succeeded',
            result = i.result,
            finished_at = v_now,
-           lease_expires_at = null
+           lease_expires_at = null,
+           -- an earlier attempt's error stays for the record, marked as history
+           last_error = case when j.last_error is not null
+                             then j.last_error || '{"historical": true}' end
       from (select input.id, input.claim, input.result from input order by input.id) as i
      where j.id = i.id and j.claim = i.claim and j.state = 'running'
     returning j.id, j.settle_watched
@@ -264,7 +268,8 @@ $$;
 --   shed       back to ready at now + delay_s (default now), not an attempt
 --              (e.g. rate-limited).
 --   interrupt  interrupted (a drain cut-off stopped the run), not an attempt;
---              claimed again like ready.
+--              claimed again like ready, in its old place in line (run_at kept;
+--              now + delay_s when a delay is given).
 -- errors: jsonb per job (null allowed), stored in last_error with attempt and time; an
 --         error that is not an object is stored as {"message": error, ...}. A null error
 --         leaves last_error as it was.
@@ -330,6 +335,9 @@ begin
                    jobs.backoff_s(j.attempt, j.retry_base_s, j.retry_cap_s, j.retry_jitter)))
                when i.mode = 'park' then
                  coalesce(v_now + pg_catalog.make_interval(secs => i.delay_s), 'infinity')
+               -- an interrupted run keeps its place in line (its run_at), like a
+               -- recovered one, unless the caller asks for a delay
+               when i.mode = 'interrupt' and i.delay_s is null then least(j.run_at, v_now)
                else v_now + pg_catalog.make_interval(secs => coalesce(i.delay_s, 0))
              end as next_run_at
         from input i

@@ -1,7 +1,7 @@
 -- jobs.ack(id, claim, result): running -> succeeded with the result, finished now.
 -- Fenced on state = running AND the claim token: otherwise lease_lost (SJ004), nothing changes.
 begin;
-select plan(16);
+select plan(19);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
@@ -42,6 +42,19 @@ select results_eq(
 select throws_ok(format('select jobs.ack(%s, 1, %L)', (jobs_test.job('a')).id, '"again"'),
                  'SJ004', null, 'a second ack (the job is no longer running) raises lease_lost');
 select is((jobs_test.job('a')).result, '{"total": 3, "ok": [1, 2]}'::jsonb, 'and keeps the first result');
+
+-- ---------------------------------------------------------------- an earlier attempt's error
+do $$ begin perform jobs_test.start('e'); end $$;
+select lives_ok(format('select jobs.nack(%s, 1, %L, %L, 0)', (jobs_test.job('e')).id,
+                       '{"kind": "error", "message": "boom"}', 'retry'),
+                'setup: the first attempt fails');
+select lives_ok(format('select jobs.ack(c.id, c.claim) from jobs.claim(%L, %L, 1, 30) c',
+                       '{q_ack_e}', 'w'), 'the second attempt succeeds');
+select results_eq(
+  $$ select state, last_error->>'message', last_error->'historical', (last_error->>'attempt')::int
+       from jobs.job where name = 'ack.job' and key = 'e' $$,
+  $$ values ('succeeded'::jobs.job_state, 'boom', 'true'::jsonb, 1) $$,
+  'the first attempt''s error is kept, marked historical');
 
 do $$ begin perform jobs_test.start('n'); end $$;
 select lives_ok(format('select jobs.ack(%s, 1)', (jobs_test.job('n')).id), 'ack with no result');

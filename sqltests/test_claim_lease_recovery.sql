@@ -34,8 +34,8 @@ select results_eq(
   $$ select state, attempt, claim, lease_expires_at, run_at, finished_at
        from jobs.job where name = 'lease.job' and key = 'a' $$,
   $$ values ('ready'::jobs.job_state, 1, 1::bigint, null::timestamptz,
-             '2030-01-01 00:01:00+00'::timestamptz, null::timestamptz) $$,
-  'a lapsed job with attempts left is ready again, now, attempt 1 kept and counted');
+             '2030-01-01 00:00:00+00'::timestamptz, null::timestamptz) $$,
+  'a lapsed job with attempts left is ready again, in its old place (run_at kept), attempt 1 kept and counted');
 select results_eq(
   $$ select last_error->>'kind', (last_error->>'attempt')::int, (last_error->>'at')::timestamptz,
             last_error->>'message' like '%w1%'

@@ -3,7 +3,7 @@
 -- slot of its group frees — by a settle, or by lease recovery of a lapsed run — and a
 -- key limit with when_busy = 'fail' fails a job only while a live lease holds its key.
 begin;
-select plan(33);
+select plan(34);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema lc;
@@ -47,10 +47,12 @@ select lives_ok($$ select * from jobs.enqueue_many('[{"name": "lc.b", "key": "b1
 select results_eq($$ select lc.claim('lc_b', 10) $$, $$ values ('b1'), ('o1') $$,
                   'a name limit leaves other names alone');
 set local jobs.fake_now = '2030-01-01 00:00:31+00';  -- b1's 30 s lease lapsed
-select results_eq($$ select lc.claim('lc_b', 10) $$, $$ values ('b2'), ('o1') $$,
-                  'recovery frees the lapsed run''s slot, and the job waiting on it takes it');
-select results_eq($$ select * from lc.state('b1') $$, $$ values ('ready', 1, 'n|') $$,
-                  'the recovered job (its lapsed attempt counted) waits its turn');
+select results_eq($$ select lc.claim('lc_b', 10) $$, $$ values ('b1'), ('o1') $$,
+                  'recovery frees the lapsed run''s slot, and the recovered job, first in line, takes it again');
+select results_eq($$ select * from lc.state('b1') $$, $$ values ('running', 2, null::text) $$,
+                  'its lapsed attempt counted');
+select results_eq($$ select * from lc.state('b2') $$, $$ values ('ready', 0, 'n|') $$,
+                  'the job behind it still waits on the slot');
 
 -- ---------------------------------------------------------------- per tenant, per key
 select ok(jobs.limit_put('t', '{"scope": "tenant", "concurrency": 1}'), 'setup: limit t');

@@ -64,8 +64,8 @@ select is(jobs.nack((jobs_test.job('int')).id, 1, '{"kind": "drain"}', 'interrup
           'interrupt answers interrupted');
 select results_eq(
   $$ select state, attempt, run_at, finished_at, lease_expires_at from jobs.job where name = 'modes.job' and key = 'int' $$,
-  $$ values ('interrupted'::jobs.job_state, 0, '2030-01-01 00:00:05+00'::timestamptz, null::timestamptz, null::timestamptz) $$,
-  'interrupted: runnable now, the attempt handed back');
+  $$ values ('interrupted'::jobs.job_state, 0, '2030-01-01 00:00:00+00'::timestamptz, null::timestamptz, null::timestamptz) $$,
+  'interrupted: runnable at once in its old place (run_at kept), the attempt handed back');
 
 -- ---------------------------------------------------------------- on the final attempt
 -- uncounted modes never exhaust a job: park/shed/interrupt on the last attempt keep it live

@@ -198,7 +198,7 @@ class JobMachine(RuleBasedStateMachine):
                     j.settle("ready", now)
                 else:
                     j.settle("dead" if j.dead_letter else "failed", now)
-                j.run_at = now
+                # run_at is kept: a recovered job keeps its place in line
         # Parked jobs whose wake-up time came are ready again.
         for j in mine:
             if j.state == "parked" and j.run_at is not None and j.run_at <= now:
@@ -242,9 +242,15 @@ class JobMachine(RuleBasedStateMachine):
             job.settle("parked", now)
             job.run_at = None if delay is None else now + timedelta(seconds=delay)
             job.attempt -= 1
-        elif mode in ("shed", "interrupt"):
-            job.settle("ready" if mode == "shed" else "interrupted", now)
+        elif mode == "shed":
+            job.settle("ready", now)
             job.run_at = now + timedelta(seconds=delay or 0)
+            job.attempt -= 1
+        elif mode == "interrupt":  # keeps its place in line unless a delay is given
+            job.settle("interrupted", now)
+            assert job.run_at is not None
+            job.run_at = (min(job.run_at, now) if delay is None
+                          else now + timedelta(seconds=delay))
             job.attempt -= 1
         elif job.attempt < job.max_attempts:
             job.settle("ready", now)

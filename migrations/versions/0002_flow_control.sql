@@ -816,6 +816,50 @@ begin
 end
 $function$;
 
+-- changed: jobs.ack_many(bigint[],bigint[],jsonb[])
+CREATE OR REPLACE FUNCTION jobs.ack_many(p_ids bigint[], p_claims bigint[], p_results jsonb[] DEFAULT NULL::jsonb[])
+ RETURNS TABLE(id bigint, ok boolean)
+ LANGUAGE plpgsql
+ SET search_path TO ''
+AS $function$
+declare
+  v_now     timestamptz := jobs.now();
+  v_done    bigint[];
+  v_watched bigint[];
+begin
+  perform jobs.check_batch(p_ids, p_claims, p_results);
+  with input as (
+    select u.id, u.claim, u.result
+      from unnest(p_ids, p_claims,
+                  coalesce(p_results, pg_catalog.array_fill(null::jsonb, array[pg_catalog.cardinality(p_ids)])))
+           as u(id, claim, result)
+  ),
+  done as (
+    update jobs.job as j
+       set state = 'succeeded',
+           result = i.result,
+           finished_at = v_now,
+           lease_expires_at = null,
+           -- an earlier attempt's error stays for the record, marked as history
+           last_error = case when j.last_error is not null
+                             then j.last_error || '{"historical": true}' end
+      from (select input.id, input.claim, input.result from input order by input.id) as i
+     where j.id = i.id and j.claim = i.claim and j.state = 'running'
+    returning j.id, j.settle_watched
+  )
+  select pg_catalog.array_agg(done.id),
+         pg_catalog.array_agg(done.id) filter (where done.settle_watched)
+    into v_done, v_watched
+    from done;
+  -- NOTIFY result waiters of watched jobs only (once per call).
+  perform jobs.notify_settled(v_watched);
+  return query
+    select u.id, u.id = any (coalesce(v_done, '{}'))
+      from unnest(p_ids) with ordinality as u(id, ord)
+     order by u.ord;
+end
+$function$;
+
 -- changed: jobs.apply_requeue(bigint[])
 CREATE OR REPLACE FUNCTION jobs.apply_requeue(p_ids bigint[])
  RETURNS void
@@ -903,7 +947,8 @@ begin
       update jobs.job as j
          set state = case when j.compensable or j.compensating then 'ready'
                           else n.next_state end,
-             run_at = v_now,
+             -- run_at is left as it was: a recovered job keeps its place in line
+             -- (priority, run_at, id), ahead of the backlog that queued behind it
              lease_expires_at = null,
              finished_at = case when n.next_state = 'ready' or j.compensable or j.compensating
                                 then null else v_now end,
@@ -1590,6 +1635,116 @@ CREATE OR REPLACE FUNCTION jobs.leaders()
 AS $function$
   select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at, l.live
     from jobs.leases() l
+$function$;
+
+-- changed: jobs.nack_many(bigint[],bigint[],jsonb[],text[],double precision[])
+CREATE OR REPLACE FUNCTION jobs.nack_many(p_ids bigint[], p_claims bigint[], p_errors jsonb[] DEFAULT NULL::jsonb[], p_modes text[] DEFAULT NULL::text[], p_delays_s double precision[] DEFAULT NULL::double precision[])
+ RETURNS TABLE(id bigint, ok boolean, state jobs.job_state)
+ LANGUAGE plpgsql
+ SET search_path TO ''
+AS $function$
+declare
+  v_now     timestamptz := jobs.now();
+  v_n       integer;
+  v_bad     text;
+  v_done    bigint[];
+  v_states  jobs.job_state[];
+  v_watched bigint[];
+begin
+  perform jobs.check_batch(p_ids, p_claims, p_errors);
+  v_n := pg_catalog.cardinality(p_ids);
+  if (p_modes is not null and pg_catalog.cardinality(p_modes) <> v_n)
+     or (p_delays_s is not null and pg_catalog.cardinality(p_delays_s) <> v_n) then
+    perform jobs.raise_error('invalid_argument', 'modes and delays_s must match ids in length');
+  end if;
+  select m into v_bad from pg_catalog.unnest(p_modes) m
+   where m not in ('retry', 'fail', 'park', 'shed', 'interrupt') limit 1;
+  if v_bad is not null then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('mode %s is not one of retry, fail, park, shed, interrupt',
+                        pg_catalog.quote_literal(v_bad)));
+  end if;
+  if exists (select 1 from pg_catalog.unnest(p_delays_s) d where d < 0 or d >= 'Infinity') then
+    perform jobs.raise_error('invalid_argument', 'delays_s must be finite and not negative');
+  end if;
+
+  with input as (
+      select u.id, u.claim, u.error, coalesce(u.mode, 'retry') as mode, u.delay_s, u.ord
+        from unnest(
+               p_ids, p_claims,
+               coalesce(p_errors, pg_catalog.array_fill(null::jsonb, array[v_n])),
+               coalesce(p_modes, pg_catalog.array_fill(null::text, array[v_n])),
+               coalesce(p_delays_s, pg_catalog.array_fill(null::double precision, array[v_n])))
+             with ordinality as u(id, claim, error, mode, delay_s, ord)
+    ),
+    target as (
+      select j.id, i.error, i.mode, i.delay_s, j.attempt, n.next_state,
+             n.next_state in ('failed', 'dead') and j.compensable and not j.compensating
+               as unwinds,
+             case
+               when i.mode = 'retry' then
+                 v_now + pg_catalog.make_interval(secs => coalesce(i.delay_s,
+                   jobs.backoff_s(j.attempt, j.retry_base_s, j.retry_cap_s, j.retry_jitter)))
+               when i.mode = 'park' then
+                 coalesce(v_now + pg_catalog.make_interval(secs => i.delay_s), 'infinity')
+               -- an interrupted run keeps its place in line (its run_at), like a
+               -- recovered one, unless the caller asks for a delay
+               when i.mode = 'interrupt' and i.delay_s is null then least(j.run_at, v_now)
+               else v_now + pg_catalog.make_interval(secs => coalesce(i.delay_s, 0))
+             end as next_run_at
+        from input i
+        join jobs.job j on j.id = i.id and j.claim = i.claim and j.state = 'running'
+       cross join lateral (select case
+                                    when i.mode = 'fail' then 'failed'
+                                    when i.mode = 'park' then 'parked'
+                                    when i.mode = 'shed' then 'ready'
+                                    when i.mode = 'interrupt' then 'interrupted'
+                                    else jobs.retry_state(j.attempt, j.max_attempts, j.dead_letter)
+                                  end::jobs.job_state as next_state) n
+       order by j.id
+         for update of j
+    ),
+    done as (
+      update jobs.job as j
+         set state = case when t.unwinds then j.state else t.next_state end,
+             run_at = case when not t.unwinds and t.next_state in ('ready', 'parked', 'interrupted')
+                           then t.next_run_at else j.run_at end,
+             attempt = case when t.mode in ('park', 'shed', 'interrupt')
+                            then j.attempt - 1 else j.attempt end,
+             lease_expires_at = case when t.unwinds then j.lease_expires_at end,
+             finished_at = case when not t.unwinds and t.next_state in ('failed', 'dead')
+                                then v_now end,
+             compensating = j.compensating or t.unwinds,
+             step_seq = j.step_seq + case when t.unwinds then 1 else 0 end,
+             last_error = case when t.error is null then j.last_error
+                               else case when pg_catalog.jsonb_typeof(t.error) = 'object' then t.error
+                                         else pg_catalog.jsonb_build_object('message', t.error) end
+                                    || pg_catalog.jsonb_build_object('attempt', t.attempt, 'at', v_now)
+                          end
+        from target t
+       where j.id = t.id
+      returning j.id, j.state, j.settle_watched, t.unwinds, j.step_seq, t.next_state, t.error
+    ),
+    unwound as (
+      -- record the final state of each job that starts unwinding (sagas, above)
+      select jobs.record_unwinds(pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.step_seq),
+                                 pg_catalog.array_agg(done.next_state),
+                                 pg_catalog.array_agg(done.error))
+        from done where done.unwinds
+    )
+  select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.state),
+         pg_catalog.array_agg(done.id) filter (
+           where done.settle_watched and done.state in ('failed', 'dead'))
+    into v_done, v_states, v_watched
+    from done, (select pg_catalog.count(*) from unwound) as u;
+  -- NOTIFY result waiters of watched jobs that reached a final state (once per call).
+  perform jobs.notify_settled(v_watched);
+  return query
+    select u.id, d.id is not null, d.state
+      from unnest(p_ids) with ordinality as u(id, ord)
+      left join unnest(v_done, v_states) as d(id, state) on d.id = u.id
+     order by u.ord;
+end
 $function$;
 
 -- changed: jobs.queue_stats()

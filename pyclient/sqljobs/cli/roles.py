@@ -31,6 +31,10 @@ def worker(
     listen: Annotated[bool, typer.Option(help="Wake on LISTEN jobs_wake (else poll only).")] = True,
     listen_retry: Annotated[float, typer.Option(
         help="Seconds before reconnecting a lost LISTEN connection (doubles up to 30).")] = 1.0,
+    worker_id: Annotated[str | None, typer.Option(
+        "--id", help="This worker's id, stable across restarts (e.g. a pod name; default: "
+                     "host:pid:random). It names the worker in jobs.worker and on the jobs "
+                     "it claims; two live workers must not share one.")] = None,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
     log_format: Annotated[str, typer.Option(help="text or json (one object per line).")] = "text",
     with_relay: Annotated[bool, typer.Option(
@@ -51,7 +55,7 @@ def worker(
         runner = Worker(application, queue or None, concurrency, lease_s=lease,
                         poll_interval=poll_interval, prefetch=prefetch,
                         drain_timeout=drain_timeout,
-                        listen=listen, listen_retry_s=listen_retry,
+                        listen=listen, listen_retry_s=listen_retry, worker_id=worker_id,
                         install_signals=not (with_relay or with_scheduler))
         if with_relay or with_scheduler:
             import asyncio

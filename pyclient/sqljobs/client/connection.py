@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from sqljobs.client.errors import translate
+from sqljobs.client.errors import TRANSIENT_ERRORS, translate
 from sqljobs.client.queries import Call
 
 T = TypeVar("T")
@@ -86,6 +86,20 @@ class AsyncClient:
             except psycopg.Error as error:
                 raise translate(error) from error
         return call.decode(rows)
+
+    async def run_again_once(self, call: Call[T]) -> T:
+        """Run a call that is safe to send twice (fenced and idempotent, as a step's
+        store is). On a pool, a call that fails because its connection dropped (a
+        terminated backend, a failover) is sent once more on a live connection, after
+        the pool's idle connections are checked and the dead ones dropped: a failover
+        then costs a retry, not the job's attempt."""
+        try:
+            return await self.run(call)
+        except TRANSIENT_ERRORS:
+            if not isinstance(self._source, AsyncConnectionPool):
+                raise
+        await self._source.check()
+        return await self.run(call)
 
     async def run_all(self, calls: list[Call[T]]) -> list[T]:
         """Run calls in one transaction: all take effect, or none (see Client.run_all)."""

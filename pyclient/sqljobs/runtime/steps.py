@@ -33,6 +33,11 @@ Rules:
     `ctx.job_id` and the step name;
   * once the run lost its lease or was cancelled nothing more is stored: the call
     raises `LeaseLost` (SJ004) or `RunCancelled` and the worker stops the run;
+  * no step function starts once the lease ran out on this worker's clock (a stall
+    longer than the lease: another worker may hold the job and have stored the step):
+    the step raises `RunCancelled` and the worker stops the run;
+  * a step's store that fails on a dropped connection is sent again once on a live
+    one (it is fenced and idempotent), so a failover does not cost an attempt;
   * a sleep or an event wait that has to wait parks the job (not an attempt) and ends
     the run at once, freeing the worker's slot (it raises `Suspended`, a BaseException
     the worker handles: don't catch it); the job resumes, replaying, when it is due.
@@ -189,6 +194,7 @@ class Steps:
         lost: Callable[[], None],
         loop: asyncio.AbstractEventLoop,
         job_retry: RetryPolicy | None = None,
+        lease_deadline: Callable[[], float] | None = None,
     ) -> None:
         self.job_id = job_id
         self.claim = claim
@@ -200,6 +206,7 @@ class Steps:
         self._run = run
         self._cancelled = cancelled
         self._lost = lost
+        self._lease_deadline = lease_deadline  # monotonic; renewed by the heartbeats
         self.loop = loop
         self._job_retry = job_retry or RetryPolicy()  # a step's retry falls back on it
         self.round_trips = 0  # statements this run's steps sent (for tests and benchmarks)
@@ -251,6 +258,26 @@ class Steps:
     def _check_running(self) -> None:
         if self._cancelled.is_set():
             raise RunCancelled(f"job {self.job_id}: the run was stopped; no more steps are stored")
+        if self._lease_deadline is not None and time.monotonic() > self._lease_deadline():
+            # Past the lease on this process's clock (it stalled, or its heartbeats
+            # failed): another worker may hold the job. Stop before the step's function
+            # runs, not after the fence refuses to store what it did.
+            self._stop_lost()
+            raise RunCancelled(f"job {self.job_id}: the lease ran out on this worker's clock "
+                               f"(a stall longer than the lease?); no more steps run")
+
+    def _stop_lost(self) -> None:
+        """Stop the run as lost, at once when on the worker's loop (so that its outcome
+        is never written), else as soon as the loop runs."""
+        self._cancelled.set()
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            self._lost()
+        else:
+            self.loop.call_soon_threadsafe(self._lost)
 
     async def _call(self, call: Call[T]) -> T:
         self._check_running()

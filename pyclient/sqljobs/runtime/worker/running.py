@@ -120,8 +120,9 @@ class Runner:
         )
         ctx._steps = Steps(
             job_id=job.id, claim=job.claim, stored=job.steps, started_at=job.started_at,
-            lease_s=self._lease_s, run=self._client.run, cancelled=ctx.cancelled,
-            lost=lambda: run.stop("lease_lost"), loop=ctx._loop,
+            lease_s=self._lease_s, run=self._client.run_again_once, cancelled=ctx.cancelled,
+            lost=lambda: run.stop("lease_lost"), lease_deadline=lambda: run.lease_deadline,
+            loop=ctx._loop,
             job_retry=RetryPolicy(job.max_attempts, job.retry_base_s, job.retry_cap_s,
                                   job.retry_jitter))
         run.ctx = ctx
@@ -181,11 +182,19 @@ class Runner:
 
 
 async def _cancel(handler: asyncio.Future[Any]) -> None:
+    # What a stopped handler raises (now or, from a thread, later) is not wanted: read
+    # it, so that asyncio does not log it as never retrieved.
+    handler.add_done_callback(_discard_outcome)
     if handler.done():
         return
     handler.cancel()  # an async handler gets CancelledError; a thread cannot be stopped
     if isinstance(handler, asyncio.Task):
         await asyncio.wait({handler}, timeout=1.0)
+
+
+def _discard_outcome(handler: asyncio.Future[Any]) -> None:
+    if not handler.cancelled():
+        handler.exception()
 
 
 def _classify(definition: JobDefinition[Any], handler: asyncio.Future[Any]) -> Settlement:

@@ -107,6 +107,8 @@ class Slots:
             if self.settling() >= self.room:
                 break  # the settler is behind: start more when it writes
             run = self.waiting.popleft()
+            if run.stop_reason is None and time.monotonic() > run.lease_deadline:
+                run.stop("lease_lost")  # it waited past its lease (a stall): not ours now
             if run.stop_reason is not None:
                 dropped += 1
                 run.settled.set()
