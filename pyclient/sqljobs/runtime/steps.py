@@ -69,6 +69,7 @@ from sqljobs.client.queries import Call
 from sqljobs.client.records import JobSpec, JobState
 from sqljobs.client.results import JobCancelled, JobDead, JobError, JobFailed
 from sqljobs.declare.jobs import JobHandle, RetryPolicy
+from sqljobs.runtime.observing import NO_WATCH, RunWatch
 from sqljobs.runtime.stopping import RunCancelled
 
 T = TypeVar("T")
@@ -195,6 +196,7 @@ class Steps:
         loop: asyncio.AbstractEventLoop,
         job_retry: RetryPolicy | None = None,
         lease_deadline: Callable[[], float] | None = None,
+        watch: RunWatch = NO_WATCH,
     ) -> None:
         self.job_id = job_id
         self.claim = claim
@@ -209,6 +211,7 @@ class Steps:
         self._lease_deadline = lease_deadline  # monotonic; renewed by the heartbeats
         self.loop = loop
         self._job_retry = job_retry or RetryPolicy()  # a step's retry falls back on it
+        self.watch = watch  # observers' view of the run (steps as spans, parks as events)
         self.round_trips = 0  # statements this run's steps sent (for tests and benchmarks)
         # (step name, compensation, the step's value) of completed compensable steps, in
         # the order the handler reached them (sagas).

@@ -28,6 +28,7 @@ from sqljobs.client import queries
 from sqljobs.client.connection import AsyncClient
 from sqljobs.client.errors import TRANSIENT_ERRORS
 from sqljobs.client.records import ClaimedJob
+from sqljobs.runtime.observing import RunObserver
 from sqljobs.runtime.worker.runs import Slots
 
 logger = logging.getLogger("sqljobs.worker")
@@ -43,7 +44,7 @@ class ClaimLoop:
                  poll_interval: float, wake: asyncio.Event,
                  claimed: Callable[[ClaimedJob, float], None],
                  stopping: Callable[[], bool], sleep: Callable[[float], Awaitable[None]],
-                 log_extra: Mapping[str, Any]) -> None:
+                 log_extra: Mapping[str, Any], observer: RunObserver) -> None:
         self._client = client
         self._slots = slots
         self._worker_id = worker_id
@@ -56,6 +57,7 @@ class ClaimLoop:
         self._stopping = stopping
         self._sleep = sleep
         self._log_extra = dict(log_extra)
+        self._observer = observer
         self._wanted = True
 
     def want(self) -> None:
@@ -96,6 +98,7 @@ class ClaimLoop:
                     await self._sleep(pause)
                     continue
                 failures = 0
+                self._observer.claimed(len(jobs), time.monotonic() - sent)
                 for job in jobs:
                     self._claimed(job, sent)
                 if len(jobs) == min(free, MAX_CLAIM):

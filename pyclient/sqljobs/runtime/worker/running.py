@@ -36,6 +36,7 @@ from sqljobs.client.records import JobState
 from sqljobs.declare.control import Retry, Snooze
 from sqljobs.declare.jobs import JobDefinition, RetryPolicy
 from sqljobs.runtime.context import JobContext
+from sqljobs.runtime.observing import RunObserver
 from sqljobs.runtime.steps import Steps, Suspended
 from sqljobs.runtime.stopping import RunCancelled
 from sqljobs.runtime.threads import DaemonThreadPool
@@ -52,18 +53,20 @@ class Runner:
 
     def __init__(self, *, definitions: Mapping[str, JobDefinition[Any]], client: AsyncClient,
                  threads: DaemonThreadPool, worker_id: str, lease_s: float,
-                 log_extra: Mapping[str, Any]) -> None:
+                 log_extra: Mapping[str, Any], observer: RunObserver) -> None:
         self._definitions = definitions
         self._client = client
         self._threads = threads
         self._worker_id = worker_id
         self._lease_s = lease_s
         self._log_extra = dict(log_extra)
+        self._observer = observer
 
     async def outcome(self, run: Run) -> Settlement | None:
         """Run the handler; answers what to write, or None when nothing may be written."""
         job = run.job
         definition = self._definitions[job.name]
+        run.watch = self._observer.run_begins(job)
         try:
             payload = definition.parse_payload(job.payload)
         except InvalidPayload as error:
@@ -75,12 +78,13 @@ class Runner:
 
         ctx = self._context(run)
         handler: asyncio.Future[Any]
-        if definition.is_async:
-            handler = asyncio.ensure_future(definition.fn(ctx, payload))
-        else:
-            copy = contextvars.copy_context()
-            run.thread = self._threads.submit(copy.run, definition.fn, ctx, payload)
-            handler = asyncio.wrap_future(run.thread)
+        with run.watch.active():  # the handler's context sees what the observers set
+            if definition.is_async:
+                handler = asyncio.ensure_future(definition.fn(ctx, payload))
+            else:
+                copy = contextvars.copy_context()
+                run.thread = self._threads.submit(copy.run, definition.fn, ctx, payload)
+                handler = asyncio.wrap_future(run.thread)
         timeout = job.timeout_s
         done, _ = await asyncio.wait({handler, run.stopped}, timeout=timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -122,7 +126,7 @@ class Runner:
             job_id=job.id, claim=job.claim, stored=job.steps, started_at=job.started_at,
             lease_s=self._lease_s, run=self._client.run_again_once, cancelled=ctx.cancelled,
             lost=lambda: run.stop("lease_lost"), lease_deadline=lambda: run.lease_deadline,
-            loop=ctx._loop,
+            loop=ctx._loop, watch=run.watch,
             job_retry=RetryPolicy(job.max_attempts, job.retry_base_s, job.retry_cap_s,
                                   job.retry_jitter))
         run.ctx = ctx

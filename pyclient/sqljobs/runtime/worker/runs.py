@@ -23,6 +23,7 @@ from typing import Any
 
 from sqljobs.client.records import ClaimedJob
 from sqljobs.runtime.context import JobContext
+from sqljobs.runtime.observing import NO_WATCH, RunWatch
 from sqljobs.runtime.stopping import StopReason
 
 
@@ -50,6 +51,7 @@ class Run:
         self.task: asyncio.Task[None] | None = None
         self.holds_slot = False  # started, and its handler (or thread) not yet finished
         self.started = time.monotonic()
+        self.watch: RunWatch = NO_WATCH  # what observers see of it (sqljobs.runtime.observing)
 
     def stop(self, reason: StopReason) -> None:
         if self.stop_reason is None:

@@ -21,7 +21,7 @@ import psycopg
 from sqljobs.client import queries
 from sqljobs.client.connection import AsyncClient
 from sqljobs.client.errors import TRANSIENT_ERRORS, DatabaseError
-from sqljobs.client.records import NackMode, Settled
+from sqljobs.client.records import JobState, NackMode, Settled
 from sqljobs.runtime.worker.runs import Run
 
 logger = logging.getLogger("sqljobs.worker")
@@ -52,16 +52,36 @@ class Settlement:
             return "parked"
         return f"nack:{self.mode}"
 
+    def outcome(self, state: JobState | None) -> str:
+        """What became of the run, once written and the job is in `state`: succeeded,
+        retried, snoozed, interrupted, failed, dead, parked, compensated (or lost)."""
+        if self.ack:
+            return "succeeded"
+        if self.compensated:
+            return "compensated"
+        if self.written:
+            # a saga wrote a failure that was not final (sqljobs.runtime.worker.running)
+            return "parked" if self.mode == "park" else "retried"
+        if state is None:
+            return "lost"
+        if self.mode == "shed":
+            return "snoozed"
+        if self.mode == "interrupt":
+            return "interrupted"
+        if state in (JobState.READY, JobState.RUNNING):  # running: a saga's unwind began
+            return "retried"
+        return state.value
 
-_Pending = tuple[Run, Settlement, "asyncio.Future[bool]"]
+
+_Pending = tuple[Run, Settlement, "asyncio.Future[JobState | None]"]
 
 
 class Settler:
     """Writes outcomes in batches: every outcome waiting when a write starts goes into it.
 
-    `settle()` returns once the outcome is committed (True) or the fence refused it
-    (False: the job was no longer ours). Transient database errors are retried with
-    backoff until the worker gives up at a forced exit.
+    `settle()` returns once the outcome is committed, with the state the job is in now,
+    or once the fence refused it (None: the job was no longer ours). Transient database
+    errors are retried with backoff until the worker gives up at a forced exit.
     """
 
     def __init__(self, client: AsyncClient, worker_id: str) -> None:
@@ -71,8 +91,8 @@ class Settler:
         self._ready = asyncio.Event()
         self.batches = 0
 
-    async def settle(self, run: Run, settlement: Settlement) -> bool:
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    async def settle(self, run: Run, settlement: Settlement) -> JobState | None:
+        future: asyncio.Future[JobState | None] = asyncio.get_running_loop().create_future()
         self._pending.append((run, settlement, future))
         self._ready.set()
         return await future
@@ -99,7 +119,7 @@ class Settler:
     def _give_up(batch: list[_Pending]) -> None:
         for _, _, future in batch:
             if not future.done():
-                future.set_result(False)
+                future.set_result(None)
 
     async def _write(self, batch: list[_Pending]) -> None:
         acks = [p for p in batch if p[1].ack]
@@ -141,7 +161,7 @@ class Settler:
         self.batches += 1
         for (_, _, future), answer in zip(acks, answers, strict=True):
             if not future.done():  # done: acked before a retried partial batch
-                future.set_result(answer.ok)
+                future.set_result(JobState.SUCCEEDED if answer.ok else None)
         return []
 
     async def _nacks(self, nacks: list[_Pending]) -> None:
@@ -152,7 +172,7 @@ class Settler:
         self.batches += 1
         for (_, _, future), answer in zip(nacks, answers, strict=True):
             if not future.done():
-                future.set_result(answer.ok)
+                future.set_result(answer.state if answer.ok else None)
 
 
 def clean_text(text: str, limit: int = _MESSAGE_LIMIT) -> str:

@@ -36,7 +36,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -49,6 +49,7 @@ from sqljobs.client.records import ClaimedJob
 from sqljobs.declare.limits import declared_writes
 from sqljobs.runtime.lifecycle import Role
 from sqljobs.runtime.listening import WAKE_CHANNEL, Listener
+from sqljobs.runtime.observing import Observers, RunObserver
 from sqljobs.runtime.threads import DaemonThreadPool
 from sqljobs.runtime.worker.claiming import ClaimLoop
 from sqljobs.runtime.worker.draining import Drain
@@ -82,6 +83,7 @@ class Worker(Role):
         listen_retry_s: float = 1.0,
         install_signals: bool = True,
         worker_id: str | None = None,
+        observers: Sequence[RunObserver] = (),
     ) -> None:
         Role.__init__(self)
         definitions = {name: handle.definition for name, handle in app.jobs.items()}
@@ -131,6 +133,8 @@ class Worker(Role):
         self._threads = DaemonThreadPool(concurrency, name=f"sqljobs-{self.pid}")
         self.counts: dict[str, int] = {}
         self._log_extra = {"worker_id": self.id}
+        # metrics, tracing (the optional extras) or your own: sqljobs.runtime.observing
+        self.observers = Observers(observers)
 
     @property
     def listening(self) -> bool:
@@ -238,12 +242,12 @@ class Worker(Role):
         self._settler = Settler(client, self.id)
         self._runner = Runner(definitions=self._definitions, client=client,
                               threads=self._threads, worker_id=self.id, lease_s=self.lease_s,
-                              log_extra=self._log_extra)
+                              log_extra=self._log_extra, observer=self.observers)
         self._claims = ClaimLoop(
             client=client, slots=self._slots, worker_id=self.id, queues=self.queues,
             names=self.names, lease_s=self.lease_s, poll_interval=self.poll_interval,
             wake=self._wake, claimed=self._hold, stopping=lambda: self._stopping,
-            sleep=self._sleep, log_extra=self._log_extra)
+            sleep=self._sleep, log_extra=self._log_extra, observer=self.observers)
         if self.listen:
             queues = frozenset(self.queues)
             self._listener = Listener(
@@ -295,7 +299,7 @@ class Worker(Role):
             if settlement is not None and not settlement.written:
                 settlement = await self._runner.saga(run, settlement)
             if settlement is None:
-                self._count("lost")
+                self._ended(run, "lost", None)
                 logger.warning("job %s stopped: no longer held by this worker (%s); "
                                "nothing written", job.id, run.stop_reason,
                                extra={**fields, "outcome": "lost"})
@@ -304,14 +308,14 @@ class Worker(Role):
             if run.thread is None or run.thread.done():
                 self._free_slot(run)  # the slot is free; the outcome waits for the settler
             if settlement.written:  # a durable step parked the job, or a saga settled it
-                self._count(settlement.label)
+                self._ended(run, settlement.outcome(None), settlement.error)
                 logger.info("job %s %s %s", job.id, job.name, settlement.label,
                             extra={**fields, "outcome": settlement.label})
                 return
-            ok = await self._settler.settle(run, settlement)
+            state = await self._settler.settle(run, settlement)
             duration_ms = round((time.monotonic() - run.started) * 1000, 1)
-            if ok:
-                self._count(settlement.label)
+            if state is not None:
+                self._ended(run, settlement.outcome(state), settlement.error)
                 level = logging.INFO if settlement.ack or settlement.mode in (
                     "shed", "interrupt") else logging.WARNING
                 error = settlement.error or {}
@@ -321,7 +325,7 @@ class Worker(Role):
                                   "duration_ms": duration_ms,
                                   "error_kind": error.get("kind")})
             else:
-                self._count("lost")
+                self._ended(run, "lost", None)
                 logger.warning("job %s %s: settle refused, the lease was lost (another "
                                "worker may run it again)", job.id, settlement.label,
                                extra={**fields, "outcome": "lost"})
@@ -339,8 +343,9 @@ class Worker(Role):
             self._start_waiting()
             self._wake.set()
 
-    def _count(self, label: str) -> None:
+    def _ended(self, run: Run, label: str, error: Mapping[str, Any] | None) -> None:
         self.counts[label] = self.counts.get(label, 0) + 1
+        run.watch.ended(label, error, time.monotonic() - run.started)
 
 
 def run_worker(app: App, queues: Sequence[str] | None = None, concurrency: int = 10,
