@@ -10,17 +10,15 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 
 from tests.harness.schema import find_psql
+from tests.node import install, needs_node, pg_env
 from tests.worker_helpers import running
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,24 +102,11 @@ def test_the_psql_producer_enqueues_and_a_second_run_dedupes(
     assert conn.execute("select count(*) from jobs.job_view").fetchone() == (4,)
 
 
-@pytest.mark.skipif(not (shutil.which("node") and shutil.which("npm")),
-                    reason="needs Node.js and npm")
+@needs_node
 def test_the_node_producer_enqueues_with_pg(db_dsn: str, conn: psycopg.Connection[Any],
                                             tmp_path: Path) -> None:
-    for name in ("package.json", "enqueue.mjs"):
-        shutil.copy(PLAIN_SQL / name, tmp_path / name)
-    install = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                             check=False)
-    assert install.returncode == 0, install.stderr
-    info = conninfo_to_dict(db_dsn)
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SQLJOBS_DSN")}
-    env.update({"PGHOST": str(info.get("host", "127.0.0.1")),
-                "PGPORT": str(info.get("port", 5432)),
-                "PGUSER": str(info.get("user", "postgres")),
-                "PGDATABASE": str(info["dbname"])})
-    if info.get("password"):
-        env["PGPASSWORD"] = str(info["password"])
+    install(PLAIN_SQL, ["package.json", "enqueue.mjs"], tmp_path)
+    env = pg_env(db_dsn)
     command = ["node", "enqueue.mjs", "77", "node@example.com"]
     first = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=60, check=False)
