@@ -7,7 +7,7 @@ PYTHON ?= python
 PYTEST ?= $(PYTHON) -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help test sqltest test-limits test-stalls lint bench docs
+.PHONY: help test sqltest test-limits test-stalls lint bench bench-retention docs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -32,6 +32,10 @@ lint: ## ruff, mypy (strict on pyclient/) and the package layers (import-linter)
 bench: ## the benchmark suite, peers included (about 2 hours; docs/benchmarks.md)
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
 	$(PYTHON) -m bench
+
+bench-retention: ## sqljobs' sustained run with 60 s retention, 10 minutes (docs/benchmarks.md)
+	$(PYTHON) -m pip install --quiet -e '.[bench]'
+	$(PYTHON) -m bench --part sustained --system sqljobs_retention --sustained-seconds 600
 
 docs: ## build the documentation site (mkdocs, strict)
 	@if [ -f mkdocs.yml ]; then \

@@ -19,8 +19,15 @@ written on) never cleans the table, so by default (--vacuum auto) the bench then
 stands in for autovacuum: stock thresholds, checked every --naptime-s, throttled like
 autovacuum (see Autovacuum). Server settings are left alone.
 
-Writes bench/.out/sustained-current-<minutes>m-<vacuum><naptime>s.json and prints a
-markdown table.
+Retention: --retention-s S keeps succeeded jobs S seconds (the stored policy,
+jobs.retention_put) and runs a purger process beside the load that calls one bounded
+jobs.purge(--purge-batch) per --purge-every-s, as the scheduler's leader does; without
+it finished rows stay for good. (The side-by-side sustained run beside the peers has the
+same as its system `sqljobs_retention`: `python -m bench --part sustained --system
+sqljobs_retention`.)
+
+Writes bench/.out/sustained-current-<minutes>m-<vacuum><naptime>s[-retention<S>s].json
+and prints a markdown table.
 """
 
 from __future__ import annotations
@@ -103,6 +110,27 @@ def worker(dsn: str, name: str, limit: int, poll_s: float, clock: Any, ready: An
     out.put(("worker", (claims, acks)))
 
 
+def purger(dsn: str, every_s: float, batch: int, clock: Any, ready: Any, stop: Any,
+           out: Any) -> None:
+    """One bounded purge per tick; the next tick at once while rows remain eligible."""
+    records: list[tuple[float, float, int]] = []  # (end, seconds, rows deleted)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ready.wait()
+        t0 = clock.value
+        while not stop.is_set():
+            start = time.monotonic()
+            row = conn.execute(PURGE, (batch,), prepare=True).fetchone()
+            end = time.monotonic()
+            deleted, remaining = (int(v or 0) for v in row) if row else (0, 0)
+            records.append((end - t0, end - start, deleted))
+            if remaining == 0:
+                stop.wait(every_s)
+    out.put(("purger", records))
+
+
+PURGE = "select pg_catalog.sum(deleted), pg_catalog.sum(remaining) from jobs.purge(%s)"
+
+
 # -- sampling --------------------------------------------------------------------------
 
 SIZES = """
@@ -173,6 +201,7 @@ class Run:
     limit: int
     poll_s: float
     vacuum: str
+    retention_s: float | None = None
     samples: list[Sample] = field(default_factory=list)
     vacuum_events: list[tuple[float, float, str]] = field(default_factory=list)
     totals: dict[str, Any] = field(default_factory=dict)
@@ -189,15 +218,23 @@ def run_design(design: str, args: argparse.Namespace) -> Run:
     if vacuum == "auto":
         vacuum = "server" if server_autovacuum else "emulate"
     result = Run(design, args.minutes, args.rate, args.batch,
-                 args.workers, args.limit, args.poll_s, vacuum)
+                 args.workers, args.limit, args.poll_s, vacuum, args.retention_s)
+    retention = args.retention_s is not None
+    if retention:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("select jobs.retention_put('*', %s)",
+                         (json.dumps({"succeeded": args.retention_s}),))
     ctx = mp.get_context("spawn")
     stop, out = ctx.Event(), ctx.Queue()
-    ready, clock = ctx.Barrier(args.workers + 2), ctx.Value("d", 0.0)
+    ready, clock = ctx.Barrier(args.workers + 2 + retention), ctx.Value("d", 0.0)
     procs = [ctx.Process(target=producer,
                          args=(dsn, args.rate, args.batch, clock, ready, stop, out))]
     procs += [ctx.Process(target=worker, args=(dsn, f"w{i}", args.limit, args.poll_s, clock,
                                                ready, stop, out))
               for i in range(args.workers)]
+    if retention:
+        procs.append(ctx.Process(target=purger, args=(dsn, args.purge_every_s, args.purge_batch,
+                                                      clock, ready, stop, out)))
     for p in procs:
         p.start()
     # Everyone starts on one clock, once every process is connected.
@@ -227,10 +264,13 @@ def run_design(design: str, args: argparse.Namespace) -> Run:
     producer_records: list[tuple[float, float, int]] = []
     claim_records: list[tuple[float, float, int]] = []
     ack_records: list[tuple[float, float, int]] = []
+    purge_records: list[tuple[float, float, int]] = []
     for _ in procs:
         kind, payload = out.get(timeout=120)
         if kind == "producer":
             producer_records = payload
+        elif kind == "purger":
+            purge_records = payload
         else:
             claim_records += payload[0]
             ack_records += payload[1]
@@ -269,6 +309,9 @@ def run_design(design: str, args: argparse.Namespace) -> Run:
         "claim_nonempty_p50_ms": pct([r[1] * 1e3 for r in claim_records if r[2]], 0.50),
         "claim_nonempty_p99_ms": pct([r[1] * 1e3 for r in claim_records if r[2]], 0.99),
         "rows_in_job": int(live[0]) if live else 0,
+        "purged": sum(r[2] for r in purge_records),
+        "purge_calls": len(purge_records),
+        "purge_p99_ms": pct([r[1] * 1e3 for r in purge_records if r[2]], 0.99),
     }
     if not args.keep:
         db.drop_database(args.dsn, dbname)
@@ -283,7 +326,9 @@ def table(run: Run) -> str:
     lines = [
         f"### {run.design}: "
         f"{run.minutes:g} min, vacuum: {run.vacuum}, {run.rate:,.0f} jobs/s in batches of "
-        f"{run.batch}, {run.workers} workers claiming {run.limit}\n",
+        f"{run.batch}, {run.workers} workers claiming {run.limit}"
+        + ("" if run.retention_s is None else f", succeeded kept {run.retention_s:g} s")
+        + "\n",
         "| t (s) | enq/s | ack/s | backlog | claim p50 / p99 (ms) | ack p50 / p99 (ms) "
         "| enqueue p50 / p99 (ms) | job heap (MiB) | job indexes (MiB) | claimable idx (MiB) "
         "| dead tuples | vacuums |",
@@ -305,6 +350,9 @@ def table(run: Run) -> str:
         f"{t['claim_p50_ms']:.2f} / {t['claim_p99_ms']:.2f} ms over {t['claim_calls']:,} calls "
         f"(claims that got jobs: {t['claim_nonempty_p50_ms']:.2f} / "
         f"{t['claim_nonempty_p99_ms']:.2f} ms); rows left in jobs.job {t['rows_in_job']:,}.")
+    if run.retention_s is not None:
+        lines.append(f"\nPurged {t['purged']:,} jobs in {t['purge_calls']:,} calls "
+                     f"(p99 of a call that deleted rows: {t['purge_p99_ms']:.1f} ms).")
     if run.vacuum_events:
         lines.append("\nEmulated autovacuum: " + "; ".join(
             f"{what} at {at:.0f} s ({took:.1f} s)" for at, took, what in run.vacuum_events))
@@ -330,14 +378,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--naptime-s", type=float, default=60.0,
                         help="the emulated autovacuum's naptime (stock: 60)")
     parser.add_argument("--keep", action="store_true", help="keep the databases")
+    parser.add_argument("--retention-s", type=float, default=None,
+                        help="keep succeeded jobs this long, purged beside the load "
+                             "(default: no purge)")
+    parser.add_argument("--purge-every-s", type=float, default=1.0,
+                        help="with --retention-s: the purger's tick, seconds")
+    parser.add_argument("--purge-batch", type=int, default=5000,
+                        help="with --retention-s: rows one purge deletes at most")
     args = parser.parse_args(argv)
 
     designs = DESIGNS
     for design in designs:
         print(f"== {design}", flush=True)
         result = run_design(design, args)
+        suffix = "" if args.retention_s is None else f"-retention{args.retention_s:g}s"
         out = HERE / ".out" / (f"sustained-{design}-{args.minutes:g}m-{result.vacuum}"
-                               f"{args.naptime_s:g}s.json")
+                               f"{args.naptime_s:g}s{suffix}.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(asdict(result), indent=2) + "\n", encoding="utf-8")
         print(table(result), flush=True)

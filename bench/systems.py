@@ -83,6 +83,10 @@ SYSTEMS: dict[str, System] = {
         # worker settings only change drain and pickup latency.
         System("sqljobs_prefetch", "sqljobs (prefetch 500)", "self", "sqljobs_driver.py",
                frozenset({"drain", "latency"}), variant="prefetch=500"),
+        # Retention of one minute (the stored policy), purged by a scheduler's leader
+        # with its default period: the sustained table + index size should stay flat.
+        System("sqljobs_retention", "sqljobs (retention 60 s)", "self", "sqljobs_driver.py",
+               frozenset({"sustained"}), variant="retention=60"),
         System("procrastinate", "Procrastinate", "python", "procrastinate_driver.py", QUEUE,
                ("procrastinate", "psycopg[binary]")),
         System("pgqueuer", "PgQueuer", "python", "pgqueuer_driver.py", QUEUE,

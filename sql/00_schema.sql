@@ -158,6 +158,18 @@ create index if not exists job_finished_idx
   on jobs.job (finished_at)
   where finished_at is not null;
 
+-- jobs.purge (sql/95_retention.sql) sweeps one final state at a time, oldest first: by
+-- state, so a day-old succeeded row is found without stepping over a month of kept
+-- dead ones.
+create index if not exists job_retention_idx
+  on jobs.job (state, finished_at)
+  where finished_at is not null;
+
+-- Dead jobs per queue: jobs.queue_gauges counts them without reading the finished rows.
+create index if not exists job_dead_idx
+  on jobs.job (queue)
+  where state = 'dead';
+
 -- ---------------------------------------------------------------------------
 -- jobs.queue: per-queue switches. A queue needs no row to be used; a row exists once
 -- an operator paused it or set a limit.
@@ -375,6 +387,48 @@ create table if not exists jobs.limit_start (
 );
 
 comment on table jobs.limit_start is 'Private: recent starts of rate-limited groups (sql/35_limits.sql).';
+
+-- ---------------------------------------------------------------------------
+-- jobs.job_type: what is known of each job name, so a viewer that never imported the
+-- Python model (psql, a Node service) redacts as the worker does (sql/92_introspection.sql).
+-- Written by every worker as it starts (origin 'declared'), or by jobs.job_type_put
+-- for a job only SQL services enqueue (origin 'api').
+--   sensitive_paths  payload paths hidden in every view ('card.number', 'items[].ssn')
+--   personal_paths   payload paths holding personal data (listed, not hidden)
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.job_type (
+  name             text primary key,
+  queue            text,
+  sensitive_paths  text[] not null default '{}',
+  personal_paths   text[] not null default '{}',
+  payload_schema   jsonb,
+  retry            jsonb,                    -- the declared policy's fields (null: default)
+  timeout_s        double precision,
+  origin           text not null default 'api',  -- declared (a worker) | api (SQL)
+  updated_at       timestamptz not null
+);
+
+comment on table jobs.job_type is 'Private: job types and their redaction; use jobs.job_type_put / job_types().';
+
+-- ---------------------------------------------------------------------------
+-- jobs.retention: the stored retention policy jobs.purge reads (sql/95_retention.sql).
+-- Row '*' is every queue's default; a row per queue overrides it. A null age inherits
+-- ('*', then the built-in default); 'Infinity' keeps forever. Ages are seconds after
+-- finished_at (events: after created_at).
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.retention (
+  queue        text primary key,             -- a queue's name, or '*': every other queue
+  succeeded_s  double precision,
+  failed_s     double precision,
+  dead_s       double precision,
+  cancelled_s  double precision,
+  awaited_s    double precision,             -- a job someone awaited: kept at least this
+  events_s     double precision,             -- events (read from the '*' row only)
+  updated_at   timestamptz not null
+);
+
+comment on table jobs.retention is
+  'Private: the retention policy of jobs.purge; use jobs.retention_put / retention_remove / retention_policy.';
 
 -- ---------------------------------------------------------------------------
 -- Clock. Every function reads time through jobs.now(), so tests (and pgTAP, where

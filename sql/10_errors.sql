@@ -20,6 +20,10 @@
 --   SJ012     key_busy              a job of a key limit with when_busy = 'fail' found its key held
 --                                   (stored in the failed job's last_error, not raised)
 --   SJ013     limit_not_found       a limit verb names a limit that does not exist
+--   SJ014     invalid_retention     a retention age is negative or not a number, or a purge batch < 1
+--   SJ015     unknown_retention_key a retention policy names no final state (or awaited, events)
+--   SJ016     job_type_not_found    a job-type verb names a job type that is not registered
+--   SJ017     invalid_job_type      a job-type definition is refused (unknown field, bad path)
 --   SJ030     not_leader            a scheduler fire whose leader token is not the live lease's
 --   SJ031     schedule_not_found    a schedule verb names a schedule that does not exist
 
@@ -43,6 +47,10 @@ as $$
     ('SJ011', 'reserved_step_name',  'step names starting with sqljobs. are the runtime''s own'),
     ('SJ012', 'key_busy',            'another run held the key, and the job said when_busy = fail'),
     ('SJ013', 'limit_not_found',     'no limit has that name'),
+    ('SJ014', 'invalid_retention',   'a retention age is negative or not a number, or a batch is below 1'),
+    ('SJ015', 'unknown_retention_key', 'a retention policy key is not succeeded, failed, dead, cancelled, awaited or events'),
+    ('SJ016', 'job_type_not_found',  'no job type has that name'),
+    ('SJ017', 'invalid_job_type',    'a job type definition is refused: unknown field, bad value or bad path'),
     ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
     ('SJ031', 'schedule_not_found',  'no schedule has that name')
 $$;

@@ -209,7 +209,7 @@ begin
   perform jobs.raise_error('lease_lost',
     pg_catalog.format('job %s is no longer held by claim %s', p_id, p_claim),
     case when v_state is null then 'the job no longer exists'
-         else pg_catalog.format('the job is %s under claim %s', v_state, v_claim) end,
+         else pg_catalog.format('the job is in state %s, claim %s', v_state, v_claim) end,
     'another worker may have taken it over after the lease lapsed; this run must stop');
 end
 $$;

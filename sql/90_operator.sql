@@ -414,15 +414,7 @@ comment on function jobs.resume_queue(text) is 'Let claims take from a paused qu
 -- ---------------------------------------------------------------------------
 -- Read side.
 -- ---------------------------------------------------------------------------
-create or replace view jobs.job_view as
-  select j.id, j.name, j.queue, j.tenant, j.key, j.state, j.priority, j.run_at, j.attempt,
-         j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.dead_letter,
-         j.timeout_s, j.claim, j.lease_expires_at, j.worker, j.progress, j.last_error,
-         j.result, j.traceparent, j.created_at, j.started_at, j.finished_at
-    from jobs.job j;
-
-comment on view jobs.job_view is
-  'Every job without its payload (read it with jobs.job_payload(id)).';
+-- jobs.job_view, redacted, is in sql/92_introspection.sql (it reads jobs.job_type).
 
 create or replace function jobs.job_payload(p_id bigint)
 returns jsonb
@@ -431,7 +423,8 @@ stable
 set search_path = ''
 as $$ select j.payload from jobs.job j where j.id = p_id $$;
 
-comment on function jobs.job_payload(bigint) is 'The payload of one job (null when it does not exist).';
+comment on function jobs.job_payload(bigint) is
+  'The payload of one job, NOT redacted (null when it does not exist): grant it only to whom may read secrets.';
 
 -- jobs.queue_stats(): one row per queue that has jobs or a pause switch.
 create or replace function jobs.queue_stats()

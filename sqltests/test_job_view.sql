@@ -1,16 +1,17 @@
--- jobs.job_view: every job without its payload; jobs.job_payload(id) returns the payload
--- (null for a missing job).
+-- jobs.job_view: every job, its payload redacted (a name with no job type shows none:
+-- test_redaction.sql has the rest); jobs.job_payload(id) returns the payload (null for
+-- a missing job).
 begin;
 select plan(8);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 select has_view('jobs', 'job_view', 'jobs.job_view exists');
-select hasnt_column('jobs', 'job_view', 'payload', 'job_view has no payload column');
+select has_column('jobs', 'job_view', 'payload', 'job_view has a (redacted) payload column');
 select columns_are('jobs', 'job_view', array[
   'id', 'name', 'queue', 'tenant', 'key', 'state', 'priority', 'run_at', 'attempt', 'max_attempts',
   'retry_base_s', 'retry_cap_s', 'retry_jitter', 'dead_letter', 'timeout_s', 'claim',
   'lease_expires_at', 'worker', 'progress', 'last_error', 'result', 'traceparent', 'created_at',
-  'started_at', 'finished_at'], 'job_view has every other column of a job');
+  'started_at', 'finished_at', 'payload', 'parent_id', 'parent_step'], 'job_view has these columns of a job');
 
 create temp table e as
   select * from jobs.enqueue('view.job', 'k', '{"secret": "s3cr3t", "n": [1, 2]}', '{"queue": "q_view", "tenant": "acme"}');

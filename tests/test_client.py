@@ -262,7 +262,7 @@ def coded_errors() -> Scenario:
     with pytest.raises(LeaseLost) as lost:
         yield queries.ack(held.id, held.claim + 1)
     check_error(lost.value, LeaseLost, "SJ004", "lease_lost",
-                detail=f"the job is running under claim {held.claim}",
+                detail=f"the job is in state running, claim {held.claim}",
                 hint="another worker may have taken it over after the lease lapsed; "
                      "this run must stop")
     with pytest.raises(LeaseLost):

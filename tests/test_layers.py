@@ -33,6 +33,8 @@ PUBLIC = {
     "Snooze",
     "SqljobsError", "Staged", "StepNameReused", "StepTimeout", "Steps",
     "UnknownJob", "Worker", "fresh_key", "key", "queries",
+    "InvalidJobType", "JobTypeNotFound", "PersonalData", "Sensitive",  # redaction
+    "InvalidRetention", "UnknownRetentionKey",  # retention
 }
 
 

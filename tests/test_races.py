@@ -97,7 +97,7 @@ def test_stale_ack_after_reclaim_raises_lease_lost(conn: psycopg.Connection[Any]
 
         with pytest.raises(LeaseLost) as lost:
             Client(first).run(queries.ack(job_id, held.claim, {"by": "first"}))
-        assert lost.value.detail == "the job is running under claim 2"
+        assert lost.value.detail == "the job is in state running, claim 2"
         assert job_row(conn, job_id) == ("running", 2, 2, None)
 
         Client(second).run(queries.ack(job_id, taken.claim, {"by": "second"}))

@@ -83,8 +83,12 @@ async def step_job(ctx: Any, payload: Empty) -> None:
         raise RuntimeError("first run: fail after the last step so that the job is retried")
 
 
-# --variant prefetch=N: the worker's local queue (default: as many as --concurrency)
-OPTIONS = {"prefetch": int(A.variant.split("=", 1)[1])} if A.variant else {}
+# --variant prefetch=N: the worker's local queue (default: as many as --concurrency);
+# --variant retention=S (sustained): succeeded jobs are kept S seconds (the stored
+# policy), purged by a scheduler's leader running beside the worker with its defaults.
+VARIANT, _, VALUE = A.variant.partition("=")
+OPTIONS = {"prefetch": int(VALUE)} if VARIANT == "prefetch" else {}
+RETENTION_S = float(VALUE) if VARIANT == "retention" else None
 
 
 def start_worker() -> tuple[sqljobs.Worker, asyncio.Task[int]]:
@@ -141,6 +145,12 @@ async def main() -> None:
         result = await steps(A, STEPS, start_worker, stop_worker, enqueue_steps)
     else:
         sent = 0
+        scheduler = None
+        if RETENTION_S is not None:
+            app.client.run(sqljobs.queries.retention_put(
+                "*", {"succeeded": RETENTION_S}))
+            scheduler = sqljobs.Scheduler(app, install_signals=False)
+            scheduler_task = asyncio.create_task(scheduler.run_async())
 
         async def enqueue_many_at(n: int, t: float) -> None:
             nonlocal sent
@@ -149,6 +159,10 @@ async def main() -> None:
             sent += n
 
         result = await sustained(A, REC, start_worker, stop_worker, enqueue_many_at)
+        if scheduler is not None:
+            scheduler.stop()
+            await scheduler_task
+            result["purged"] = scheduler.counts["purged"]
     await app.close_async()
     emit(result, "sqljobs")
 

@@ -1,12 +1,15 @@
--- sqljobs schema version 2 (flow control): upgrades version 1 in place. Revision
--- sqljobs_0002. The source of every function below is sql/ (sql/35_limits.sql is new;
--- sql/20_enqueue.sql, 30_claim.sql, 80_schedule.sql and 90_operator.sql changed);
--- docs/design/limits.md says why it is built this way.
+-- sqljobs schema version 2 (flow control, and what operating it needs): upgrades
+-- version 1 in place. Revision sqljobs_0002. The source of every function below is
+-- sql/: new are sql/35_limits.sql (limits; docs/design/limits.md says why it is built
+-- this way), 92_introspection.sql (job types, redaction, job_view), 93_metrics.sql
+-- (gauges, stats) and 95_retention.sql (purge); 20_enqueue.sql, 30_claim.sql,
+-- 40_settle.sql, 80_schedule.sql and 90_operator.sql changed.
 --
 -- Locks: jobs.job takes an ACCESS EXCLUSIVE lock for the new columns (no rewrite: their
 -- defaults are constants) and the index swap; the new partial indexes cover columns
 -- that are empty before this revision, and the rebuilt job_claimable_idx only the
--- claimable rows, so the lock lasts about as long as reading those. Workers of
+-- claimable rows, so the lock lasts about as long as reading those; job_retention_idx
+-- covers the finished rows kept (about a second per million). Workers of
 -- version 1 need not drain: they keep calling the same functions (jobs.leader_* are
 -- kept as wrappers over the named leases).
 
@@ -45,6 +48,11 @@ create unique index job_singleton_idx
 create unique index job_debounce_idx
   on jobs.job (name, (coalesce(tenant, '')), (coalesce(group_key, '')))
   where debounce_s is not null and state = 'ready';
+-- Dead jobs per queue (jobs.queue_gauges in sql/93_metrics.sql): unlike the indexes
+-- above it holds rows from the start (the dead jobs kept), one more read of the table.
+create index job_dead_idx
+  on jobs.job (queue)
+  where state = 'dead';
 
 -- ---------------------------------------------------------------------------
 -- jobs.leader becomes jobs.lease, the named leases (the scheduler's is 'scheduler':
@@ -92,6 +100,36 @@ create table jobs.slot (
 create table jobs.limit_start (
   grp     text primary key,
   starts  timestamptz[] not null
+);
+
+-- ---------------------------------------------------------------------------
+-- Retention (sql/95_retention.sql): the stored policy, and the index jobs.purge sweeps.
+-- ---------------------------------------------------------------------------
+create table jobs.retention (
+  queue        text primary key,
+  succeeded_s  double precision,
+  failed_s     double precision,
+  dead_s       double precision,
+  cancelled_s  double precision,
+  awaited_s    double precision,
+  events_s     double precision,
+  updated_at   timestamptz not null
+);
+create index job_retention_idx
+  on jobs.job (state, finished_at)
+  where finished_at is not null;
+
+-- jobs.job_type: job types and the payload paths views redact (sql/92_introspection.sql).
+create table jobs.job_type (
+  name             text primary key,
+  queue            text,
+  sensitive_paths  text[] not null default '{}',
+  personal_paths   text[] not null default '{}',
+  payload_schema   jsonb,
+  retry            jsonb,
+  timeout_s        double precision,
+  origin           text not null default 'api',
+  updated_at       timestamptz not null
 );
 
 -- jobs.queue_stats gains a column (limited): a new return type is a drop and a create.
@@ -407,6 +445,41 @@ begin
 end
 $function$;
 
+-- new: jobs.job_detail(bigint)
+CREATE OR REPLACE FUNCTION jobs.job_detail(p_id bigint)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO ''
+AS $function$
+begin
+  return (
+  select pg_catalog.jsonb_build_object(
+    'job', pg_catalog.to_jsonb(v),
+    'steps', coalesce((
+      select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'name', st.name, 'ordinal', st.ordinal, 'kind', st.kind,
+               'value', jobs.redact_strings(st.value, s.secrets), 'created_at', st.created_at)
+             order by st.ordinal)
+        from jobs.step st where st.job_id = j.id), '[]'::jsonb),
+    'children', coalesce((
+      select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'id', c.id, 'name', c.name, 'state', c.state, 'parent_step', c.parent_step,
+               'attempt', c.attempt, 'finished_at', c.finished_at) order by c.id)
+        from jobs.job c where c.parent_id = j.id), '[]'::jsonb),
+    'waits', coalesce((
+      select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'step', w.step, 'events', w.names, 'specs', jobs.redact_strings(w.specs, s.secrets),
+               'deadline', w.deadline, 'created_at', w.created_at) order by w.created_at, w.step)
+        from jobs.event_wait w where w.job_id = j.id), '[]'::jsonb))
+    from jobs.job j
+    join jobs.job_view v on v.id = j.id
+    left join jobs.job_type t on t.name = j.name
+   cross join lateral (select jobs.redaction_secrets(j.payload, t.sensitive_paths) as secrets) s
+   where j.id = p_id);
+end
+$function$;
+
 -- new: jobs.job_of_group(jsonb)
 CREATE OR REPLACE FUNCTION jobs.job_of_group(p_spec jsonb)
  RETURNS bigint
@@ -426,6 +499,125 @@ begin
                       and k.state = 'ready'))
            limit 1);
 end
+$function$;
+
+-- new: jobs.job_type_problem(text,jsonb)
+CREATE OR REPLACE FUNCTION jobs.job_type_problem(p_name text, p_def jsonb)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO ''
+AS $function$
+declare
+  v_field   text;
+  v_problem text;
+begin
+  if p_name is null or p_name = '' then
+    return 'a job type needs a name';
+  end if;
+  if p_def is null or pg_catalog.jsonb_typeof(p_def) <> 'object' then
+    return 'a job type definition is a JSON object';
+  end if;
+  select k into v_field from pg_catalog.jsonb_object_keys(p_def) k
+   where k not in ('queue', 'sensitive', 'personal', 'payload_schema', 'retry', 'timeout_s',
+                   'origin')
+   limit 1;
+  if v_field is not null then
+    return pg_catalog.format('unknown field %L (fields: queue, sensitive, personal, '
+                             'payload_schema, retry, timeout_s, origin)', v_field);
+  end if;
+  if coalesce(pg_catalog.jsonb_typeof(p_def->'queue'), 'string') not in ('string', 'null') then
+    return 'queue must be a string';
+  end if;
+  foreach v_field in array array['sensitive', 'personal'] loop
+    if coalesce(pg_catalog.jsonb_typeof(p_def->v_field), 'array') <> 'array' then
+      return pg_catalog.format('%s must be an array of paths', v_field);
+    end if;
+    if exists (select 1 from pg_catalog.jsonb_array_elements(coalesce(p_def->v_field, '[]')) e
+                where pg_catalog.jsonb_typeof(e) <> 'string') then
+      return pg_catalog.format('%s must hold strings', v_field);
+    end if;
+    select jobs.redaction_path_problem(e) into v_problem
+      from pg_catalog.jsonb_array_elements_text(coalesce(p_def->v_field, '[]')) e
+     where jobs.redaction_path_problem(e) is not null
+     limit 1;
+    if v_problem is not null then
+      return pg_catalog.format('%s: %s', v_field, v_problem);
+    end if;
+  end loop;
+  if coalesce(pg_catalog.jsonb_typeof(p_def->'payload_schema'), 'object') not in ('object', 'null')
+     or coalesce(pg_catalog.jsonb_typeof(p_def->'retry'), 'object') not in ('object', 'null') then
+    return 'payload_schema and retry must be JSON objects';
+  end if;
+  if coalesce(pg_catalog.jsonb_typeof(p_def->'timeout_s'), 'number') not in ('number', 'null')
+     or (p_def->>'timeout_s')::double precision <= 0 then
+    return 'timeout_s must be a positive number';
+  end if;
+  if coalesce(p_def->>'origin', 'api') not in ('declared', 'api') then
+    return 'origin must be declared or api';
+  end if;
+  return null;
+end
+$function$;
+
+-- new: jobs.job_type_put(text,jsonb)
+CREATE OR REPLACE FUNCTION jobs.job_type_put(p_name text, p_def jsonb)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO ''
+AS $function$
+declare
+  v_problem text := jobs.job_type_problem(p_name, p_def);
+  v_new     boolean;
+begin
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_job_type', v_problem);
+  end if;
+  insert into jobs.job_type as t (name, queue, sensitive_paths, personal_paths, payload_schema,
+                                  retry, timeout_s, origin, updated_at)
+  values (p_name, p_def->>'queue',
+          array(select distinct e from pg_catalog.jsonb_array_elements_text(
+                  coalesce(p_def->'sensitive', '[]')) e order by e),
+          array(select distinct e from pg_catalog.jsonb_array_elements_text(
+                  coalesce(p_def->'personal', '[]')) e order by e),
+          pg_catalog.jsonb_strip_nulls(p_def)->'payload_schema',
+          pg_catalog.jsonb_strip_nulls(p_def)->'retry',
+          (p_def->>'timeout_s')::double precision, coalesce(p_def->>'origin', 'api'), jobs.now())
+  on conflict (name) do update
+     set queue = excluded.queue, sensitive_paths = excluded.sensitive_paths,
+         personal_paths = excluded.personal_paths, payload_schema = excluded.payload_schema,
+         retry = excluded.retry, timeout_s = excluded.timeout_s, origin = excluded.origin,
+         updated_at = excluded.updated_at
+  returning (xmax = 0) into v_new;
+  return v_new;
+end
+$function$;
+
+-- new: jobs.job_type_remove(text)
+CREATE OR REPLACE FUNCTION jobs.job_type_remove(p_name text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO ''
+AS $function$
+begin
+  delete from jobs.job_type t where t.name = p_name;
+  if not found then
+    perform jobs.raise_error('job_type_not_found', pg_catalog.format('no job type named %L', p_name));
+  end if;
+end
+$function$;
+
+-- new: jobs.job_types()
+CREATE OR REPLACE FUNCTION jobs.job_types()
+ RETURNS TABLE(name text, queue text, sensitive_paths text[], personal_paths text[], payload_schema jsonb, retry jsonb, timeout_s double precision, origin text, updated_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO ''
+AS $function$
+  select t.name, t.queue, t.sensitive_paths, t.personal_paths, t.payload_schema, t.retry,
+         t.timeout_s, t.origin, t.updated_at
+    from jobs.job_type t
+   order by t.name
 $function$;
 
 -- new: jobs.lease_acquire(text,text,double precision)
@@ -508,6 +700,35 @@ AS $function$
          l.holder is not null and l.lease_expires_at > jobs.now()
     from jobs.lease l
    order by l.name
+$function$;
+
+-- new: jobs.limit_gauges()
+CREATE OR REPLACE FUNCTION jobs.limit_gauges()
+ RETURNS TABLE(limit_name text, groups bigint, running bigint, concurrency integer, waiting bigint, deferred bigint, recent_starts bigint)
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO ''
+AS $function$
+begin
+  return query
+  with used as (
+    select s.limit_name, pg_catalog.count(*) as groups, pg_catalog.sum(s.running) as running,
+           pg_catalog.sum(s.waiting) as waiting, pg_catalog.sum(s.deferred) as deferred,
+           pg_catalog.sum(s.recent_starts) as recent_starts
+      from jobs.limit_stats() s
+     group by s.limit_name
+  ),
+  names as (
+    select u.limit_name from used u union select l.name from jobs.limit l
+  )
+  select n.limit_name, coalesce(u.groups, 0), coalesce(u.running, 0)::bigint, l.concurrency,
+         coalesce(u.waiting, 0)::bigint, coalesce(u.deferred, 0)::bigint,
+         coalesce(u.recent_starts, 0)::bigint
+    from names n
+    left join used u on u.limit_name = n.limit_name
+    left join jobs.limit l on l.name = n.limit_name
+   order by n.limit_name;
+end
 $function$;
 
 -- new: jobs.limit_problem(text,jsonb)
@@ -704,6 +925,723 @@ AS $function$
    order by l.name
 $function$;
 
+-- new: jobs.list_jobs(jsonb,bigint,integer)
+CREATE OR REPLACE FUNCTION jobs.list_jobs(p_filter jsonb DEFAULT '{}'::jsonb, p_after_id bigint DEFAULT NULL::bigint, p_limit integer DEFAULT 50)
+ RETURNS SETOF jobs.job_view
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO ''
+AS $function$
+declare
+  v_states jobs.job_state[];
+  v_times  timestamptz[];
+  v_field  text;
+begin
+  if p_filter is null or pg_catalog.jsonb_typeof(p_filter) <> 'object' then
+    perform jobs.raise_error('invalid_argument', 'filter must be a JSON object');
+  end if;
+  select k into v_field from pg_catalog.jsonb_object_keys(p_filter) k
+   where k not in ('state', 'queue', 'name', 'tenant', 'key', 'created_after', 'created_before',
+                   'finished_after', 'finished_before')
+   limit 1;
+  if v_field is not null then
+    perform jobs.raise_error('invalid_argument', pg_catalog.format(
+      'unknown filter field %L (fields: state, queue, name, tenant, key, created_after, '
+      'created_before, finished_after, finished_before)', v_field));
+  end if;
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('limit must be between 1 and 1000, got %s', p_limit));
+  end if;
+  begin
+    v_states := jobs.filter_values(p_filter, 'state')::jobs.job_state[];
+  exception when invalid_text_representation then
+    perform jobs.raise_error('invalid_argument', 'filter.state names an unknown state',
+      null, 'states: ready, running, parked, succeeded, failed, dead, cancelled, interrupted');
+  end;
+  begin
+    v_times := array[(p_filter->>'created_after')::timestamptz,
+                     (p_filter->>'created_before')::timestamptz,
+                     (p_filter->>'finished_after')::timestamptz,
+                     (p_filter->>'finished_before')::timestamptz];
+  exception when invalid_datetime_format or datetime_field_overflow then
+    perform jobs.raise_error('invalid_argument', 'filter times must be ISO 8601 timestamps');
+  end;
+  return query
+    select v.id, v.name, v.queue, v.tenant, v.key, v.state, v.priority, v.run_at, v.attempt,
+           v.max_attempts, v.retry_base_s, v.retry_cap_s, v.retry_jitter, v.dead_letter,
+           v.timeout_s, v.claim, v.lease_expires_at, v.worker, v.progress, v.last_error,
+           v.result, v.traceparent, v.created_at, v.started_at, v.finished_at, v.payload,
+           v.parent_id, v.parent_step
+      from jobs.job_view v
+     where (p_after_id is null or v.id < p_after_id)
+       and (v_states is null or v.state = any (v_states))
+       and (p_filter->'queue' is null or v.queue = any (jobs.filter_values(p_filter, 'queue')))
+       and (p_filter->'name' is null or v.name = any (jobs.filter_values(p_filter, 'name')))
+       and (p_filter->'tenant' is null or v.tenant = any (jobs.filter_values(p_filter, 'tenant')))
+       and (p_filter->'key' is null or v.key = any (jobs.filter_values(p_filter, 'key')))
+       and (v_times[1] is null or v.created_at >= v_times[1])
+       and (v_times[2] is null or v.created_at < v_times[2])
+       and (v_times[3] is null or v.finished_at >= v_times[3])
+       and (v_times[4] is null or v.finished_at < v_times[4])
+     order by v.id desc
+     limit p_limit;
+end
+$function$;
+
+-- new: jobs.personal_data()
+CREATE OR REPLACE FUNCTION jobs.personal_data()
+ RETURNS TABLE(name text, personal_paths text[], jobs bigint)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO ''
+AS $function$
+  select t.name, t.personal_paths,
+         (select pg_catalog.count(*) from jobs.job j where j.name = t.name)
+    from jobs.job_type t
+   where pg_catalog.cardinality(t.personal_paths) > 0
+   order by t.name
+$function$;
+
+-- new: jobs.purge(integer,boolean,jsonb)
+CREATE OR REPLACE FUNCTION jobs.purge(p_max integer DEFAULT 1000, p_dry_run boolean DEFAULT false, p_policy jsonb DEFAULT NULL::jsonb)
+ RETURNS TABLE(what text, deleted bigint, remaining bigint)
+ LANGUAGE plpgsql
+ SET search_path TO ''
+AS $function$
+declare
+  v_now      timestamptz := jobs.now();
+  v_left     integer;
+  v_state    jobs.job_state;
+  v_queues   text[];        -- the queues with their own ages ('*' excluded)
+  v_cuts     timestamptz[]; -- per queue: the cutoff of v_state
+  v_awaits   timestamptz[]; -- per queue: the awaited cutoff
+  v_dcut     timestamptz;   -- every other queue: the cutoff of v_state
+  v_dawait   timestamptz;
+  v_maxcut   timestamptz;   -- the latest cutoff of v_state over all queues (index bound)
+  v_ecut     timestamptz;   -- events: created before this
+  v_jobs     bigint := 0;
+  v_outbox   bigint := 0;
+  v_events   bigint := 0;
+  v_jrest    bigint := 0;
+  v_erest    bigint := 0;
+  v_n        bigint;
+  v_o        bigint;
+  v_bound    bigint;
+  v_cap      bigint;        -- a counted remainder stops here (dry runs count it all)
+begin
+  -- GUARD
+  if p_max is null or p_max not between 1 and 100000 then
+    perform jobs.raise_error('invalid_retention',
+      pg_catalog.format('max must be between 1 and 100000, not %s', coalesce(p_max::text, 'null')));
+  end if;
+  if p_dry_run is null then
+    perform jobs.raise_error('invalid_retention', 'dry_run must be true or false');
+  end if;
+  v_left := p_max;
+  v_cap := p_max;
+
+  -- JOBS, one final state at a time (the policy is resolved once per state).
+  foreach v_state in array array['succeeded', 'cancelled', 'failed', 'dead']::jobs.job_state[] loop
+    select pg_catalog.array_agg(p.queue order by p.queue) filter (where p.queue <> '*'),
+           pg_catalog.array_agg(jobs.purge_cutoff(v_now, a.age) order by p.queue)
+             filter (where p.queue <> '*'),
+           pg_catalog.array_agg(jobs.purge_cutoff(v_now, p.awaited_s) order by p.queue)
+             filter (where p.queue <> '*'),
+           pg_catalog.max(jobs.purge_cutoff(v_now, a.age)) filter (where p.queue = '*'),
+           pg_catalog.max(jobs.purge_cutoff(v_now, p.awaited_s)) filter (where p.queue = '*'),
+           pg_catalog.max(jobs.purge_cutoff(v_now, a.age)),
+           pg_catalog.max(jobs.purge_cutoff(v_now, p.events_s))
+      into v_queues, v_cuts, v_awaits, v_dcut, v_dawait, v_maxcut, v_ecut
+      from jobs.retention_policy(p_policy) p
+     cross join lateral (select case v_state when 'succeeded' then p.succeeded_s
+                                             when 'failed' then p.failed_s
+                                             when 'dead' then p.dead_s
+                                             else p.cancelled_s end as age) a;
+    continue when v_maxcut = '-infinity';
+    v_queues := coalesce(v_queues, '{}');
+
+    if not p_dry_run and v_left > 0 then
+      -- DELETE at most v_left of them, oldest first; rows others hold are skipped.
+      with victims as (
+        select j.id from jobs.job j
+         where j.state = v_state and j.finished_at is not null and j.finished_at < v_maxcut
+           and j.finished_at < coalesce(v_cuts[pg_catalog.array_position(v_queues, j.queue)], v_dcut)
+           and (not j.settle_watched
+                or j.finished_at < coalesce(v_awaits[pg_catalog.array_position(v_queues, j.queue)],
+                                            v_dawait))
+           and jobs.purge_unreferenced(j.id, j.parent_id)
+         order by j.state, j.finished_at  -- job_retention_idx's order: read, not sorted
+         limit v_left
+           for update of j skip locked
+      ), gone as (
+        delete from jobs.job j using victims v
+         where j.id = v.id and j.state = v_state
+        returning j.id
+      ), staged as (
+        -- the outbox row that created the job carries its id
+        delete from jobs.outbox o using gone g
+         where o.id = g.id and o.published_at is not null
+        returning o.id
+      )
+      select (select pg_catalog.count(*) from gone), (select pg_catalog.count(*) from staged)
+        into v_n, v_o;
+      v_jobs := v_jobs + v_n;
+      v_outbox := v_outbox + v_o;
+      v_left := v_left - v_n::integer;
+    end if;
+    -- COUNT what is (still) eligible, by the same rules: all of it in a dry run, else
+    -- up to v_cap (a call stays bounded however large the backlog; rows others held
+    -- stay eligible)
+    select pg_catalog.count(*) into v_n from (
+      select 1 from jobs.job j
+       where j.state = v_state and j.finished_at is not null and j.finished_at < v_maxcut
+         and j.finished_at < coalesce(v_cuts[pg_catalog.array_position(v_queues, j.queue)], v_dcut)
+         and (not j.settle_watched
+              or j.finished_at < coalesce(v_awaits[pg_catalog.array_position(v_queues, j.queue)],
+                                          v_dawait))
+         and jobs.purge_unreferenced(j.id, j.parent_id)
+       limit case when p_dry_run then null else v_cap end) e;
+    v_jrest := v_jrest + v_n;
+  end loop;
+
+  -- EVENTS: by age, never one a waiting job may still look back to.
+  if v_ecut is null then
+    select jobs.purge_cutoff(v_now, p.events_s) into v_ecut
+      from jobs.retention_policy(p_policy) p where p.queue = '*';
+  end if;
+  v_ecut := least(v_ecut, (select pg_catalog.min(coalesce(j.first_started_at, j.created_at))
+                             from jobs.event_wait w join jobs.job j on j.id = w.job_id
+                            where j.state in ('ready', 'running', 'parked', 'interrupted')));
+  if v_ecut > '-infinity' then
+    -- Events are deleted oldest first, so the first event (by id) not old enough bounds
+    -- the old ones: every smaller id is older (ids are taken in time order; an event
+    -- written late by a long transaction only waits longer).
+    select pg_catalog.min(e.id) into v_bound from jobs.event e where e.created_at >= v_ecut;
+    select pg_catalog.count(*) into v_erest
+      from (select 1 from jobs.event e where v_bound is null or e.id < v_bound
+             limit case when p_dry_run then null else v_cap end) x;
+    if not p_dry_run and v_left > 0 and v_erest > 0 then
+      with victims as (
+        select e.id from jobs.event e
+         where (v_bound is null or e.id < v_bound) and e.created_at < v_ecut
+         order by e.id
+         limit v_left
+           for update skip locked
+      ), gone as (
+        delete from jobs.event e using victims v where e.id = v.id returning e.id
+      )
+      select pg_catalog.count(*) into v_n from gone;
+      v_events := v_n;
+      v_erest := v_erest - v_n;  -- at the cap: still at least this many
+    end if;
+  end if;
+
+  return query values ('job'::text, v_jobs, v_jrest),
+                      ('outbox'::text, v_outbox, null::bigint),
+                      ('event'::text, v_events, v_erest);
+end
+$function$;
+
+-- new: jobs.purge_cutoff(timestamp with time zone,double precision)
+CREATE OR REPLACE FUNCTION jobs.purge_cutoff(p_now timestamp with time zone, p_age_s double precision)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO ''
+AS $function$
+  select case when p_age_s >= 'Infinity'::double precision then '-infinity'::timestamptz
+              else p_now - pg_catalog.make_interval(secs => p_age_s) end
+$function$;
+
+-- new: jobs.purge_unreferenced(bigint,bigint)
+CREATE OR REPLACE FUNCTION jobs.purge_unreferenced(p_id bigint, p_parent_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO ''
+AS $function$
+  select not exists (select 1 from jobs.job c
+                      where c.parent_id = p_id
+                        and c.state in ('ready', 'running', 'parked', 'interrupted'))
+     and (p_parent_id is null
+          or not exists (select 1 from jobs.job p
+                          where p.id = p_parent_id
+                            and p.state in ('ready', 'running', 'parked', 'interrupted')))
+$function$;
+
+-- new: jobs.queue_gauges()
+CREATE OR REPLACE FUNCTION jobs.queue_gauges()
+ RETURNS TABLE(queue text, paused boolean, ready bigint, scheduled bigint, running bigint, parked bigint, dead bigint, blocked bigint, oldest_ready_s double precision, demand bigint)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO ''
+AS $function$
+  with clock as materialized (  -- jobs.now() once, not once per row
+    select jobs.now() as at
+  ),
+  waiting as (
+    select w.queue,
+           pg_catalog.count(*) filter (where w.run_at <= k.at) as ready,
+           pg_catalog.count(*) filter (where w.run_at > k.at) as scheduled,
+           pg_catalog.count(*) filter (where w.run_at <= k.at
+                                         and w.blocked_on is not null) as blocked,
+           pg_catalog.min(w.run_at) filter (where w.run_at <= k.at
+                                              and w.blocked_on is null) as oldest_at
+      from (select c.queue, c.run_at, c.blocked_on from jobs.job c
+             where c.state in ('ready', 'interrupted') and c.blocked_on is null
+            union all
+            select b.queue, b.run_at, b.blocked_on from jobs.job b
+             where b.blocked_on is not null and b.state in ('ready', 'interrupted')) w
+     cross join clock k
+     group by w.queue
+  ),
+  running as (
+    select r.queue, pg_catalog.count(*) as n from jobs.job r
+     where r.state = 'running' group by r.queue
+  ),
+  parked as (
+    select p.queue, pg_catalog.count(*) as n from jobs.job p
+     where p.state = 'parked' group by p.queue
+  ),
+  dead as (
+    select d.queue, pg_catalog.count(*) as n from jobs.job d
+     where d.state = 'dead' group by d.queue
+  ),
+  names as (
+    select w.queue from waiting w union select r.queue from running r
+    union select p.queue from parked p union select d.queue from dead d
+    union select q.name from jobs.queue q
+  )
+  select n.queue, coalesce(q.paused, false),
+         coalesce(w.ready, 0), coalesce(w.scheduled, 0), coalesce(r.n, 0), coalesce(p.n, 0),
+         coalesce(d.n, 0), coalesce(w.blocked, 0),
+         coalesce(extract(epoch from k.at - w.oldest_at)::double precision, 0),
+         coalesce(r.n, 0) + case when coalesce(q.paused, false) then 0
+                                 else coalesce(w.ready, 0) - coalesce(w.blocked, 0) end
+    from names n
+    cross join clock k
+    left join waiting w on w.queue = n.queue
+    left join running r on r.queue = n.queue
+    left join parked p on p.queue = n.queue
+    left join dead d on d.queue = n.queue
+    left join jobs.queue q on q.name = n.queue
+   order by n.queue
+$function$;
+
+-- new: jobs.redact(text,jsonb)
+CREATE OR REPLACE FUNCTION jobs.redact(p_name text, p_payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO ''
+AS $function$
+begin
+  return jobs.redact_payload(p_payload,
+                             (select t.sensitive_paths from jobs.job_type t where t.name = p_name));
+end
+$function$;
+
+-- new: jobs.redact_at(jsonb,text[])
+CREATE OR REPLACE FUNCTION jobs.redact_at(p_value jsonb, p_steps text[])
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO ''
+AS $function$
+declare
+  v_head text := p_steps[1];
+  v_rest text[] := p_steps[2:];
+  v_type text := pg_catalog.jsonb_typeof(p_value);
+begin
+  if p_value is null or v_type = 'null' then
+    return p_value;
+  end if;
+  if v_head is null then
+    return '"[redacted]"'::jsonb;
+  end if;
+  if v_head = '[]' then
+    if v_type <> 'array' then
+      return p_value;
+    end if;
+    return coalesce((select pg_catalog.jsonb_agg(jobs.redact_at(e.value, v_rest) order by e.n)
+                       from pg_catalog.jsonb_array_elements(p_value) with ordinality e(value, n)),
+                    '[]'::jsonb);
+  end if;
+  if v_type <> 'object' then
+    return p_value;
+  end if;
+  if v_head = '*' then
+    return coalesce((select pg_catalog.jsonb_object_agg(e.key, jobs.redact_at(e.value, v_rest))
+                       from pg_catalog.jsonb_each(p_value) e),
+                    '{}'::jsonb);
+  end if;
+  if not p_value ? v_head then
+    return p_value;
+  end if;
+  return pg_catalog.jsonb_set(p_value, array[v_head], jobs.redact_at(p_value->v_head, v_rest));
+end
+$function$;
+
+-- new: jobs.redact_job_output(jsonb,jsonb,text[])
+CREATE OR REPLACE FUNCTION jobs.redact_job_output(p_value jsonb, p_payload jsonb, p_paths text[])
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO ''
+AS $function$
+begin
+  if p_value is null or p_paths is null or pg_catalog.cardinality(p_paths) = 0 then
+    return p_value;
+  end if;
+  return jobs.redact_strings(p_value, jobs.redaction_secrets(p_payload, p_paths));
+end
+$function$;
+
+-- new: jobs.redact_output(text,jsonb,jsonb)
+CREATE OR REPLACE FUNCTION jobs.redact_output(p_name text, p_payload jsonb, p_value jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO ''
+AS $function$
+begin
+  return jobs.redact_strings(p_value, jobs.redaction_secrets(p_payload,
+           (select t.sensitive_paths from jobs.job_type t where t.name = p_name)));
+end
+$function$;
+
+-- new: jobs.redact_payload(jsonb,text[])
+CREATE OR REPLACE FUNCTION jobs.redact_payload(p_payload jsonb, p_paths text[])
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO ''
+AS $function$
+declare
+  v_path  text;
+  v_value jsonb := p_payload;
+begin
+  if p_paths is null then
+    return case when p_payload is null or p_payload = '{}'::jsonb then p_payload
+                else '"[redacted]"'::jsonb end;
+  end if;
+  foreach v_path in array p_paths loop
+    v_value := jobs.redact_at(v_value, jobs.redaction_path_steps(v_path));
+  end loop;
+  return v_value;
+end
+$function$;
+
+-- new: jobs.redact_strings(jsonb,text[])
+CREATE OR REPLACE FUNCTION jobs.redact_strings(p_value jsonb, p_secrets text[])
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO ''
+AS $function$
+begin
+  if p_value is null or p_secrets is null or pg_catalog.cardinality(p_secrets) = 0 then
+    return p_value;
+  end if;
+  case pg_catalog.jsonb_typeof(p_value)
+    when 'string' then
+      return pg_catalog.to_jsonb(jobs.redact_text(p_value #>> '{}', p_secrets));
+    when 'number' then
+      return case when (p_value #>> '{}') = any (p_secrets) then '"[redacted]"'::jsonb
+                  else p_value end;
+    when 'object' then
+      return coalesce((select pg_catalog.jsonb_object_agg(jobs.redact_text(e.key, p_secrets),
+                                                          jobs.redact_strings(e.value, p_secrets))
+                         from pg_catalog.jsonb_each(p_value) e), '{}'::jsonb);
+    when 'array' then
+      return coalesce((select pg_catalog.jsonb_agg(jobs.redact_strings(e.value, p_secrets) order by e.n)
+                         from pg_catalog.jsonb_array_elements(p_value) with ordinality e(value, n)),
+                      '[]'::jsonb);
+    else
+      return p_value;
+  end case;
+end
+$function$;
+
+-- new: jobs.redact_text(text,text[])
+CREATE OR REPLACE FUNCTION jobs.redact_text(p_text text, p_secrets text[])
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO ''
+AS $function$
+declare
+  v_secret text;
+  v_text   text := p_text;
+begin
+  if p_text is null or p_secrets is null then
+    return p_text;
+  end if;
+  foreach v_secret in array p_secrets loop
+    v_text := pg_catalog.replace(v_text, v_secret, '[redacted]');
+  end loop;
+  return v_text;
+end
+$function$;
+
+-- new: jobs.redaction_jsonpath(text)
+CREATE OR REPLACE FUNCTION jobs.redaction_jsonpath(p_path text)
+ RETURNS jsonpath
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO ''
+AS $function$
+declare
+  v_step text;
+  v_path text := 'strict $';
+begin
+  foreach v_step in array jobs.redaction_path_steps(p_path) loop
+    v_path := v_path || case v_step
+      when '[]' then '[*]'
+      when '*' then '.*'
+      else '."' || pg_catalog.replace(pg_catalog.replace(v_step, '\', '\\'), '"', '\"') || '"'
+    end;
+  end loop;
+  return (v_path || '.**')::jsonpath;
+end
+$function$;
+
+-- new: jobs.redaction_path_problem(text)
+CREATE OR REPLACE FUNCTION jobs.redaction_path_problem(p_path text)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO ''
+AS $function$
+declare
+  v_segment text;
+begin
+  if p_path is null or p_path = '' then
+    return 'a path is a non-empty string';
+  end if;
+  foreach v_segment in array pg_catalog.string_to_array(p_path, '.') loop
+    if v_segment !~ '^(\*|[^.\[\]*]+)(\[\])*$' then
+      return pg_catalog.format(
+        'path %L: segment %L is not a key, ''*'', or a key followed by []', p_path, v_segment);
+    end if;
+  end loop;
+  return null;
+end
+$function$;
+
+-- new: jobs.redaction_path_steps(text)
+CREATE OR REPLACE FUNCTION jobs.redaction_path_steps(p_path text)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO ''
+AS $function$
+declare
+  v_segment text;
+  v_base    text;
+  v_steps   text[] := '{}';
+begin
+  foreach v_segment in array pg_catalog.string_to_array(p_path, '.') loop
+    v_base := pg_catalog.replace(v_segment, '[]', '');
+    if v_base <> '' then
+      v_steps := v_steps || v_base;
+    end if;
+    for i in 1 .. (pg_catalog.length(v_segment) - pg_catalog.length(v_base)) / 2 loop
+      v_steps := v_steps || '[]'::text;
+    end loop;
+  end loop;
+  return v_steps;
+end
+$function$;
+
+-- new: jobs.redaction_secrets(jsonb,text[])
+CREATE OR REPLACE FUNCTION jobs.redaction_secrets(p_payload jsonb, p_paths text[])
+ RETURNS text[]
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO ''
+AS $function$
+  select coalesce(pg_catalog.array_agg(s.v order by pg_catalog.length(s.v) desc, s.v), '{}')
+    from (select distinct l.value #>> '{}' as v
+            from pg_catalog.unnest(coalesce(p_paths, '{}')) p(path),
+                 pg_catalog.jsonb_path_query(p_payload, jobs.redaction_jsonpath(p.path),
+                                             '{}', true) l(value)
+           where pg_catalog.jsonb_typeof(l.value) in ('string', 'number', 'boolean')
+             and pg_catalog.length(l.value #>> '{}') >= 3) s
+$function$;
+
+-- new: jobs.retention_age(jsonb,text)
+CREATE OR REPLACE FUNCTION jobs.retention_age(p_value jsonb, p_what text)
+ RETURNS double precision
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO ''
+AS $function$
+begin
+  if p_value is null or pg_catalog.jsonb_typeof(p_value) = 'null' then
+    return null;
+  elsif p_value = '"forever"'::jsonb then
+    return 'Infinity'::double precision;
+  elsif pg_catalog.jsonb_typeof(p_value) = 'number' and (p_value #>> '{}')::numeric >= 0 then
+    return (p_value #>> '{}')::double precision;
+  end if;
+  perform jobs.raise_error('invalid_retention',
+    pg_catalog.format('%s must be a number of seconds >= 0, "forever" or null, not %s',
+                      p_what, p_value::text));
+  return null;
+end
+$function$;
+
+-- new: jobs.retention_check(jsonb,boolean)
+CREATE OR REPLACE FUNCTION jobs.retention_check(p_policy jsonb, p_queues_allowed boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO ''
+AS $function$
+declare
+  v_key  text;
+  v_q    text;
+begin
+  if p_policy is null or pg_catalog.jsonb_typeof(p_policy) <> 'object' then
+    perform jobs.raise_error('invalid_retention', 'a retention policy must be a JSON object');
+  end if;
+  for v_key in select k from pg_catalog.jsonb_object_keys(p_policy) k order by 1 loop
+    if v_key = 'queues' and p_queues_allowed then
+      if pg_catalog.jsonb_typeof(p_policy->'queues') <> 'object' then
+        perform jobs.raise_error('invalid_retention', 'queues must be an object {queue: policy}');
+      end if;
+      for v_q in select k from pg_catalog.jsonb_object_keys(p_policy->'queues') k order by 1 loop
+        if v_q = '' or v_q = '*' then
+          perform jobs.raise_error('invalid_retention',
+            'a queue override needs a queue name (the top level is every queue''s)');
+        end if;
+        perform jobs.retention_check(p_policy->'queues'->v_q, false);
+        if p_policy->'queues'->v_q ? 'events' then
+          perform jobs.raise_error('invalid_retention',
+            'events have no queue: give their age at the top level');
+        end if;
+      end loop;
+    elsif v_key in ('succeeded', 'failed', 'dead', 'cancelled', 'awaited', 'events') then
+      perform jobs.retention_age(p_policy->v_key, v_key);
+    else
+      perform jobs.raise_error('unknown_retention_key',
+        pg_catalog.format('%L is not a retention key', v_key), null,
+        'keys: succeeded, failed, dead, cancelled, awaited, events'
+        || case when p_queues_allowed then ', queues' else '' end);
+    end if;
+  end loop;
+end
+$function$;
+
+-- new: jobs.retention_defaults()
+CREATE OR REPLACE FUNCTION jobs.retention_defaults()
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO ''
+AS $function$
+  select '{"succeeded": 86400, "failed": 2592000, "dead": 2592000, "cancelled": 604800,
+           "awaited": 3600, "events": 604800}'::jsonb
+$function$;
+
+-- new: jobs.retention_policy(jsonb)
+CREATE OR REPLACE FUNCTION jobs.retention_policy(p_policy jsonb DEFAULT NULL::jsonb)
+ RETURNS TABLE(queue text, succeeded_s double precision, failed_s double precision, dead_s double precision, cancelled_s double precision, awaited_s double precision, events_s double precision)
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO ''
+AS $function$
+declare
+  v_p jsonb := coalesce(p_policy, '{}');
+begin
+  perform jobs.retention_check(v_p, true);
+  return query
+    with qs as (
+      select '*'::text as queue
+      union select r.queue from jobs.retention r
+      union select k from pg_catalog.jsonb_object_keys(coalesce(v_p->'queues', '{}')) k
+    )
+    select qs.queue,
+           coalesce(jobs.retention_age(v_p->'queues'->qs.queue->'succeeded', 'succeeded'), q.succeeded_s,
+                    jobs.retention_age(v_p->'succeeded', 'succeeded'), d.succeeded_s,
+                    (b->>'succeeded')::double precision),
+           coalesce(jobs.retention_age(v_p->'queues'->qs.queue->'failed', 'failed'), q.failed_s,
+                    jobs.retention_age(v_p->'failed', 'failed'), d.failed_s,
+                    (b->>'failed')::double precision),
+           coalesce(jobs.retention_age(v_p->'queues'->qs.queue->'dead', 'dead'), q.dead_s,
+                    jobs.retention_age(v_p->'dead', 'dead'), d.dead_s,
+                    (b->>'dead')::double precision),
+           coalesce(jobs.retention_age(v_p->'queues'->qs.queue->'cancelled', 'cancelled'), q.cancelled_s,
+                    jobs.retention_age(v_p->'cancelled', 'cancelled'), d.cancelled_s,
+                    (b->>'cancelled')::double precision),
+           coalesce(jobs.retention_age(v_p->'queues'->qs.queue->'awaited', 'awaited'), q.awaited_s,
+                    jobs.retention_age(v_p->'awaited', 'awaited'), d.awaited_s,
+                    (b->>'awaited')::double precision),
+           -- events have no queue: the '*' row's age for every row
+           coalesce(jobs.retention_age(v_p->'events', 'events'),
+                    d.events_s, (b->>'events')::double precision)
+      from qs
+      cross join jobs.retention_defaults() b
+      left join jobs.retention q on q.queue = qs.queue and qs.queue <> '*'
+      left join jobs.retention d on d.queue = '*'
+     order by qs.queue <> '*', qs.queue;
+end
+$function$;
+
+-- new: jobs.retention_put(text,jsonb)
+CREATE OR REPLACE FUNCTION jobs.retention_put(p_queue text, p_policy jsonb)
+ RETURNS TABLE(queue text, succeeded_s double precision, failed_s double precision, dead_s double precision, cancelled_s double precision, awaited_s double precision, events_s double precision)
+ LANGUAGE plpgsql
+ SET search_path TO ''
+AS $function$
+declare
+  v_queue text := coalesce(nullif(p_queue, ''), '*');
+begin
+  -- GUARD
+  perform jobs.retention_check(p_policy, false);
+  if v_queue <> '*' and p_policy ? 'events' then
+    perform jobs.raise_error('invalid_retention',
+      'events have no queue: set their age on the default (queue ''*'')');
+  end if;
+  -- WRITE (upsert; a key not given keeps its stored value)
+  insert into jobs.retention as r (queue, succeeded_s, failed_s, dead_s, cancelled_s,
+                                   awaited_s, events_s, updated_at)
+  values (v_queue,
+          jobs.retention_age(p_policy->'succeeded', 'succeeded'),
+          jobs.retention_age(p_policy->'failed', 'failed'),
+          jobs.retention_age(p_policy->'dead', 'dead'),
+          jobs.retention_age(p_policy->'cancelled', 'cancelled'),
+          jobs.retention_age(p_policy->'awaited', 'awaited'),
+          jobs.retention_age(p_policy->'events', 'events'),
+          jobs.now())
+  on conflict on constraint retention_pkey do update
+     set succeeded_s = case when p_policy ? 'succeeded' then excluded.succeeded_s else r.succeeded_s end,
+         failed_s    = case when p_policy ? 'failed' then excluded.failed_s else r.failed_s end,
+         dead_s      = case when p_policy ? 'dead' then excluded.dead_s else r.dead_s end,
+         cancelled_s = case when p_policy ? 'cancelled' then excluded.cancelled_s else r.cancelled_s end,
+         awaited_s   = case when p_policy ? 'awaited' then excluded.awaited_s else r.awaited_s end,
+         events_s    = case when p_policy ? 'events' then excluded.events_s else r.events_s end,
+         updated_at  = excluded.updated_at;
+  return query
+    select r.queue, r.succeeded_s, r.failed_s, r.dead_s, r.cancelled_s, r.awaited_s, r.events_s
+      from jobs.retention r where r.queue = v_queue;
+end
+$function$;
+
+-- new: jobs.retention_remove(text)
+CREATE OR REPLACE FUNCTION jobs.retention_remove(p_queue text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO ''
+AS $function$
+begin
+  delete from jobs.retention r where r.queue = coalesce(nullif(p_queue, ''), '*');
+  return found;
+end
+$function$;
+
 -- new: jobs.slots_freed()
 CREATE OR REPLACE FUNCTION jobs.slots_freed()
  RETURNS trigger
@@ -760,6 +1698,50 @@ begin
     perform jobs.wake(v_queues);
   end if;
   return null;
+end
+$function$;
+
+-- new: jobs.stats(double precision)
+CREATE OR REPLACE FUNCTION jobs.stats(p_window_s double precision DEFAULT 300)
+ RETURNS TABLE(queue text, succeeded bigint, failed bigint, dead bigint, cancelled bigint, per_s double precision, wait_p50_s double precision, wait_p95_s double precision, run_p50_s double precision, run_p95_s double precision)
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO ''
+AS $function$
+declare
+  v_now timestamptz := jobs.now();
+begin
+  -- (PostgreSQL orders NaN above infinity, so this refuses it too)
+  if not coalesce(p_window_s > 0 and p_window_s < 'infinity'::double precision, false) then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('the stats window must be a positive number of seconds, not %s',
+                        coalesce(p_window_s::text, 'null')));
+  end if;
+  return query
+  with recent as (
+    select f.queue, f.state,
+           extract(epoch from f.first_started_at - f.created_at)::double precision as wait_s,
+           case when f.state in ('succeeded', 'failed', 'dead')
+                then extract(epoch from f.finished_at - f.started_at)::double precision
+           end as run_s
+      from jobs.job f
+     where f.finished_at is not null
+       and f.finished_at > v_now - pg_catalog.make_interval(secs => p_window_s)
+       and f.finished_at <= v_now
+  )
+  select r.queue,
+         pg_catalog.count(*) filter (where r.state = 'succeeded'),
+         pg_catalog.count(*) filter (where r.state = 'failed'),
+         pg_catalog.count(*) filter (where r.state = 'dead'),
+         pg_catalog.count(*) filter (where r.state = 'cancelled'),
+         pg_catalog.count(*) / p_window_s,
+         pg_catalog.percentile_cont(0.5) within group (order by r.wait_s),
+         pg_catalog.percentile_cont(0.95) within group (order by r.wait_s),
+         pg_catalog.percentile_cont(0.5) within group (order by r.run_s),
+         pg_catalog.percentile_cont(0.95) within group (order by r.run_s)
+    from recent r
+   group by r.queue
+   order by r.queue;
 end
 $function$;
 
@@ -1598,6 +2580,10 @@ AS $function$
     ('SJ011', 'reserved_step_name',  'step names starting with sqljobs. are the runtime''s own'),
     ('SJ012', 'key_busy',            'another run held the key, and the job said when_busy = fail'),
     ('SJ013', 'limit_not_found',     'no limit has that name'),
+    ('SJ014', 'invalid_retention',   'a retention age is negative or not a number, or a batch is below 1'),
+    ('SJ015', 'unknown_retention_key', 'a retention policy key is not succeeded, failed, dead, cancelled, awaited or events'),
+    ('SJ016', 'job_type_not_found',  'no job type has that name'),
+    ('SJ017', 'invalid_job_type',    'a job type definition is refused: unknown field, bad value or bad path'),
     ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
     ('SJ031', 'schedule_not_found',  'no schedule has that name')
 $function$;
@@ -1635,6 +2621,26 @@ CREATE OR REPLACE FUNCTION jobs.leaders()
 AS $function$
   select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at, l.live
     from jobs.leases() l
+$function$;
+
+-- changed: jobs.lease_lost(bigint,bigint)
+CREATE OR REPLACE FUNCTION jobs.lease_lost(p_id bigint, p_claim bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO ''
+AS $function$
+declare
+  v_state jobs.job_state;
+  v_claim bigint;
+begin
+  select j.state, j.claim into v_state, v_claim from jobs.job j where j.id = p_id;
+  perform jobs.raise_error('lease_lost',
+    pg_catalog.format('job %s is no longer held by claim %s', p_id, p_claim),
+    case when v_state is null then 'the job no longer exists'
+         else pg_catalog.format('the job is in state %s, claim %s', v_state, v_claim) end,
+    'another worker may have taken it over after the lease lapsed; this run must stop');
+end
 $function$;
 
 -- changed: jobs.nack_many(bigint[],bigint[],jsonb[],text[],double precision[])
@@ -1913,17 +2919,64 @@ create trigger job_slots_freed
   for each statement
   execute function jobs.slots_freed();
 
+-- jobs.job_view redacts (sql/92_introspection.sql): after the functions it calls.
+create or replace view jobs.job_view as
+  select j.id, j.name, j.queue, j.tenant, j.key, j.state, j.priority, j.run_at, j.attempt,
+         j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.dead_letter,
+         j.timeout_s, j.claim, j.lease_expires_at, j.worker,
+         jobs.redact_job_output(j.progress, j.payload, t.sensitive_paths) as progress,
+         jobs.redact_job_output(j.last_error, j.payload, t.sensitive_paths) as last_error,
+         jobs.redact_job_output(j.result, j.payload, t.sensitive_paths) as result,
+         j.traceparent, j.created_at, j.started_at, j.finished_at,
+         jobs.redact_payload(j.payload, t.sensitive_paths) as payload,
+         j.parent_id, j.parent_step
+    from jobs.job j
+    left join jobs.job_type t on t.name = j.name;
+comment on function jobs.job_detail(bigint) is 'One job as JSON, redacted: its job_view row, steps, children and open event waits (null when missing).';
+comment on function jobs.job_payload(bigint) is 'The payload of one job, NOT redacted (null when it does not exist): grant it only to whom may read secrets.';
+comment on function jobs.job_type_problem(text,jsonb) is 'Why a job type definition is refused (null when it is fine).';
+comment on function jobs.job_type_put(text,jsonb) is 'Register (or replace) a job type and its sensitive and personal paths; true when it is new. SJ017 when refused.';
+comment on function jobs.job_type_remove(text) is 'Remove a job type (its jobs then show no payload). SJ016 when there is none.';
+comment on function jobs.job_types() is 'Every registered job type with its sensitive and personal paths.';
 comment on function jobs.lease_acquire(text,text,double precision) is 'Take or renew a named lease; answers its fencing token, or null while another holds it.';
 comment on function jobs.lease_holds(text,bigint) is 'True while the token holds the live lease; locks it for share so a fenced write commits first.';
 comment on function jobs.lease_release(text,text,bigint) is 'Give up a lease (fenced on holder and token).';
 comment on function jobs.lease_renew(text,text,bigint,double precision) is 'Extend a lease the caller holds under its token; false once another holder took it.';
 comment on function jobs.leases() is 'Named leases and whether each is live.';
+comment on function jobs.limit_gauges() is 'Per limit: jobs.limit_stats() summed over its groups (groups, running, concurrency per group, waiting, deferred, recent starts).';
 comment on function jobs.limit_put(text,jsonb) is 'Define (or replace) a concurrency and/or rate limit; true when it is new.';
 comment on function jobs.limit_remove(text) is 'Remove a limit; the jobs waiting on it become claimable. SJ013 when there is none.';
 comment on function jobs.limit_stats() is 'Per limit group in use: concurrency and running, waiting jobs, rate and recent starts.';
 comment on function jobs.limits() is 'The concurrency and rate limits, as defined.';
+comment on function jobs.list_jobs(jsonb,bigint,integer) is 'A page of jobs, newest first, redacted; filter by state, queue, name, tenant, key and times; keyset by after_id.';
+comment on function jobs.personal_data() is 'Job types whose payload holds personal data: their paths and how many jobs are stored.';
+comment on function jobs.purge(integer,boolean,jsonb) is 'Retention: delete at most p_max finished jobs (with their steps, waits, outbox rows) and old events; answers deleted and still eligible.';
+comment on function jobs.purge_cutoff(timestamp with time zone,double precision) is 'now - age, or -infinity when the age is forever (jobs.purge).';
+comment on function jobs.purge_unreferenced(bigint,bigint) is 'True when no live job refers to this one (no live child, no live parent): jobs.purge''s reference rule.';
+comment on function jobs.queue_gauges() is 'Per queue, from the live rows'' indexes: ready (due), scheduled (future), running, parked, dead, blocked on a limit, oldest ready age in seconds, and demand (running + due jobs a worker could take).';
 comment on function jobs.queue_stats() is 'Per queue: paused, counts by state, age in seconds of the oldest runnable job, how many waiting jobs no live worker declares (unserved), and how many wait on a limit (limited).';
+comment on function jobs.redact(text,jsonb) is 'The payload of a job of this name as views show it: sensitive paths "[redacted]" (all of it for an unknown name).';
+comment on function jobs.redact_at(jsonb,text[]) is 'A JSON value with the value at one path (as steps) replaced by "[redacted]".';
+comment on function jobs.redact_job_output(jsonb,jsonb,text[]) is 'A job output (progress, last_error, result) with the sensitive values of its payload at the paths replaced.';
+comment on function jobs.redact_output(text,jsonb,jsonb) is 'A value a job produced (error, result, progress) with the sensitive values of its payload replaced.';
+comment on function jobs.redact_payload(jsonb,text[]) is 'A payload with the value at each path "[redacted]"; all of it when the paths are null (unknown type).';
+comment on function jobs.redact_strings(jsonb,text[]) is 'A JSON value with every secret replaced inside its strings (and a number equal to one).';
+comment on function jobs.redact_text(text,text[]) is 'A text with every one of the secrets replaced by [redacted].';
+comment on function jobs.redaction_jsonpath(text) is 'A redaction path as the strict jsonpath of every scalar under it.';
+comment on function jobs.redaction_path_problem(text) is 'Why a text is not a redaction path (null when it is one).';
+comment on function jobs.redaction_path_steps(text) is 'A redaction path as its steps: ''items[].ssn'' -> {items,[],ssn}.';
+comment on function jobs.redaction_secrets(jsonb,text[]) is 'The sensitive values (as text, 3 characters or more, longest first) a payload holds at the paths.';
+comment on function jobs.retention_age(jsonb,text) is 'Read one retention age: null inherits, "forever" is Infinity, else seconds >= 0 (SJ014 otherwise).';
+comment on function jobs.retention_check(jsonb,boolean) is 'Refuse a malformed retention policy: SJ015 for an unknown key, SJ014 for a bad value.';
+comment on function jobs.retention_defaults() is 'The built-in retention policy: succeeded 1 day, cancelled 7 days, failed and dead 30 days, awaited 1 hour, events 7 days.';
+comment on function jobs.retention_policy(jsonb) is 'The retention ages in effect (resolved; Infinity = forever): ''*'' and each overridden queue.';
+comment on function jobs.retention_put(text,jsonb) is 'Store retention ages for a queue (or ''*'', every queue); keys not given are kept.';
+comment on function jobs.retention_remove(text) is 'Remove a queue''s stored retention row (or ''*''); answers whether one existed.';
+comment on function jobs.stats(double precision) is 'Per queue over the last window_s seconds: jobs finished by state, per second, and p50/p95 of enqueue-to-start and of run time; SJ001 for a bad window.';
 comment on table jobs."limit" is 'Private: concurrency and rate limits; use jobs.limit_put / limit_remove / limits().';
+comment on table jobs.job_type is 'Private: job types and their redaction; use jobs.job_type_put / job_types().';
 comment on table jobs.lease is 'Private: named leases; use jobs.lease_acquire / renew / release.';
 comment on table jobs.limit_start is 'Private: recent starts of rate-limited groups (sql/35_limits.sql).';
+comment on table jobs.retention is 'Private: the retention policy of jobs.purge; use jobs.retention_put / retention_remove / retention_policy.';
 comment on table jobs.slot is 'Private: the limit groups running jobs hold (sql/35_limits.sql).';
+comment on view jobs.job_view is 'Every job, redacted: sensitive payload paths "[redacted]", their values hidden in progress, last_error and result.';

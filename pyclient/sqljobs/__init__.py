@@ -29,12 +29,15 @@ from sqljobs.client.errors import (
     DatabaseError,
     DuplicateJob,
     InvalidArgument,
+    InvalidJobType,
     InvalidPayload,
+    InvalidRetention,
     JobFinished,
     JobLive,
     JobNotFound,
     JobNotRequeueable,
     JobRunning,
+    JobTypeNotFound,
     LeaseLost,
     LimitNotFound,
     LockBusy,
@@ -47,6 +50,7 @@ from sqljobs.client.errors import (
     SchemaError,
     SqljobsError,
     UnknownJob,
+    UnknownRetentionKey,
 )
 from sqljobs.client.records import (
     BulkMoved,
@@ -71,6 +75,7 @@ from sqljobs.declare.app import App
 from sqljobs.declare.control import Retry, Snooze
 from sqljobs.declare.jobs import JobHandle, RetryPolicy
 from sqljobs.declare.limits import key
+from sqljobs.declare.redaction import PersonalData, Sensitive
 
 if TYPE_CHECKING:
     from sqljobs.runtime.context import JobContext
@@ -132,7 +137,9 @@ __all__ = [
     "Event",
     "EventTimeout",
     "InvalidArgument",
+    "InvalidJobType",
     "InvalidPayload",
+    "InvalidRetention",
     "JobCancelled",
     "JobContext",
     "JobDead",
@@ -147,6 +154,7 @@ __all__ = [
     "JobRunning",
     "JobSpec",
     "JobState",
+    "JobTypeNotFound",
     "KeyBusy",
     "LeaseLost",
     "LimitNotFound",
@@ -154,6 +162,7 @@ __all__ = [
     "LockLost",
     "NotLeader",
     "PayloadTooLarge",
+    "PersonalData",
     "QueueStats",
     "QueuesRequired",
     "Relay",
@@ -165,6 +174,7 @@ __all__ = [
     "ScheduleNotFound",
     "Scheduler",
     "SchemaError",
+    "Sensitive",
     "Settled",
     "Snooze",
     "SqljobsError",
@@ -173,6 +183,7 @@ __all__ = [
     "StepTimeout",
     "Steps",
     "UnknownJob",
+    "UnknownRetentionKey",
     "Worker",
     "fresh_key",
     "key",

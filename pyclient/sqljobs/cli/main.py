@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import typer
 
-from sqljobs.cli import demo, install, operate, roles
+from sqljobs.cli import demo, install, metrics, operate, retention, roles
+from sqljobs.cli.describe import describe
 from sqljobs.cli.dev import dev_app
+from sqljobs.cli.enqueue import enqueue
 from sqljobs.cli.limits import leases, limits_app
 from sqljobs.cli.schedules import schedules_app
 
@@ -22,6 +24,7 @@ app = typer.Typer(
 
 app.command()(install.migrate)
 app.command()(install.version)
+app.command()(enqueue)
 app.command()(roles.worker)
 app.command()(operate.workers)
 app.command()(demo.demo)
@@ -31,8 +34,13 @@ app.add_typer(schedules_app, name="schedules")
 app.add_typer(dev_app, name="dev")
 app.add_typer(operate.jobs_app, name="jobs")
 app.add_typer(operate.queues_app, name="queues")
+app.command()(describe)
 app.add_typer(limits_app, name="limits")
 app.command()(leases)
+app.command()(metrics.metrics)
+app.command()(metrics.stats)
+app.command()(retention.purge)
+app.add_typer(retention.retention_app, name="retention")
 
 
 def main() -> None:

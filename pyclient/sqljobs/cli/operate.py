@@ -12,12 +12,13 @@ from typing import Annotated, Any
 
 import psycopg
 import typer
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
 from sqljobs.cli.common import DsnOption, connected_client, console, dsn_of, err_console
 from sqljobs.cli.limits import use_table
-from sqljobs.client import queries
+from sqljobs.client import introspection, queries
 from sqljobs.client.connection import Client
 from sqljobs.client.queries import Call
 from sqljobs.client.records import BulkMoved, JobRecord, JobState
@@ -36,11 +37,12 @@ IdsArgument = Annotated[list[int] | None, typer.Argument(help="Job ids; or give 
 
 
 def _short(value: Any, limit: int = 60) -> str:
+    """A one-line cell; escaped, so that "[redacted]" prints rather than reads as markup."""
     if value is None:
         return ""
     text = value.get("message", "") if isinstance(value, dict) else json.dumps(value)
     text = str(text).replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return escape(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def _when(record: JobRecord) -> str:
@@ -48,50 +50,112 @@ def _when(record: JobRecord) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S") if moment else "never (waits)"
 
 
+AfterOption = Annotated[int | None, typer.Option(
+    "--after-id", help="Keyset cursor: jobs older than this id (the `next` a page printed).")]
+TimeOption = Annotated[str | None, typer.Option(help="An ISO 8601 timestamp.", show_default=False)]
+
+
+def _json_line(value: Any) -> str:
+    return json.dumps(value, default=str, sort_keys=True)
+
+
 @jobs_app.command("list")
 def jobs_list(state: StateOption = None, queue: QueueOption = None, name: NameOption = None,
               tenant: TenantOption = None,
-              limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
+              key: Annotated[str | None, typer.Option(help="Only the job of this key.")] = None,
+              created_after: TimeOption = None, created_before: TimeOption = None,
+              finished_after: TimeOption = None, finished_before: TimeOption = None,
+              after_id: AfterOption = None,
+              limit: Annotated[int, typer.Option(help="Page size (1..1000), newest first.")] = 50,
+              as_json: Annotated[bool, typer.Option(
+                  "--json", help="One JSON object per job (payload included, redacted).")] = False,
               dsn: DsnOption = None) -> None:
-    """List jobs, newest first (no payloads)."""
+    """List jobs, newest first, a page at a time; every value redacted (jobs.list_jobs).
+
+    A full page ends with the cursor of the next one: `--after-id N`."""
     unknown = sorted(set(state or ()) - {s.value for s in JobState})
     if unknown:
         err_console.print(f"[red]error:[/red] unknown state {', '.join(unknown)}; states: "
                           + ", ".join(s.value for s in JobState))
         raise typer.Exit(2)
+    given = {"state": state or None, "queue": queue, "name": name, "tenant": tenant, "key": key,
+             "created_after": created_after, "created_before": created_before,
+             "finished_after": finished_after, "finished_before": finished_before}
     with connected_client(dsn) as client:
-        records = client.run(queries.list_jobs(state, queue, name, tenant, limit))
+        records = client.run(introspection.list_jobs(
+            {k: v for k, v in given.items() if v is not None}, after_id, limit))
+    cursor = records[-1].id if len(records) == limit else None
+    if as_json:
+        for r in records:
+            typer.echo(_json_line(r.model_dump(mode="json")))
+        if cursor is not None:
+            typer.echo(_json_line({"next_after_id": cursor}))
+        return
     table = Table("id", "name", "queue", "state", "attempt", "run at / finished", "last error")
     for r in records:
         table.add_row(str(r.id), r.name, r.queue, r.state.value, f"{r.attempt}/{r.max_attempts}",
                       _when(r), _short(r.last_error))
     console.print(table)
+    if cursor is not None:
+        console.print(f"next page: --after-id {cursor}")
+
+
+def _cell(value: Any) -> str:
+    return escape(json.dumps(value, default=str) if isinstance(value, (dict, list))
+                  else str(value))
 
 
 @jobs_app.command("show")
 def jobs_show(job_id: Annotated[int, typer.Argument(help="The job id.")],
-              payload: Annotated[bool, typer.Option(help="Also print the payload.")] = False,
+              payload: Annotated[bool, typer.Option(
+                  help="Print the payload (redacted).")] = True,
+              as_json: Annotated[bool, typer.Option(
+                  "--json", help="Print jobs.job_detail's JSON.")] = False,
               dsn: DsnOption = None) -> None:
-    """Show one job: its fields, last error, result and stored steps."""
+    """Show one job, redacted: fields, payload, the latest attempt with its error and
+    timings, result, steps, children and open event waits (jobs.job_detail)."""
     with connected_client(dsn) as client:
-        record = client.run(queries.get_job(job_id))
-        if record is None:
-            err_console.print(f"[red]error:[/red] no job has id {job_id}")
-            raise typer.Exit(1)
-        steps = client.run(queries.job_steps(job_id))
-        body = client.run(queries.job_payload(job_id)) if payload else None
+        detail = client.run(introspection.job_detail(job_id))
+    if detail is None:
+        err_console.print(f"[red]error:[/red] no job has id {job_id}")
+        raise typer.Exit(1)
+    if as_json:
+        typer.echo(json.dumps(detail, indent=2, sort_keys=True))
+        return
+    job = dict(detail["job"])
+    body = job.pop("payload", None)
+    error = job.pop("last_error", None)
     fields = Table.grid(padding=(0, 2))
-    for key, value in record.model_dump(mode="json").items():
+    for key, value in job.items():
         if value is not None:
-            fields.add_row(f"[bold]{key}[/bold]", json.dumps(value) if isinstance(
-                value, (dict, list)) else str(value))
+            fields.add_row(f"[bold]{key}[/bold]", _cell(value))
     if payload:
-        fields.add_row("[bold]payload[/bold]", json.dumps(body))
+        fields.add_row("[bold]payload[/bold]", _cell(body))
     console.print(fields)
-    if steps:
-        table = Table("#", "step", "kind", "value", title="steps")
-        for step in steps:
-            table.add_row(str(step.ordinal), step.name, step.kind, _short(step.value, 80))
+    attempt = Table("attempt", "started", "finished", "error kind", "error", title="attempts")
+    attempt.add_row(f"{job['attempt']}/{job['max_attempts']}", str(job.get("started_at") or ""),
+                    str(job.get("finished_at") or ""),
+                    str((error or {}).get("kind", "")) if isinstance(error, dict) else "",
+                    _short(error, 120))
+    console.print(attempt)
+    if detail["steps"]:
+        table = Table("#", "step", "kind", "value", "at", title="steps")
+        for step in detail["steps"]:
+            table.add_row(str(step["ordinal"]), step["name"], step["kind"],
+                          escape(json.dumps(step["value"])[:80]), str(step["created_at"]))
+        console.print(table)
+    if detail["children"]:
+        table = Table("id", "name", "state", "step", "attempt", "finished", title="children")
+        for child in detail["children"]:
+            table.add_row(str(child["id"]), child["name"], child["state"],
+                          child["parent_step"] or "", str(child["attempt"]),
+                          str(child["finished_at"] or ""))
+        console.print(table)
+    if detail["waits"]:
+        table = Table("step", "events", "deadline", "since", title="waiting for events")
+        for wait in detail["waits"]:
+            table.add_row(wait["step"], ", ".join(wait["events"]), str(wait["deadline"]),
+                          str(wait["created_at"]))
         console.print(table)
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import logging
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from sqljobs.cli.common import DsnOption, dsn_of, err_console, load_app, setup_logs
 from sqljobs.client.errors import SqljobsError
+
+if TYPE_CHECKING:
+    from sqljobs.runtime.observing import RunObserver
 
 
 def worker(
@@ -43,20 +47,40 @@ def worker(
     with_scheduler: Annotated[bool, typer.Option(
         "--with-scheduler", help="Also run a scheduler in this process (`sqljobs scheduler`); "
                                  "one of all schedulers leads.")] = False,
+    tracing: Annotated[bool, typer.Option(
+        "--tracing", help="Trace runs and enqueues with OpenTelemetry (the tracing extra), "
+                          "to the globally configured TracerProvider "
+                          "(docs/howto-tracing.md).")] = False,
+    metrics_port: Annotated[int | None, typer.Option(
+        min=0, max=65535, help="Serve Prometheus metrics (this worker's runs and the queue "
+                               "gauges) at :PORT/metrics (the metrics extra; "
+                               "docs/howto-metrics.md).")] = None,
 ) -> None:
     """Run the jobs an app declares until SIGTERM (drain) or a second signal (stop now)."""
     from sqljobs.runtime.worker import Worker
 
     setup_logs(log_level, log_format)
+    observers: list[RunObserver] = []
+    if tracing:
+        observers.append(_tracing_observer())
     application = load_app(target)
+    if tracing:
+        _warn_without_provider()
     # The --dsn flag, else the app's own, else $SQLJOBS_DSN / $DATABASE_URL, else embedded.
     application._dsn = dsn_of(dsn if dsn is not None else application._dsn)
+    metrics_server = None
+    if metrics_port is not None:
+        from sqljobs.cli.metrics import start_worker_metrics
+
+        run_metrics, metrics_server = start_worker_metrics(metrics_port, application._dsn)
+        observers.append(run_metrics)
     try:
         runner = Worker(application, queue or None, concurrency, lease_s=lease,
                         poll_interval=poll_interval, prefetch=prefetch,
                         drain_timeout=drain_timeout,
                         listen=listen, listen_retry_s=listen_retry, worker_id=worker_id,
-                        install_signals=not (with_relay or with_scheduler))
+                        install_signals=not (with_relay or with_scheduler),
+                        observers=observers)
         if with_relay or with_scheduler:
             import asyncio
 
@@ -75,7 +99,35 @@ def worker(
     except SqljobsError as error:
         err_console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error
+    finally:
+        if metrics_server is not None:
+            metrics_server.close()
     raise typer.Exit(code)
+
+
+def _tracing_observer() -> RunObserver:
+    """--tracing: trace enqueues (so invoked children join their run's trace) and runs."""
+    try:
+        from sqljobs.tracing import TracingObserver, instrument
+    except ImportError as error:
+        from rich.markup import escape  # the message names the extra in [brackets]
+
+        err_console.print(f"[red]error:[/red] --tracing: {escape(str(error))}")
+        raise typer.Exit(2) from error
+    instrument()
+    return TracingObserver()
+
+
+def _warn_without_provider() -> None:
+    """Once the app is loaded (its start-up may set the provider): say when spans go
+    nowhere, the usual reason a --tracing worker shows no traces."""
+    from sqljobs.tracing import provider_configured
+
+    if not provider_configured():
+        logging.getLogger("sqljobs.tracing").warning(
+            "--tracing: no TracerProvider is configured, spans go nowhere; set one up "
+            "in the app's start-up or run under opentelemetry-instrument "
+            "(docs/howto-tracing.md)")
 
 
 def relay(
@@ -129,6 +181,11 @@ def scheduler(
              "(default max(5, 2*tick)).")] = None,
     scheduler_id: Annotated[str | None, typer.Option(
         help="This scheduler's id (default: host:pid:random; must be unique).")] = None,
+    purge_every: Annotated[float, typer.Option(
+        help="Retention: the leader runs one jobs.purge batch this often, seconds "
+             "(0: never; docs/howto-retention.md).")] = 60.0,
+    purge_batch: Annotated[int, typer.Option(
+        help="Retention: rows one purge batch deletes at most.")] = 1000,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
     log_format: Annotated[str, typer.Option(help="text or json (one object per line).")] = "text",
 ) -> None:
@@ -140,7 +197,8 @@ def scheduler(
     application._dsn = dsn_of(dsn if dsn is not None else application._dsn)
     try:
         code = Scheduler(application, lease_s=lease, tick=tick, misfire_grace_s=misfire_grace,
-                         scheduler_id=scheduler_id).run()
+                         scheduler_id=scheduler_id, purge_every=purge_every or None,
+                         purge_batch=purge_batch).run()
     except SqljobsError as error:
         err_console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error

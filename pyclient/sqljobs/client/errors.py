@@ -130,6 +130,23 @@ class LimitNotFound(DatabaseError, LookupError, sqlstate="SJ013", name="limit_no
     """No limit has that name."""
 
 
+class InvalidRetention(DatabaseError, ValueError, sqlstate="SJ014", name="invalid_retention"):
+    """A retention age is negative or not a number, or a purge batch is below 1."""
+
+
+class UnknownRetentionKey(DatabaseError, ValueError, sqlstate="SJ015",
+                          name="unknown_retention_key"):
+    """A retention policy names something other than a final state, awaited or events."""
+
+
+class JobTypeNotFound(DatabaseError, LookupError, sqlstate="SJ016", name="job_type_not_found"):
+    """No job type (jobs.job_type) has that name."""
+
+
+class InvalidJobType(DatabaseError, ValueError, sqlstate="SJ017", name="invalid_job_type"):
+    """A job type definition is refused: an unknown field, a bad value or a bad path."""
+
+
 class NotLeader(DatabaseError, sqlstate="SJ030", name="not_leader"):
     """A scheduler fire whose leader token no longer holds the live lease: stop dispatching."""
 

@@ -24,13 +24,18 @@ from sqljobs.client.records import (
     JobSpec,
     LeaderRecord,
     LeaseRecord,
+    LimitGauges,
     LimitRecord,
     LimitUse,
     NackMode,
     OutboxStats,
     Purged,
+    PurgeStep,
+    QueueGauges,
     QueueStats,
+    QueueThroughput,
     RelayStep,
+    RetentionPolicy,
     ScheduleRecord,
     Settled,
     Staged,
@@ -492,6 +497,43 @@ def step_invoke(job_id: int, claim: int, names: Sequence[str], specs: Sequence[J
     )
 
 
+# -- retention (sql/95_retention.sql) --------------------------------------------------
+
+
+def purge(max: int = 1000, dry_run: bool = False,
+          policy: Mapping[str, Any] | None = None) -> Call[PurgeStep]:
+    """One bounded `jobs.purge` batch; `policy` overrides the stored one for this call."""
+    return Call(
+        "select pg_catalog.max(deleted) filter (where what = 'job') as jobs,"
+        " pg_catalog.max(deleted) filter (where what = 'outbox') as outbox,"
+        " pg_catalog.max(deleted) filter (where what = 'event') as events,"
+        " pg_catalog.max(remaining) filter (where what = 'job') as jobs_remaining,"
+        " pg_catalog.max(remaining) filter (where what = 'event') as events_remaining"
+        " from jobs.purge(%s, %s, %s)",
+        (max, dry_run, None if policy is None else Jsonb(dict(policy))),
+        lambda rows: PurgeStep.model_validate(rows[0]),
+    )
+
+
+def retention_put(queue: str | None, policy: Mapping[str, Any]) -> Call[None]:
+    return Call("select 1 from jobs.retention_put(%s, %s)", (queue, Jsonb(dict(policy))),
+                lambda rows: None)
+
+
+def retention_remove(queue: str | None) -> Call[bool]:
+    return Call("select jobs.retention_remove(%s) as removed", (queue,),
+                lambda rows: bool(rows[0]["removed"]))
+
+
+def retention_policy(policy: Mapping[str, Any] | None = None) -> Call[list[RetentionPolicy]]:
+    return Call(
+        "select queue, succeeded_s, failed_s, dead_s, cancelled_s, awaited_s, events_s"
+        " from jobs.retention_policy(%s)",
+        (None if policy is None else Jsonb(dict(policy)),),
+        lambda rows: [RetentionPolicy.model_validate(row) for row in rows],
+    )
+
+
 # -- schedules and the leader lease (sql/80_schedule.sql) -----------------------------
 
 _SCHEDULE_COLUMNS: LiteralString = (
@@ -594,6 +636,35 @@ def limit_stats() -> Call[list[LimitUse]]:
         "recent_starts, deferred from jobs.limit_stats()",
         (),
         lambda rows: [LimitUse.model_validate(row) for row in rows],
+    )
+
+
+# -- metrics (sql/93_metrics.sql) ------------------------------------------------------
+
+def queue_gauges() -> Call[list[QueueGauges]]:
+    return Call(
+        "select queue, paused, ready, scheduled, running, parked, dead, blocked, "
+        "oldest_ready_s, demand from jobs.queue_gauges()",
+        (),
+        lambda rows: [QueueGauges.model_validate(row) for row in rows],
+    )
+
+
+def limit_gauges() -> Call[list[LimitGauges]]:
+    return Call(
+        "select limit_name, groups, running, concurrency, waiting, deferred, recent_starts "
+        "from jobs.limit_gauges()",
+        (),
+        lambda rows: [LimitGauges.model_validate(row) for row in rows],
+    )
+
+
+def stats(window_s: float) -> Call[list[QueueThroughput]]:
+    return Call(
+        "select queue, succeeded, failed, dead, cancelled, per_s, wait_p50_s, wait_p95_s, "
+        "run_p50_s, run_p95_s from jobs.stats(%s)",
+        (window_s,),
+        lambda rows: [QueueThroughput.model_validate(row) for row in rows],
     )
 
 

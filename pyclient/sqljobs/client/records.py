@@ -269,6 +269,38 @@ class Purged(_Record):
     remaining: int
 
 
+class PurgeStep(_Record):
+    """One `jobs.purge` call: what it deleted (jobs, the outbox rows that went with them,
+    events) and what is still eligible (jobs, events). `dry_run` calls delete nothing."""
+
+    jobs: int
+    outbox: int
+    events: int
+    jobs_remaining: int
+    events_remaining: int
+
+    @property
+    def deleted(self) -> int:
+        return self.jobs + self.events
+
+    @property
+    def remaining(self) -> int:
+        return self.jobs_remaining + self.events_remaining
+
+
+class RetentionPolicy(_Record):
+    """The retention ages in effect for one queue ('*': every queue without its own),
+    in seconds; `inf` keeps forever (`jobs.retention_policy`)."""
+
+    queue: str
+    succeeded_s: float
+    failed_s: float
+    dead_s: float
+    cancelled_s: float
+    awaited_s: float
+    events_s: float
+
+
 class OutboxStats(_Record):
     pending: int
     held: int
@@ -345,6 +377,50 @@ class LimitUse(_Record):
     rate_per_s: float | None
     recent_starts: int
     deferred: int
+
+
+class QueueGauges(_Record):
+    """One row of `jobs.queue_gauges()` (sql/93_metrics.sql): a queue's live counts, read
+    from the live rows' indexes; what a Prometheus scrape reports."""
+
+    queue: str
+    paused: bool
+    ready: int  # due now (ready or interrupted), waiting for a worker or a limit's slot
+    scheduled: int  # ready or interrupted with run_at in the future
+    running: int
+    parked: int
+    dead: int
+    blocked: int  # of ready: waiting for a concurrency limit's slot
+    oldest_ready_s: float
+    demand: int  # running + due jobs a worker could take (0 of those while paused)
+
+
+class LimitGauges(_Record):
+    """One row of `jobs.limit_gauges()`: `jobs.limit_stats()` summed per limit."""
+
+    limit_name: str
+    groups: int
+    running: int
+    concurrency: int | None  # slots per group (None: a rate limit only)
+    waiting: int
+    deferred: int
+    recent_starts: int
+
+
+class QueueThroughput(_Record):
+    """One row of `jobs.stats(window_s)`: a queue's finished jobs and latencies over a
+    recent window (the percentiles are None when no job of the window had one)."""
+
+    queue: str
+    succeeded: int
+    failed: int
+    dead: int
+    cancelled: int
+    per_s: float
+    wait_p50_s: float | None
+    wait_p95_s: float | None
+    run_p50_s: float | None
+    run_p95_s: float | None
 
 
 class LeaseRecord(_Record):

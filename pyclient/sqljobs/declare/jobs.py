@@ -20,9 +20,12 @@ from pydantic import BaseModel, ValidationError
 
 from sqljobs.client import queries
 from sqljobs.client.errors import ConfigurationError, InvalidPayload
+from sqljobs.client.producing import Sending, producing
 from sqljobs.client.records import Enqueued, Jitter, JobSpec, Staged
+from sqljobs.client.redaction import Redaction
 from sqljobs.client.transactions import run_in, run_in_async
 from sqljobs.declare.limits import Rate
+from sqljobs.declare.redaction import payload_json, redaction_of
 
 if TYPE_CHECKING:
     from sqljobs.declare.app import App
@@ -81,6 +84,11 @@ class JobDefinition(Generic[P]):
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
+    @functools.cached_property
+    def redaction(self) -> Redaction:
+        """The payload's sensitive and personal paths (sqljobs.declare.redaction)."""
+        return redaction_of(self.payload_model)
+
     def parse_payload(self, payload: Any) -> P:
         """The payload as the declared model; raises InvalidPayload."""
         if isinstance(payload, self.payload_model):
@@ -88,11 +96,17 @@ class JobDefinition(Generic[P]):
         try:
             return self.payload_model.model_validate(payload)
         except ValidationError as error:
+            # pydantic's text echoes (and may cut short) each input: a model with
+            # sensitive fields gets the errors without their inputs.
+            detail = str(error) if not self.redaction.sensitive else "\n".join(
+                f"{'.'.join(map(str, e['loc'])) or '(payload)'}: {e['msg']} [type={e['type']}]"
+                for e in error.errors(include_url=False, include_input=False,
+                                      include_context=False))
             raise InvalidPayload(
                 f"payload of job {self.name!r} does not validate as "
                 f"{self.payload_model.__name__}: {error.error_count()} error(s)",
-                detail=str(error),
-            ) from error
+                detail=detail,
+            ) from None if self.redaction.sensitive else error
 
 
 def payload_model_of(fn: Callable[..., Any]) -> type[BaseModel]:
@@ -161,7 +175,7 @@ class JobHandle(Generic[P]):
         model = d.parse_payload(payload)
         rate = None if throttle is None else Rate.of(throttle, "throttle")
         return JobSpec(
-            name=d.name, key=key, payload=model.model_dump(mode="json"),
+            name=d.name, key=key, payload=payload_json(model),
             queue=queue or d.queue, tenant=tenant,
             priority=d.priority if priority is None else priority,
             run_at=run_at, delay_s=_delay_s(delay),
@@ -178,37 +192,48 @@ class JobHandle(Generic[P]):
         """Enqueue one job. With `conn` (a psycopg connection, or a SQLAlchemy Session
         or Connection) the job is written in that transaction and exists only if it
         commits; without it, on the app's pool in its own transaction."""
-        call = queries.enqueue_spec(self.spec(payload, key=key, **options))
-        return run_in(self.app, conn, [call])[0]
+        with producing("enqueue", [self.spec(payload, key=key, **options)]) as sending:
+            answer = run_in(self.app, conn, [queries.enqueue_spec(sending.specs[0])])[0]
+            sending.enqueued([answer.id])
+        return answer
 
     def enqueue_many(self, items: Sequence[tuple[P | Mapping[str, Any], str]], *,
                      conn: Any = None, **options: Any) -> list[Enqueued]:
         """Enqueue many `(payload, key)` pairs: all validated first, then written in
         chunks of 1,000 inside one transaction (all or nothing)."""
         specs = [self.spec(payload, key=key, **options) for payload, key in items]
-        return [e for chunk in run_in(self.app, conn, queries.enqueue_chunks(specs))
-                for e in chunk]
+        with producing("enqueue", specs) as sending:
+            answers = [e for chunk in run_in(self.app, conn, queries.enqueue_chunks(
+                sending.specs)) for e in chunk]
+            sending.enqueued([e.id for e in answers])
+        return answers
 
     async def enqueue_async(self, payload: P | Mapping[str, Any], *, key: str,
                             conn: Any = None, **options: Any) -> Enqueued:
         """`enqueue` for asyncio code (an AsyncConnection or AsyncSession as `conn`)."""
-        call = queries.enqueue_spec(self.spec(payload, key=key, **options))
-        return (await run_in_async(self.app, conn, [call]))[0]
+        with producing("enqueue", [self.spec(payload, key=key, **options)]) as sending:
+            call = queries.enqueue_spec(sending.specs[0])
+            answer = (await run_in_async(self.app, conn, [call]))[0]
+            sending.enqueued([answer.id])
+        return answer
 
     async def enqueue_many_async(self, items: Sequence[tuple[P | Mapping[str, Any], str]], *,
                                  conn: Any = None, **options: Any) -> list[Enqueued]:
         specs = [self.spec(payload, key=key, **options) for payload, key in items]
-        chunks = await run_in_async(self.app, conn, queries.enqueue_chunks(specs))
-        return [e for chunk in chunks for e in chunk]
+        with producing("enqueue", specs) as sending:
+            chunks = await run_in_async(self.app, conn, queries.enqueue_chunks(sending.specs))
+            answers = [e for chunk in chunks for e in chunk]
+            sending.enqueued([e.id for e in answers])
+        return answers
 
     # -- transactional outbox (sql/70_outbox.sql, sqljobs.relay) ----------------------
 
-    def _staged_spec(self, payload: P | Mapping[str, Any], key: str,
-                     ordering_key: str | None, options: dict[str, Any]) -> dict[str, Any]:
-        spec = self.spec(payload, key=key, **options).to_sql()
+    def _staged(self, sending: Sending, ordering_key: str | None) -> list[dict[str, Any]]:
+        staged = [spec.to_sql() for spec in sending.specs]
         if ordering_key is not None:
-            spec["ordering_key"] = ordering_key
-        return spec
+            for spec in staged:
+                spec["ordering_key"] = ordering_key
+        return staged
 
     def stage(self, payload: P | Mapping[str, Any], *, key: str, conn: Any = None,
               ordering_key: str | None = None, **options: Any) -> Staged:
@@ -219,18 +244,28 @@ class JobHandle(Generic[P]):
         row answers that id as `deduped`. Rows sharing an `ordering_key` are published
         in the order they were staged. Takes enqueue's options but `on_conflict`.
         """
-        call = queries.stage_many([self._staged_spec(payload, key, ordering_key, options)])
-        return run_in(self.app, conn, [call])[0][0]
+        with producing("stage", [self.spec(payload, key=key, **options)]) as sending:
+            call = queries.stage_many(self._staged(sending, ordering_key))
+            answer = run_in(self.app, conn, [call])[0][0]
+            sending.enqueued([answer.id])
+        return answer
 
     def stage_many(self, items: Sequence[tuple[P | Mapping[str, Any], str]], *,
                    conn: Any = None, ordering_key: str | None = None,
                    **options: Any) -> list[Staged]:
         """Stage many `(payload, key)` pairs in one transaction (all or nothing)."""
-        specs = [self._staged_spec(payload, key, ordering_key, options) for payload, key in items]
-        return [s for chunk in run_in(self.app, conn, queries.stage_chunks(specs)) for s in chunk]
+        specs = [self.spec(payload, key=key, **options) for payload, key in items]
+        with producing("stage", specs) as sending:
+            calls = queries.stage_chunks(self._staged(sending, ordering_key))
+            answers = [s for chunk in run_in(self.app, conn, calls) for s in chunk]
+            sending.enqueued([s.id for s in answers])
+        return answers
 
     async def stage_async(self, payload: P | Mapping[str, Any], *, key: str, conn: Any = None,
                           ordering_key: str | None = None, **options: Any) -> Staged:
         """`stage` for asyncio code (an AsyncConnection or AsyncSession as `conn`)."""
-        call = queries.stage_many([self._staged_spec(payload, key, ordering_key, options)])
-        return (await run_in_async(self.app, conn, [call]))[0][0]
+        with producing("stage", [self.spec(payload, key=key, **options)]) as sending:
+            call = queries.stage_many(self._staged(sending, ordering_key))
+            answer = (await run_in_async(self.app, conn, [call]))[0][0]
+            sending.enqueued([answer.id])
+        return answer

@@ -24,6 +24,7 @@ from sqljobs.client import queries
 from sqljobs.client.errors import ConfigurationError
 from sqljobs.client.records import ScheduleRecord
 from sqljobs.declare.cron import Cron
+from sqljobs.declare.redaction import payload_json
 from sqljobs.declare.tasks import check_catch_up
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ class Schedules:
             spec = self.app.job_handle(job).spec(payload if payload is not None else {},
                                                  key="-", **options).to_sql()
         else:
-            body = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+            body = payload_json(payload) if isinstance(payload, BaseModel) else payload
             spec = {**options, "payload": dict(body or {})}
         definition = {
             "job": job, "cron": checked.expression, "timezone": checked.timezone,

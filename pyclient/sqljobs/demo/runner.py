@@ -243,7 +243,8 @@ def run_demo(dsn: str, *, embedded: bool, timeout_s: float = 50.0,
     display.say(f"demo    run {run_id}: enqueueing the example jobs")
     plan = enqueue(demo, run_id)
     display.say(f"demo    enqueued {len(plan.labels)} jobs (ids {plan.first_id}.."
-                f"{max(plan.labels)}); starting a worker and the scheduler in this process")
+                f"{max(plan.labels)}; they will make more: child jobs and cron firings); "
+                f"starting a worker and the scheduler in this process")
     worker = Worker(demo.app, concurrency=8, lease_s=10.0, poll_interval=0.2,
                     drain_timeout=5.0, install_signals=False)
     scheduler = Scheduler(demo.app, lease_s=3.0, tick=0.5, install_signals=False)

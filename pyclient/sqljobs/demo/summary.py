@@ -250,9 +250,13 @@ def render(report: Report) -> tuple[list[str], bool]:
     kinds = summarize(report)
     ok = report.finished and all(k.ok for k in kinds)
     total = len(report.rows)
+    made = sum(1 for r in report.rows if r.id not in report.labels)
+    # the demo enqueued some; the others are their child jobs and the cron's firings
+    origin = (f" ({total - made} the demo enqueued, {made} made by them: child jobs and "
+              f"cron firings)" if made else "")
     if report.finished:
-        head = (f"sqljobs demo: all {total} jobs of run {report.run_id} reached a final "
-                f"state in {report.elapsed_s:.1f} s")
+        head = (f"sqljobs demo: all {total} jobs of run {report.run_id}{origin} reached a "
+                f"final state in {report.elapsed_s:.1f} s")
     else:
         live = sum(1 for r in report.rows if not r.final)
         why = "interrupted" if report.interrupted else "time limit reached"

@@ -22,6 +22,13 @@ state and watermark). Then, every `tick` seconds (sooner when an occurrence is d
    NotLeader and stops dispatching at once. A second scheduler, a restart or a skewed
    clock can therefore never fire an occurrence twice.
 
+3. Retention: every `purge_every` seconds the leader runs ONE bounded `jobs.purge`
+   batch (at most `purge_batch` rows) under the stored policy (jobs.retention, else the
+   built-in defaults; docs/howto-retention.md). While rows remain eligible it runs one
+   more batch on each following tick, so a backlog drains without holding the leader:
+   a round never waits on more than one batch. `purge_every=None` disables it (then run
+   `sqljobs purge` from cron, or call jobs.purge yourself).
+
 SIGTERM/SIGINT: finish the round in flight, release the lease (so a standby takes over
 at once), exit 0. A second signal stops at once (exit 1; the lease lapses by itself).
 """
@@ -108,6 +115,8 @@ class Scheduler(Role):
         sync_declared: bool = True,
         install_signals: bool = True,
         scheduler_id: str | None = None,
+        purge_every: float | None = 60.0,
+        purge_batch: int = 1000,
     ) -> None:
         Role.__init__(self)
         if lease_s <= 0 or tick <= 0:
@@ -117,18 +126,25 @@ class Scheduler(Role):
                                      "in time")
         if max_catch_up < 1:
             raise ConfigurationError("max_catch_up must be at least 1")
+        if purge_every is not None and purge_every <= 0:
+            raise ConfigurationError("purge_every must be positive, or None to disable purging")
+        if not 1 <= purge_batch <= 100_000:
+            raise ConfigurationError("purge_batch must be between 1 and 100000")
         self.app = app
         self.lease_s = float(lease_s)
         self.tick = float(tick)
         self.misfire_grace_s = (max(5.0, 2 * self.tick) if misfire_grace_s is None
                                 else float(misfire_grace_s))
         self.max_catch_up = max_catch_up
+        self.purge_every = None if purge_every is None else float(purge_every)
+        self.purge_batch = purge_batch
+        self._next_purge = 0.0  # monotonic: the first round that leads purges
         self.sync_declared = sync_declared
         self.install_signals = install_signals
         self.id = scheduler_id or (
             f"scheduler:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}")
         self.token: int | None = None  # the fencing token while this scheduler leads
-        self.counts: dict[str, int] = {"fired": 0, "deduped": 0, "rounds": 0}
+        self.counts: dict[str, int] = {"fired": 0, "deduped": 0, "rounds": 0, "purged": 0}
         self._lease_deadline = 0.0  # monotonic: leadership is lost after this
         self._bad_cron: dict[str, str] = {}
         self._client: AsyncClient | None = None
@@ -199,6 +215,7 @@ class Scheduler(Role):
                     next_due = await self.dispatch_round()
                     if next_due is not None:
                         wait = min(wait, max(0.0, next_due))
+                    await self.purge_round()
             except Exception as error:
                 failures += 1
                 wait = min(0.2 * 2 ** min(failures, 5), self.tick)
@@ -279,6 +296,27 @@ class Scheduler(Role):
         if next_due is None:
             return None
         return (next_due - now).total_seconds()
+
+    async def purge_round(self) -> int | None:
+        """One bounded retention batch when one is due and this scheduler leads; answers
+        the rows deleted (None when no batch ran)."""
+        assert self._client is not None
+        if self.purge_every is None or not self.leading or self._stopping:
+            return None
+        if time.monotonic() < self._next_purge:
+            return None
+        # A batch that fails waits a period too (the round's error handling logs it).
+        self._next_purge = time.monotonic() + self.purge_every
+        step = await self._client.run(queries.purge(self.purge_batch))
+        self.counts["purged"] += step.deleted
+        if step.remaining > 0:
+            self._next_purge = 0.0  # still eligible: the next tick takes the next batch
+        if step.deleted:
+            logger.info("purged %d jobs, %d outbox rows, %d events (%d still eligible)",
+                        step.jobs, step.outbox, step.events, step.remaining,
+                        extra={**self._log_extra, "purged": step.deleted,
+                               "remaining": step.remaining})
+        return step.deleted
 
     def _cron(self, record: ScheduleRecord) -> Cron | None:
         try:

@@ -41,11 +41,19 @@ Rules:
   * a sleep or an event wait that has to wait parks the job (not an attempt) and ends
     the run at once, freeing the worker's slot (it raises `Suspended`, a BaseException
     the worker handles: don't catch it); the job resumes, replaying, when it is due.
+
+Observers (sqljobs.runtime.observing; tracing makes spans of it) see each step that
+works in this run as `watch.step(name, kind)` (kind run, sleep, wait, invoke,
+compensate), and a park or a replayed step as `watch.event("parked" | "replayed", ...)`
+with the step's name and kind, never its value. A step's function runs in the step's
+context (a copy), for sync handlers too, so what it traces nests under the step.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import functools
 import inspect
 import queue
@@ -65,6 +73,7 @@ from pydantic import TypeAdapter
 from sqljobs.client import queries
 from sqljobs.client.encoding import json_result
 from sqljobs.client.errors import LeaseLost, SqljobsError
+from sqljobs.client.producing import producing
 from sqljobs.client.queries import Call
 from sqljobs.client.records import JobSpec, JobState
 from sqljobs.client.results import JobCancelled, JobDead, JobError, JobFailed
@@ -82,6 +91,9 @@ Caller = Callable[[Callable[[], Any], float | None], Awaitable[Any]]
 # reserved_step_name, SJ011): a saga's unwind record and its compensations' records.
 UNWIND_STEP = "sqljobs.unwind"
 UNDO_PREFIX = "sqljobs.undo:"
+
+# What a step runs inside when no observer watches the run (stateless, so shared).
+_UNWATCHED = contextlib.nullcontext()
 
 # How often a wait registration is retried after a deadlock with an emitting
 # transaction (see sql/60_events.sql, "Locks").
@@ -219,6 +231,11 @@ class Steps:
 
     # -- bookkeeping ------------------------------------------------------------------
 
+    def _watching(self, name: str, kind: str) -> contextlib.AbstractContextManager[None]:
+        """The observers' view of one step as it runs (a span, with tracing); with no
+        observer, a shared no-op (a step pays one identity test)."""
+        return _UNWATCHED if self.watch is NO_WATCH else self.watch.step(name, kind)
+
     @property
     def stored(self) -> dict[str, Any]:
         """The steps stored so far: name -> stored value (a copy)."""
@@ -325,7 +342,9 @@ class Steps:
 
         async def in_this_thread(fn: Callable[[], Any], timeout: float | None) -> Any:
             reply: asyncio.Future[Any] = loop.create_future()
-            inbox.put((fn, reply))
+            # The function runs in this step's context (as an async step's does), so
+            # what it traces nests under the step's span.
+            inbox.put((functools.partial(contextvars.copy_context().run, fn), reply))
             try:
                 return await asyncio.wait_for(asyncio.shield(reply), timeout)
             except TimeoutError:
@@ -389,22 +408,25 @@ class Steps:
                         retry: RetryPolicy | None, compensate: Callable[[Any], Any] | None,
                         result_type: Any, call: Caller) -> Any:
         done, value = self._begin(name)
-        if not done:
-            policy = None if retry is None else retry.over(self._job_retry)
-            failures = 0
-            while True:
-                self._check_running()
-                try:
-                    result = await call(fn, timeout)
-                except Exception:
-                    failures += 1
-                    if policy is None or failures >= (policy.max_attempts or 1):
-                        raise
-                    await asyncio.sleep(_backoff(policy, failures))
-                    continue
-                break
-            options = {"compensable": True} if compensate is not None else None
-            value = await self._put(name, result, options)
+        if done:
+            self.watch.event("replayed", {"step.name": name, "step.kind": "run"})
+        else:
+            with self._watching(name, "run"):
+                policy = None if retry is None else retry.over(self._job_retry)
+                failures = 0
+                while True:
+                    self._check_running()
+                    try:
+                        result = await call(fn, timeout)
+                    except Exception:
+                        failures += 1
+                        if policy is None or failures >= (policy.max_attempts or 1):
+                            raise
+                        await asyncio.sleep(_backoff(policy, failures))
+                        continue
+                    break
+                options = {"compensable": True} if compensate is not None else None
+                value = await self._put(name, result, options)
         typed = self._typed(value, fn, result_type)
         if compensate is not None:
             self._compensations.append((name, compensate, typed))
@@ -437,10 +459,11 @@ class Steps:
             if UNDO_PREFIX + name in self._stored:
                 continue
             self._check_running()
-            result = await self._try(functools.partial(undo, value), None)
-            self._stored[UNDO_PREFIX + name] = await self._call(queries.step_put(
-                self.job_id, self.claim, name, json_result(result), self._lease_s,
-                {"undo": True}))
+            with self._watching(UNDO_PREFIX + name, "compensate"):
+                result = await self._try(functools.partial(undo, value), None)
+                self._stored[UNDO_PREFIX + name] = await self._call(queries.step_put(
+                    self.job_id, self.claim, name, json_result(result), self._lease_s,
+                    {"undo": True}))
         await self._call(queries.step_unwound(self.job_id, self.claim))
 
     def began_unwinding(self) -> None:
@@ -470,11 +493,16 @@ class Steps:
             raise ValueError("a sleep cannot be negative")
         done, value = self._begin(name)
         if done and (self.unwinding or datetime.fromisoformat(value["until"]) <= self.now()):
+            self.watch.event("replayed", {"step.name": name, "step.kind": "sleep"})
             return
         self._check_running()
-        answer = await self._call(queries.step_sleep(self.job_id, self.claim, name, until, delay_s))
+        with self._watching(name, "sleep"):
+            answer = await self._call(queries.step_sleep(self.job_id, self.claim, name, until,
+                                                         delay_s))
         self._stored[name] = {"until": answer.wake_at.isoformat()}
         if answer.parked:
+            self.watch.event("parked", {"step.name": name, "step.kind": "sleep",
+                                        "wake_at": answer.wake_at.isoformat()})
             raise Suspended(f"job {self.job_id} sleeps until {answer.wake_at.isoformat()}")
 
     # -- events -----------------------------------------------------------------------
@@ -500,17 +528,23 @@ class Steps:
         Answers the Event that came first, or None on timeout."""
         specs = _specs(events)
         done, value = self._begin(name)
-        if not done:
+        if done:
+            self.watch.event("replayed", {"step.name": name, "step.kind": "wait"})
+        else:
             timeout_s = None if timeout is None else _seconds(timeout)
-            for tries in range(_DEADLOCK_RETRIES + 1):
-                try:
-                    answer = await self._call(queries.step_wait(
-                        self.job_id, self.claim, name, specs, timeout_s, self._lease_s))
-                    break
-                except psycopg.errors.DeadlockDetected:
-                    if tries == _DEADLOCK_RETRIES:
-                        raise
+            with self._watching(name, "wait"):
+                for tries in range(_DEADLOCK_RETRIES + 1):
+                    try:
+                        answer = await self._call(queries.step_wait(
+                            self.job_id, self.claim, name, specs, timeout_s, self._lease_s))
+                        break
+                    except psycopg.errors.DeadlockDetected:
+                        if tries == _DEADLOCK_RETRIES:
+                            raise
             if answer.parked:
+                # event names only: a match's values may come from the payload
+                self.watch.event("parked", {"step.name": name, "step.kind": "wait",
+                                            "events": [s["event"] for s in specs]})
                 raise Suspended(f"job {self.job_id} waits for {[s['event'] for s in specs]}")
             value = answer.value
             self._stored[name] = value
@@ -533,7 +567,7 @@ class Steps:
         the child's error. `job` is a JobHandle (payload validated, its declared queue and
         policy) or a job name; `options` are JobHandle.spec's (queue, priority, tenant...).
         """
-        return (await self._invoke([name], job, [payload], [key], options))[0]
+        return (await self._invoke(name, [name], job, [payload], [key], options))[0]
 
     async def invoke_many_async(self, name: str, job: JobHandle[Any] | str, payloads: Sequence[Any],
                           *, keys: Sequence[str] | None = None, **options: Any) -> list[Any]:
@@ -543,12 +577,13 @@ class Steps:
         if keys is not None and len(keys) != len(payloads):
             raise ValueError("give one key per payload")
         names = [f"{name}[{i}]" for i in range(len(payloads))]
-        return await self._invoke(names, job, list(payloads),
+        return await self._invoke(name, names, job, list(payloads),
                                   list(keys) if keys is not None else [None] * len(payloads),
                                   options)
 
-    async def _invoke(self, names: list[str], job: JobHandle[Any] | str, payloads: list[Any],
-                      keys: list[str | None], options: Mapping[str, Any]) -> list[Any]:
+    async def _invoke(self, name: str, names: list[str], job: JobHandle[Any] | str,
+                      payloads: list[Any], keys: list[str | None],
+                      options: Mapping[str, Any]) -> list[Any]:
         outcomes: dict[str, Any] = {}
         pending: list[str] = []
         for step_name in names:
@@ -557,6 +592,9 @@ class Steps:
                 outcomes[step_name] = value
             else:
                 pending.append(step_name)
+        if len(pending) < len(names):
+            self.watch.event("replayed", {"step.name": name, "step.kind": "invoke",
+                                          "children": len(names) - len(pending)})
         if pending:
             specs = []
             for step_name, payload, key in zip(names, payloads, keys, strict=True):
@@ -569,9 +607,13 @@ class Steps:
                     specs.append(JobSpec(name=job, key=child_key,
                                          payload=payload if payload is not None else {},
                                          **options))
-            answers = await self._call(queries.step_invoke(
-                self.job_id, self.claim, pending, specs, self._lease_s))
+            with self._watching(name, "invoke"), producing("invoke", specs) as sending:
+                answers = await self._call(queries.step_invoke(
+                    self.job_id, self.claim, pending, sending.specs, self._lease_s))
+                sending.enqueued([a.child_id for a in answers if a.child_id is not None])
             if any(a.parked for a in answers):
+                self.watch.event("parked", {"step.name": name, "step.kind": "invoke",
+                                            "children": sum(a.value is None for a in answers)})
                 raise Suspended(f"job {self.job_id} awaits child jobs "
                                 f"{[a.child_id for a in answers if a.value is None]}")
             for answer in answers:

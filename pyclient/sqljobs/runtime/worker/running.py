@@ -40,6 +40,7 @@ from sqljobs.runtime.observing import RunObserver
 from sqljobs.runtime.steps import Steps, Suspended
 from sqljobs.runtime.stopping import RunCancelled
 from sqljobs.runtime.threads import DaemonThreadPool
+from sqljobs.runtime.worker.redacting import redacted_settlement
 from sqljobs.runtime.worker.runs import JobLog, Run
 from sqljobs.runtime.worker.settling import Settlement, clean_text, error_record
 
@@ -63,7 +64,12 @@ class Runner:
         self._observer = observer
 
     async def outcome(self, run: Run) -> Settlement | None:
-        """Run the handler; answers what to write, or None when nothing may be written."""
+        """Run the handler; answers what to write, or None when nothing may be written.
+        Its error record holds no sensitive value of the payload (redacting.py)."""
+        return redacted_settlement(self._definitions[run.job.name], run.job.payload,
+                                   await self._outcome(run))
+
+    async def _outcome(self, run: Run) -> Settlement | None:
         job = run.job
         definition = self._definitions[job.name]
         run.watch = self._observer.run_begins(job)
@@ -180,8 +186,10 @@ class Runner:
         except Exception as error:
             # A compensation failed: the job stays compensating; try the unwind again
             # later (not an attempt). Compensations must be retryable.
-            return Settlement(ack=False, mode="shed", delay_s=SAGA_RETRY_S,
-                              error=error_record("compensation_failed", error))
+            return redacted_settlement(
+                self._definitions[run.job.name], run.job.payload,
+                Settlement(ack=False, mode="shed", delay_s=SAGA_RETRY_S,
+                           error=error_record("compensation_failed", error)))
         return Settlement(ack=False, mode="fail", written=True, compensated=True)
 
 

@@ -52,6 +52,7 @@ class Run:
         self.holds_slot = False  # started, and its handler (or thread) not yet finished
         self.started = time.monotonic()
         self.watch: RunWatch = NO_WATCH  # what observers see of it (sqljobs.runtime.observing)
+        self.ended: str | None = None  # the outcome observers were told (once per run)
 
     def stop(self, reason: StopReason) -> None:
         if self.stop_reason is None:

@@ -41,11 +41,12 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from sqljobs.client import queries
+from sqljobs.client import introspection, queries
 from sqljobs.client.connection import AsyncClient
 from sqljobs.client.database import check_schema_version
 from sqljobs.client.errors import ConfigurationError
 from sqljobs.client.records import ClaimedJob
+from sqljobs.declare.catalog import declared_job_type_writes
 from sqljobs.declare.limits import declared_writes
 from sqljobs.runtime.lifecycle import Role
 from sqljobs.runtime.listening import WAKE_CHANNEL, Listener
@@ -194,6 +195,10 @@ class Worker(Role):
             # the limits declared in code hold from this worker's first claim on
             await client.run_all(declared_writes(self.app.declared_limits.values(),
                                                  await client.run(queries.limits())))
+            # and the job types, so every viewer redacts what their models mark sensitive
+            await client.run_all(declared_job_type_writes(
+                [h.definition for h in self.app.jobs.values()],
+                await client.run(introspection.job_types())))
             await self._register()
             self._wire(client, dsn)
             assert self._settler is not None and self._claims is not None
@@ -334,6 +339,8 @@ class Worker(Role):
         except Exception:
             logger.exception("job %s: worker error", job.id, extra=fields)
         finally:
+            if run.ended is None:  # a worker error: nothing written, the lease will lapse
+                self._ended(run, "lost", None)
             run.settled.set()
             if run.thread is not None and not run.thread.done():
                 # A sync handler Python cannot interrupt: its slot stays taken until
@@ -344,6 +351,7 @@ class Worker(Role):
             self._wake.set()
 
     def _ended(self, run: Run, label: str, error: Mapping[str, Any] | None) -> None:
+        run.ended = label
         self.counts[label] = self.counts.get(label, 0) + 1
         run.watch.ended(label, error, time.monotonic() - run.started)
 
