@@ -170,6 +170,8 @@ begin
   v_values := $rules$case
         when {r}.name is null or {r}.name = '' then 'name is required'
         when {r}.key is null or {r}.key = '' then 'key is required (the idempotency key)'
+        -- a payload is what a handler takes as keyword arguments (null or absent: {})
+        when pg_catalog.jsonb_typeof({r}.payload) <> 'object' then 'payload must be a JSON object'
         when {r}.queue = '' then 'queue must not be empty'
         when {r}.max_attempts < 1 then 'max_attempts must be at least 1'
         when {r}.retry_base_s <= 0 then 'retry_base_s must be positive'
@@ -463,6 +465,9 @@ begin
     return;
   end if;
   foreach v_queue in array coalesce(p_queues, '{}') loop
+    -- a queue name too long for a notification (8000 bytes) is not woken: its workers
+    -- find its jobs by polling, and the enqueue, relay or resume does not fail
+    continue when pg_catalog.octet_length(v_queue) >= 8000;
     perform pg_catalog.pg_notify('jobs_wake', v_queue);
   end loop;
 end

@@ -88,6 +88,7 @@ declare
   v_unwind_seqs   integer[];
   v_unwind_states jobs.job_state[];
   v_unwind_errors jsonb[];
+  v_buried        bigint[];  -- watched jobs lease recovery buried: notified
   v_limited boolean;
   v_ids     bigint[];  -- limited: the candidates
 begin
@@ -103,9 +104,10 @@ begin
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('limit must be between 1 and 1000, got %s', p_limit));
   end if;
-  if p_lease_s is null or p_lease_s <= 0 then
+  -- NaN and leases past the end of time (now + lease overflows) are refused too
+  if p_lease_s is null or not (p_lease_s > 0 and p_lease_s <= 1e9) then
     perform jobs.raise_error('invalid_argument',
-      pg_catalog.format('lease_s must be positive, got %s', p_lease_s));
+      pg_catalog.format('lease_s must be positive and at most 1e9 seconds, got %s', p_lease_s));
   end if;
   if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
      or exists (select 1 from pg_catalog.jsonb_object_keys(p_options) k
@@ -130,7 +132,8 @@ begin
   -- ready to finish its unwind (sql/50_steps.sql).
   if coalesce((p_options->>'recover')::boolean, true) then
     with lapsed as (
-      select l.id, jobs.retry_state(l.attempt, l.max_attempts, l.dead_letter) as next_state
+      select l.id, jobs.retry_state(l.attempt, l.max_attempts, l.dead_letter) as next_state,
+             l.settle_watched
         from jobs.job l
        where l.state = 'running' and l.lease_expires_at < v_now
          and l.queue = any (p_queues)
@@ -158,15 +161,23 @@ begin
         from lapsed n
        where j.id = n.id
       returning j.id, j.step_seq, n.next_state, j.last_error,
-                j.compensable and n.next_state <> 'ready' as starts_unwind
+                j.compensable and n.next_state <> 'ready' as starts_unwind,
+                -- buried (dead or failed): a result waiter hears of it, as from nack_many
+                n.settle_watched and j.finished_at is not null as buried_watched
     )
-    select pg_catalog.array_agg(m.id), pg_catalog.array_agg(m.step_seq),
-           pg_catalog.array_agg(m.next_state), pg_catalog.array_agg(m.last_error)
-      into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors
+    select pg_catalog.array_agg(m.id) filter (where m.starts_unwind),
+           pg_catalog.array_agg(m.step_seq) filter (where m.starts_unwind),
+           pg_catalog.array_agg(m.next_state) filter (where m.starts_unwind),
+           pg_catalog.array_agg(m.last_error) filter (where m.starts_unwind),
+           pg_catalog.array_agg(m.id) filter (where m.buried_watched)
+      into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors, v_buried
       from moved m
-     where m.starts_unwind;
+     where m.starts_unwind or m.buried_watched;
     if v_unwind_ids is not null then  -- (a SQL function: planned at every call)
       perform jobs.record_unwinds(v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors);
+    end if;
+    if v_buried is not null then
+      perform jobs.notify_settled(v_buried);
     end if;
 
     -- Free the slots a waiter did not hear of (sql/35_limits.sql).

@@ -167,8 +167,9 @@ begin
     perform jobs.raise_error('invalid_argument',
       'a lease needs a name (at most 200 characters) and a holder');
   end if;
-  if p_ttl_s is null or not (p_ttl_s > 0 and p_ttl_s < 'Infinity'::double precision) then
-    perform jobs.raise_error('invalid_argument', 'ttl_s must be positive and finite');
+  -- bounded (about 31 years): now + ttl must stay a timestamp (NaN is refused too)
+  if p_ttl_s is null or not (p_ttl_s > 0 and p_ttl_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument', 'ttl_s must be positive and at most 1e9 seconds');
   end if;
 end
 $$;
@@ -461,30 +462,27 @@ begin
          pg_catalog.array_agg(g.all_jobs)
     into a_id, a_group, a_cap, a_n, a_per, a_fail, a_all
     from (select x.id, x.grp, x.cap, x.n, x.per, x.fail, x.all_jobs from (
-            select c.ord, j.id,
-                   l.name || '|' || case
-                     when l.scope = 'key' then coalesce(j.payload #>> l.key_path, '')
-                     when l.scope = 'tenant' and l.target is null then j.tenant
-                     else '' end as grp,
-                   l.concurrency as cap, l.rate_n as n, l.rate_per_s as per,
-                   l.when_busy = 'fail' as fail, l.scope in ('global', 'queue') as all_jobs
+            select c.ord, j.id, g.grp, g.cap, g.n, g.per, g.fail, g.all_jobs
               from pg_catalog.unnest(p_ids) with ordinality as c(id, ord)
-              join jobs.job j on j.id = c.id
-              join jobs.limit l
-                on l.scope = 'global'
-                or (l.scope = 'queue' and l.target = j.queue)
-                or ((l.scope = 'name' or l.scope = 'key') and l.target = j.name)
-                or (l.scope = 'tenant' and j.tenant is not null
-                    and (l.target is null or l.target = j.tenant))
-            union all
-            select c.ord, j.id,
-                   'sqljobs.throttle|' || j.name || '|' || coalesce(j.tenant, '') || '|'
-                     || coalesce(j.group_key, ''),
-                   null, j.throttle_n, j.throttle_per_s, false, false
-              from pg_catalog.unnest(p_ids) with ordinality as c(id, ord)
-              join jobs.job j on j.id = c.id
-             where j.throttle_n is not null) x
-          -- one sort feeds every aggregate (each array in this order)
+              join jobs.job j on j.id = c.id  -- each candidate read once, its groups beside it
+             cross join lateral (
+               select l.name || '|' || case
+                        when l.scope = 'key' then coalesce(j.payload #>> l.key_path, '')
+                        when l.scope = 'tenant' and l.target is null then j.tenant
+                        else '' end as grp,
+                      l.concurrency as cap, l.rate_n as n, l.rate_per_s as per,
+                      l.when_busy = 'fail' as fail, l.scope in ('global', 'queue') as all_jobs
+                 from jobs.limit l
+                where l.scope = 'global'
+                   or (l.scope = 'queue' and l.target = j.queue)
+                   or ((l.scope = 'name' or l.scope = 'key') and l.target = j.name)
+                   or (l.scope = 'tenant' and j.tenant is not null
+                       and (l.target is null or l.target = j.tenant))
+               union all
+               select 'sqljobs.throttle|' || j.name || '|' || coalesce(j.tenant, '') || '|'
+                        || coalesce(j.group_key, ''),
+                      null, j.throttle_n, j.throttle_per_s, false, false
+                where j.throttle_n is not null) g) x
           order by x.ord, x.all_jobs, x.grp) g;
 
   if a_id is null then  -- no limit applies to any candidate

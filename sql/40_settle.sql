@@ -315,6 +315,22 @@ begin
   if exists (select 1 from pg_catalog.unnest(p_delays_s) d where d < 0 or d >= 'Infinity') then
     perform jobs.raise_error('invalid_argument', 'delays_s must be finite and not negative');
   end if;
+  -- last_error is read by every client and the dashboard: {kind, message, detail, ...},
+  -- kind and message text when given (a non-object error is wrapped as {message} below)
+  select pg_catalog.format('error %s: %s must be a JSON string, got %s', e.ord, f.field,
+                           pg_catalog.jsonb_typeof(e.error -> f.field))
+    into v_bad
+    from pg_catalog.unnest(p_errors) with ordinality as e(error, ord)
+   cross join (values ('kind'), ('message')) as f(field)
+   where pg_catalog.jsonb_typeof(e.error) = 'object'
+     and e.error ? f.field
+     and pg_catalog.jsonb_typeof(e.error -> f.field) <> 'string'
+   order by e.ord, f.field
+   limit 1;
+  if v_bad is not null then
+    perform jobs.raise_error('invalid_argument', v_bad
+      || ' (send {"kind": "...", "message": "...", "detail": ...}, see docs/howto-other-languages.md)');
+  end if;
 
   with input as (
       select u.id, u.claim, u.error, coalesce(u.mode, 'retry') as mode, u.delay_s, u.ord
@@ -447,9 +463,10 @@ declare
   v_now timestamptz := jobs.now();
 begin
   perform jobs.check_batch(p_ids, p_claims, null::text[]);
-  if p_lease_s is null or p_lease_s <= 0 then
+  -- NaN and leases past the end of time (now + lease overflows) are refused too
+  if p_lease_s is null or not (p_lease_s > 0 and p_lease_s <= 1e9) then
     perform jobs.raise_error('invalid_argument',
-      pg_catalog.format('lease_s must be positive, got %s', p_lease_s));
+      pg_catalog.format('lease_s must be positive and at most 1e9 seconds, got %s', p_lease_s));
   end if;
   return query
     with input as (

@@ -54,9 +54,10 @@ begin
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('concurrency must be at least 1, got %s', p_concurrency));
   end if;
-  if p_ttl_s is null or p_ttl_s <= 0 then
+  -- NaN and ttls past the end of time (now + ttl overflows) are refused too
+  if p_ttl_s is null or not (p_ttl_s > 0 and p_ttl_s <= 1e9) then
     perform jobs.raise_error('invalid_argument',
-      pg_catalog.format('ttl_s must be positive, got %s', p_ttl_s));
+      pg_catalog.format('ttl_s must be positive and at most 1e9 seconds, got %s', p_ttl_s));
   end if;
 
   -- UPSERT

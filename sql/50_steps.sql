@@ -41,9 +41,9 @@ as $$
 declare
   v_seq integer;
 begin
-  if p_lease_s is not null and (p_lease_s <= 0 or p_lease_s >= 'Infinity') then
+  if p_lease_s is not null and not (p_lease_s > 0 and p_lease_s <= 1e9) then
     perform jobs.raise_error('invalid_argument',
-      pg_catalog.format('lease_s must be positive, got %s', p_lease_s));
+      pg_catalog.format('lease_s must be positive and at most 1e9 seconds, got %s', p_lease_s));
   end if;
   update jobs.job as j
      set step_seq = j.step_seq + 1,
@@ -184,9 +184,9 @@ begin
   perform jobs.check_step_name(p_name);
   if (p_until is null) = (p_delay_s is null)
      or p_until in ('infinity', '-infinity')
-     or p_delay_s < 0 or p_delay_s >= 'Infinity' then
+     or p_delay_s < 0 or p_delay_s > 1e9 then
     perform jobs.raise_error('invalid_argument',
-      'a sleep needs exactly one of until (a finite time) or delay_s (finite, not negative)');
+      'a sleep needs exactly one of until (a finite time) or delay_s (0 to 1e9 seconds)');
   end if;
   -- FENCE
   v_seq := jobs.hold_step(p_id, p_claim, null);
@@ -422,8 +422,9 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_unwind jsonb;
-  v_state  jobs.job_state;
+  v_unwind  jsonb;
+  v_state   jobs.job_state;
+  v_watched boolean;
 begin
   perform jobs.hold_step(p_id, p_claim, null);
   select s.value into v_unwind from jobs.step s where s.job_id = p_id and s.name = 'sqljobs.unwind';
@@ -442,8 +443,11 @@ begin
                                                                  'at', jobs.now())
                            else j.last_error end
    where j.id = p_id
-  returning j.state into v_state;
-  perform jobs.notify_settled(array[p_id]);
+  returning j.state, j.settle_watched into v_state, v_watched;
+  -- a result waiter hears of the end of the unwind; nobody else is notified (40_settle)
+  if v_watched then
+    perform jobs.notify_settled(array[p_id]);
+  end if;
   return v_state;
 end
 $$;

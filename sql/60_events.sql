@@ -144,8 +144,8 @@ begin
     perform jobs.raise_error('invalid_argument',
       'specs must be a non-empty array of {"event": name, "match": object}');
   end if;
-  if p_timeout_s < 0 or p_timeout_s >= 'Infinity' then
-    perform jobs.raise_error('invalid_argument', 'timeout_s must be finite and not negative');
+  if p_timeout_s < 0 or p_timeout_s > 1e9 then  -- (NaN too: it sorts above every number)
+    perform jobs.raise_error('invalid_argument', 'timeout_s must be 0 to 1e9 seconds');
   end if;
   -- FENCE (locks the job row)
   v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);

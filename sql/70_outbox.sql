@@ -182,7 +182,10 @@ comment on function jobs.stage(text, text, jsonb, jsonb) is
 --            (unclaimed, or lease_expires_at <= now): sets claimed_by, claim + 1 (the
 --            fencing token) and lease_expires_at = now + p_lease_s. A row of an
 --            ordering key is claimed only when every earlier unpublished row of that key
---            is claimed with it, so one key is never in flight in two relays.
+--            is claimed with it, so one key is never in flight in two relays; and of
+--            the ordering keys among those rows, one call takes at most half (rounded
+--            up, oldest first), so that a relay never holds every key and starves the
+--            others.
 --   Answers published (rows marked published now), deduped (of those, rows whose key
 --   already had a job) and held (rows claimed now, published by the next call).
 -- Refuses (invalid_argument SJ001): p_batch < 0 or > 10000, an empty relay id, a
@@ -217,8 +220,9 @@ begin
   if p_relay_id is null or p_relay_id = '' then
     perform jobs.raise_error('invalid_argument', 'relay_id is required');
   end if;
-  if p_lease_s is null or not (p_lease_s > 0 and p_lease_s < 'Infinity'::double precision) then
-    perform jobs.raise_error('invalid_argument', 'lease_s must be positive and finite');
+  -- bounded (about 31 years): now + lease must stay a timestamp (NaN is refused too)
+  if p_lease_s is null or not (p_lease_s > 0 and p_lease_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument', 'lease_s must be positive and at most 1e9 seconds');
   end if;
 
   -- PUBLISH: the rows this relay holds, as jobs under their own ids (jobs.insert_jobs).
@@ -269,10 +273,20 @@ begin
     -- by a live lease elsewhere, locked by another relay, or past the limit). Rows of
     -- the key after that one must wait; the seek stops at the first such row.
     keyed as (
-      select c.ordering_key, pg_catalog.array_agg(c.id) as ids
+      select c.ordering_key, pg_catalog.array_agg(c.id) as ids, pg_catalog.min(c.id) as head
         from cand c
        where c.ordering_key is not null
        group by c.ordering_key
+    ),
+    -- FAIR SHARE: a key is in flight in one relay only, so a relay that took every key
+    -- of its window would leave the others nothing to claim until it published. It
+    -- takes at most half the keys (rounded up; the oldest heads first) and leaves the
+    -- rest of them to the next relay.
+    taken as (
+      select k.ordering_key, k.ids
+        from keyed k
+       order by k.head
+       limit (select (pg_catalog.count(*) + 1) / 2 from keyed)
     ),
     blocked as (
       select k.ordering_key,
@@ -281,13 +295,14 @@ begin
                  and p.id <> all (k.ids)
                order by p.id
                limit 1) as first_out
-        from keyed k
+        from taken k
     ),
     ok as (
       select c.id
         from cand c
         left join blocked b on b.ordering_key = c.ordering_key
-       where c.ordering_key is null or b.first_out is null or c.id < b.first_out
+       where c.ordering_key is null
+          or (b.ordering_key is not null and (b.first_out is null or c.id < b.first_out))
     ),
     claimed as (
       update jobs.outbox o
@@ -327,9 +342,10 @@ declare
   v_before timestamptz;
   v_purged integer;
 begin
-  if p_retention_s is null or not (p_retention_s >= 0
-                                   and p_retention_s < 'Infinity'::double precision) then
-    perform jobs.raise_error('invalid_argument', 'retention_s must be zero or more, and finite');
+  -- bounded (about 31 years): now - retention must stay a timestamp
+  if p_retention_s is null or not (p_retention_s >= 0 and p_retention_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument',
+      'retention_s must be zero or more, and at most 1e9 seconds');
   end if;
   if p_max is null or p_max < 1 then
     perform jobs.raise_error('invalid_argument', 'max must be at least 1');

@@ -175,7 +175,9 @@ as $$
   with moved as (
     update jobs.job as j
        set state = 'ready', attempt = 0, run_at = jobs.now(), finished_at = null,
-           lease_expires_at = null, result = null, blocked_on = null
+           lease_expires_at = null, result = null, blocked_on = null,
+           -- the waiter that watched it heard it settle; a new one watches it again
+           settle_watched = false
      where j.id = any (p_ids) and j.state in ('failed', 'dead', 'cancelled')
     returning j.queue
   )
@@ -427,6 +429,10 @@ comment on function jobs.job_payload(bigint) is
   'The payload of one job, NOT redacted (null when it does not exist): grant it only to whom may read secrets.';
 
 -- jobs.queue_stats(): one row per queue that has jobs or a pause switch.
+-- It reads only partial indexes: of the live rows (ready, interrupted, running, parked),
+-- of the dead ones, and job_finished_idx for the succeeded, failed and cancelled rows
+-- that finished within the last jobs.queue_stats_window (a setting; default 24 hours).
+-- Its cost follows the backlog and the recent throughput, not the table's history.
 create or replace function jobs.queue_stats()
 returns table (
   queue           text,
@@ -447,10 +453,40 @@ language sql
 stable
 set search_path = ''
 as $$
-  with unserved as (
-    select u.queue, pg_catalog.sum(u.waiting)::bigint as waiting
-      from jobs.unserved_jobs() u
-     group by u.queue
+  with window_start as materialized (
+    select jobs.now() - coalesce(nullif(pg_catalog.current_setting('jobs.queue_stats_window', true),
+                                        ''), '24 hours')::interval as since
+  ),
+  listed as (  -- each branch reads one partial index (sql/00_schema.sql)
+    select c.queue, c.name, c.state, c.run_at, c.blocked_on, c.deferred_by from jobs.job c
+     where c.state in ('ready', 'interrupted') and c.blocked_on is null
+    union all
+    select b.queue, b.name, b.state, b.run_at, b.blocked_on, b.deferred_by from jobs.job b
+     where b.blocked_on is not null and b.state in ('ready', 'interrupted')
+    union all
+    select r.queue, r.name, r.state, r.run_at, r.blocked_on, r.deferred_by from jobs.job r
+     where r.state = 'running'
+    union all
+    select p.queue, p.name, p.state, p.run_at, p.blocked_on, p.deferred_by from jobs.job p
+     where p.state = 'parked'
+    union all
+    select d.queue, d.name, d.state, d.run_at, d.blocked_on, d.deferred_by from jobs.job d
+     where d.state = 'dead'
+    union all
+    select f.queue, f.name, f.state, f.run_at, f.blocked_on, f.deferred_by from jobs.job f
+     where f.finished_at is not null
+       and f.finished_at >= (select w.since from window_start w)
+       and f.state in ('succeeded', 'failed', 'cancelled')
+  ),
+  unserved as (  -- as jobs.unserved_jobs(), over the rows read above
+    select j.queue, pg_catalog.count(*) as waiting
+      from listed j
+     where j.state in ('ready', 'interrupted')
+       and not exists (select 1 from jobs.worker w
+                        where w.expires_at > jobs.now()
+                          and j.queue = any (w.queues)
+                          and j.name = any (w.names))
+     group by j.queue
   ),
   full_limits as (  -- global and queue limits with no free slot (sql/35_limits.sql)
     select l.scope, l.target
@@ -483,7 +519,8 @@ as $$
                                               or (j.run_at <= jobs.now()
                                                   and (h.everywhere or j.queue = any (h.queues)))
                                              )) as limited
-      from jobs.job j cross join held h
+      from listed j
+     cross join held h
      group by j.queue
   ),
   names as (
@@ -503,4 +540,4 @@ as $$
 $$;
 
 comment on function jobs.queue_stats() is
-  'Per queue: paused, counts by state, age in seconds of the oldest runnable job, how many waiting jobs no live worker declares (unserved), and how many wait on a limit (limited).';
+  'Per queue: paused, counts by state (succeeded, failed, cancelled: those finished within jobs.queue_stats_window, default 24 hours), age in seconds of the oldest runnable job, how many waiting jobs no live worker declares (unserved), and how many wait on a limit (limited).';

@@ -3,8 +3,8 @@
 -- jobs.queue_gauges() and jobs.limit_gauges() answer a Prometheus scrape: they read only
 -- the partial indexes of LIVE rows (and of dead ones), never the finished rows, so their
 -- cost follows the backlog and not the table's history. (jobs.queue_stats() in
--- sql/90_operator.sql also counts succeeded, failed and cancelled rows: a scan of every
--- row, for the `sqljobs queues` table and not for a scrape every few seconds.)
+-- sql/90_operator.sql also counts the succeeded, failed and cancelled rows of a recent
+-- window, for the `sqljobs queues` table and not for a scrape every few seconds.)
 -- jobs.stats(window_s) reads the finished rows of a recent window through
 -- job_finished_idx: its cost follows the throughput times the window.
 
@@ -174,10 +174,11 @@ as $$
 declare
   v_now timestamptz := jobs.now();
 begin
-  -- (PostgreSQL orders NaN above infinity, so this refuses it too)
-  if not coalesce(p_window_s > 0 and p_window_s < 'infinity'::double precision, false) then
+  -- (PostgreSQL orders NaN above every number, so this refuses it too; bounded so that
+  -- now - window stays a timestamp)
+  if not coalesce(p_window_s > 0 and p_window_s <= 1e9, false) then
     perform jobs.raise_error('invalid_argument',
-      pg_catalog.format('the stats window must be a positive number of seconds, not %s',
+      pg_catalog.format('the stats window must be a positive number of seconds, at most 1e9, not %s',
                         coalesce(p_window_s::text, 'null')));
   end if;
   return query

@@ -171,8 +171,8 @@ select is(jobs_test.error_of($$ select * from jobs.enqueue(null, null, '"a strin
           'SJ001 sqljobs.invalid_argument: spec 1: name is required',
           'a name problem is reported before a key or payload problem');
 select is(jobs_test.error_of($$ select * from jobs.enqueue('v.lean', 'k', '"a string of 16"') $$),
-          'SJ002 sqljobs.payload_too_large: spec 1: payload is 14 bytes; the limit is 12',
-          'a string payload is measured without its quotes');
+          'SJ001 sqljobs.invalid_argument: spec 1: payload must be a JSON object',
+          'a string payload is refused (not an object) before it is measured');
 reset jobs.max_payload_bytes;
 select lives_ok($$ select * from jobs.enqueue('v.lean', 'row-a', '{"x": [1, 2]}') $$, 'setup: a job through enqueue');
 select lives_ok($$ select * from jobs.enqueue_many('[{"name": "v.lean", "key": "row-b", "payload": {"x": [1, 2]}}]') $$,

@@ -29,7 +29,7 @@ select is(jobs.lease_acquire('export', 'A', 10), 3::bigint, 'free at once; the t
 select throws_ok($$ select jobs.lease_acquire('', 'A', 10) $$, 'SJ001',
   'sqljobs.invalid_argument: a lease needs a name (at most 200 characters) and a holder', 'no name');
 select throws_ok($$ select jobs.lease_acquire('x', 'A', 0) $$, 'SJ001',
-  'sqljobs.invalid_argument: ttl_s must be positive and finite', 'a ttl of zero');
+  'sqljobs.invalid_argument: ttl_s must be positive and at most 1e9 seconds', 'a ttl of zero');
 select throws_ok($$ select jobs.lease_renew('x', 'A', 1, 'Infinity') $$, 'SJ001', null, 'an infinite ttl');
 select is((select count(*)::int from jobs.lease where name in ('', 'x')), 0, 'refusals write nothing');
 

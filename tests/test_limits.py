@@ -201,8 +201,8 @@ def test_the_cli_sets_lists_and_removes_limits_and_shows_what_they_hold_back(
     conn.execute("select jobs.claim('{mail}', 'w', 10, 30)")
     queues = sqljobs("queues", "list")
     assert queues.exit_code == 0, queues.output
-    line = next(row for row in queues.output.splitlines() if "│ mail " in row)
-    assert line.split("│")[3].strip() == "2" and line.split("│")[13].strip() == "2", (
+    line = next(row for row in queues.output.splitlines() if row.startswith("mail\t"))
+    assert line.split("\t")[2] == "2" and line.split("\t")[12] == "2", (
         "two ready, both held back by the limit")
     assert "1 / 1" in queues.output, "the queue's group: one running of one allowed"
     listed = sqljobs("limits", "list")

@@ -159,12 +159,28 @@ def test_the_relay_wakes_on_notify_without_polling(app: App, conn: psycopg.Conne
     relay = Relay(app, install_signals=False, poll_interval=300.0)
     note = app.job_handle("roles.note")
 
+    # Steps that began once the relay was LISTENing: after one of them is over, the
+    # relay has caught up (the listener wakes it on connect) and waits 300 s.
+    listening_steps = 0
+    real_step = relay.step
+
+    async def counted_step(batch: int | None = None) -> int:
+        nonlocal listening_steps
+        began_listening = relay.listening
+        published = await real_step(batch)
+        listening_steps += began_listening
+        return published
+
+    relay.step = counted_step  # type: ignore[method-assign]
+
     async def main() -> None:
         task = asyncio.create_task(relay.run_async())
-        while not relay.listening:
+        for _ in range(1500):  # 30 s
+            if listening_steps:
+                break
             assert not task.done()
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0.2)  # the first (empty) step is over; the relay now waits
+        assert listening_steps, "the relay never stepped while listening"
         with psycopg.connect(db_dsn) as caller:
             note.stage({"text": "wake"}, key="woken", conn=caller)
             caller.commit()

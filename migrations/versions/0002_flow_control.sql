@@ -142,6 +142,7 @@ drop function jobs.queue_stats();
 CREATE OR REPLACE FUNCTION jobs.admit(p_ids bigint[], p_limit integer, p_now timestamp with time zone)
  RETURNS TABLE(id bigint, slots text[], at timestamp with time zone)
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
  SET enable_bitmapscan TO 'off'
 AS $function$
@@ -190,30 +191,27 @@ begin
          pg_catalog.array_agg(g.all_jobs)
     into a_id, a_group, a_cap, a_n, a_per, a_fail, a_all
     from (select x.id, x.grp, x.cap, x.n, x.per, x.fail, x.all_jobs from (
-            select c.ord, j.id,
-                   l.name || '|' || case
-                     when l.scope = 'key' then coalesce(j.payload #>> l.key_path, '')
-                     when l.scope = 'tenant' and l.target is null then j.tenant
-                     else '' end as grp,
-                   l.concurrency as cap, l.rate_n as n, l.rate_per_s as per,
-                   l.when_busy = 'fail' as fail, l.scope in ('global', 'queue') as all_jobs
+            select c.ord, j.id, g.grp, g.cap, g.n, g.per, g.fail, g.all_jobs
               from pg_catalog.unnest(p_ids) with ordinality as c(id, ord)
-              join jobs.job j on j.id = c.id
-              join jobs.limit l
-                on l.scope = 'global'
-                or (l.scope = 'queue' and l.target = j.queue)
-                or ((l.scope = 'name' or l.scope = 'key') and l.target = j.name)
-                or (l.scope = 'tenant' and j.tenant is not null
-                    and (l.target is null or l.target = j.tenant))
-            union all
-            select c.ord, j.id,
-                   'sqljobs.throttle|' || j.name || '|' || coalesce(j.tenant, '') || '|'
-                     || coalesce(j.group_key, ''),
-                   null, j.throttle_n, j.throttle_per_s, false, false
-              from pg_catalog.unnest(p_ids) with ordinality as c(id, ord)
-              join jobs.job j on j.id = c.id
-             where j.throttle_n is not null) x
-          -- one sort feeds every aggregate (each array in this order)
+              join jobs.job j on j.id = c.id  -- each candidate read once, its groups beside it
+             cross join lateral (
+               select l.name || '|' || case
+                        when l.scope = 'key' then coalesce(j.payload #>> l.key_path, '')
+                        when l.scope = 'tenant' and l.target is null then j.tenant
+                        else '' end as grp,
+                      l.concurrency as cap, l.rate_n as n, l.rate_per_s as per,
+                      l.when_busy = 'fail' as fail, l.scope in ('global', 'queue') as all_jobs
+                 from jobs.limit l
+                where l.scope = 'global'
+                   or (l.scope = 'queue' and l.target = j.queue)
+                   or ((l.scope = 'name' or l.scope = 'key') and l.target = j.name)
+                   or (l.scope = 'tenant' and j.tenant is not null
+                       and (l.target is null or l.target = j.tenant))
+               union all
+               select 'sqljobs.throttle|' || j.name || '|' || coalesce(j.tenant, '') || '|'
+                        || coalesce(j.group_key, ''),
+                      null, j.throttle_n, j.throttle_per_s, false, false
+                where j.throttle_n is not null) g) x
           order by x.ord, x.all_jobs, x.grp) g;
 
   if a_id is null then  -- no limit applies to any candidate
@@ -409,7 +407,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.check_lease_args(p_name text, p_holder text, p_ttl_s double precision)
  RETURNS void
  LANGUAGE plpgsql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -418,8 +416,9 @@ begin
     perform jobs.raise_error('invalid_argument',
       'a lease needs a name (at most 200 characters) and a holder');
   end if;
-  if p_ttl_s is null or not (p_ttl_s > 0 and p_ttl_s < 'Infinity'::double precision) then
-    perform jobs.raise_error('invalid_argument', 'ttl_s must be positive and finite');
+  -- bounded (about 31 years): now + ttl must stay a timestamp (NaN is refused too)
+  if p_ttl_s is null or not (p_ttl_s > 0 and p_ttl_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument', 'ttl_s must be positive and at most 1e9 seconds');
   end if;
 end
 $function$;
@@ -428,6 +427,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.debounce(p_spec jsonb, p_now timestamp with time zone)
  RETURNS bigint
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -445,11 +445,112 @@ begin
 end
 $function$;
 
+-- new: jobs.finished_per_minute(integer)
+CREATE OR REPLACE FUNCTION jobs.finished_per_minute(p_minutes integer DEFAULT 60)
+ RETURNS TABLE(minute timestamp with time zone, succeeded bigint, failed bigint)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_end timestamptz := pg_catalog.date_trunc('minute', jobs.now()) + interval '1 minute';
+begin
+  if p_minutes is null or p_minutes not between 1 and 1440 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('minutes must be between 1 and 1440, got %s', p_minutes));
+  end if;
+  return query
+  with finished as (
+    select pg_catalog.date_trunc('minute', f.finished_at) as minute, f.state
+      from jobs.job f
+     where f.finished_at is not null
+       and f.finished_at >= v_end - pg_catalog.make_interval(mins => p_minutes)
+       and f.finished_at < v_end
+       and f.state in ('succeeded', 'failed', 'dead')
+  )
+  select m.minute,
+         pg_catalog.count(f.state) filter (where f.state = 'succeeded'),
+         pg_catalog.count(f.state) filter (where f.state in ('failed', 'dead'))
+    from pg_catalog.generate_series(v_end - pg_catalog.make_interval(mins => p_minutes),
+                                    v_end - interval '1 minute', interval '1 minute') as m(minute)
+    left join finished f on f.minute = m.minute
+   group by m.minute
+   order by m.minute;
+end
+$function$;
+
+-- new: jobs.install_roles()
+CREATE OR REPLACE FUNCTION jobs.install_roles()
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_create boolean := coalesce(
+    pg_catalog.lower(pg_catalog.current_setting('sqljobs.create_roles', true)), 'on')
+    not in ('off', 'false', '0', 'no');
+  v_role text;
+  v_grant record;
+begin
+  if v_create then
+    foreach v_role in array array['sqljobs_producer', 'sqljobs_worker', 'sqljobs_operator',
+                                  'sqljobs_reader'] loop
+      if not exists (select from pg_catalog.pg_roles r where r.rolname = v_role) then
+        begin
+          execute pg_catalog.format('create role %I nologin', v_role);
+        exception when duplicate_object or unique_violation then
+          null;  -- another database of this cluster made it at the same moment
+        end;
+      end if;
+    end loop;
+  end if;
+
+  -- every function runs as the schema owner; EXECUTE is the gate
+  for v_grant in
+    select p.oid::pg_catalog.regprocedure as fn, p.prosecdef
+      from pg_catalog.pg_proc p
+     where p.pronamespace = 'jobs'::pg_catalog.regnamespace
+  loop
+    if not v_grant.prosecdef then
+      execute pg_catalog.format('alter function %s security definer', v_grant.fn);
+    end if;
+  end loop;
+  revoke all on all functions in schema jobs from public;
+  revoke all on all tables in schema jobs from public;
+  revoke all on all sequences in schema jobs from public;
+  alter default privileges in schema jobs revoke execute on functions from public;
+
+  foreach v_role in array array['sqljobs_producer', 'sqljobs_worker', 'sqljobs_operator',
+                                'sqljobs_reader'] loop
+    if exists (select from pg_catalog.pg_roles r where r.rolname = v_role) then
+      execute pg_catalog.format('grant usage on schema jobs to %I', v_role);
+    end if;
+  end loop;
+  for v_grant in
+    select g.role_name, g.fn
+      from jobs.role_grants() g
+     where g.role_name = 'public'
+        or exists (select from pg_catalog.pg_roles r where r.rolname = g.role_name)
+  loop
+    execute pg_catalog.format('grant execute on function %s to %I', v_grant.fn,
+                              v_grant.role_name);
+  end loop;
+  if exists (select from pg_catalog.pg_roles r where r.rolname = 'sqljobs_reader') then
+    grant select on jobs.job_view to sqljobs_reader;
+    if exists (select from pg_catalog.pg_roles r where r.rolname = 'sqljobs_operator')
+       and not pg_catalog.pg_has_role('sqljobs_operator', 'sqljobs_reader', 'member') then
+      grant sqljobs_reader to sqljobs_operator;
+    end if;
+  end if;
+end
+$function$;
+
 -- new: jobs.job_detail(bigint)
 CREATE OR REPLACE FUNCTION jobs.job_detail(p_id bigint)
  RETURNS jsonb
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -484,7 +585,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.job_of_group(p_spec jsonb)
  RETURNS bigint
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
@@ -505,7 +606,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.job_type_problem(p_name text, p_def jsonb)
  RETURNS text
  LANGUAGE plpgsql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -564,6 +665,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.job_type_put(p_name text, p_def jsonb)
  RETURNS boolean
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -597,6 +699,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.job_type_remove(p_name text)
  RETURNS void
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -611,7 +714,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.job_types()
  RETURNS TABLE(name text, queue text, sensitive_paths text[], personal_paths text[], payload_schema jsonb, retry jsonb, timeout_s double precision, origin text, updated_at timestamp with time zone)
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
   select t.name, t.queue, t.sensitive_paths, t.personal_paths, t.payload_schema, t.retry,
@@ -624,6 +727,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.lease_acquire(p_name text, p_holder text, p_ttl_s double precision)
  RETURNS bigint
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -649,6 +753,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.lease_holds(p_name text, p_token bigint)
  RETURNS boolean
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -664,6 +769,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.lease_release(p_name text, p_holder text, p_token bigint)
  RETURNS boolean
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -678,6 +784,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.lease_renew(p_name text, p_holder text, p_token bigint, p_ttl_s double precision)
  RETURNS boolean
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -693,7 +800,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.leases()
  RETURNS TABLE(name text, holder text, token bigint, lease_expires_at timestamp with time zone, acquired_at timestamp with time zone, live boolean)
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
   select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at,
@@ -706,7 +813,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.limit_gauges()
  RETURNS TABLE(limit_name text, groups bigint, running bigint, concurrency integer, waiting bigint, deferred bigint, recent_starts bigint)
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -735,7 +842,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.limit_problem(p_name text, p_def jsonb)
  RETURNS text
  LANGUAGE plpgsql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -816,6 +923,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.limit_put(p_name text, p_def jsonb)
  RETURNS boolean
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -849,6 +957,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.limit_remove(p_name text)
  RETURNS void
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -867,7 +976,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.limit_stats()
  RETURNS TABLE(limit_name text, grp text, concurrency integer, running bigint, waiting bigint, rate_n integer, rate_per_s double precision, recent_starts integer, deferred bigint)
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
   with used as (
@@ -915,7 +1024,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.limits()
  RETURNS TABLE(name text, scope text, target text, key_path text[], concurrency integer, rate_n integer, rate_per_s double precision, when_busy text, origin text, updated_at timestamp with time zone)
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
   select l.name, l.scope, l.target, l.key_path, l.concurrency, l.rate_n, l.rate_per_s,
@@ -929,7 +1038,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.list_jobs(p_filter jsonb DEFAULT '{}'::jsonb, p_after_id bigint DEFAULT NULL::bigint, p_limit integer DEFAULT 50)
  RETURNS SETOF jobs.job_view
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -993,7 +1102,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.personal_data()
  RETURNS TABLE(name text, personal_paths text[], jobs bigint)
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
   select t.name, t.personal_paths,
@@ -1007,6 +1116,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.purge(p_max integer DEFAULT 1000, p_dry_run boolean DEFAULT false, p_policy jsonb DEFAULT NULL::jsonb)
  RETURNS TABLE(what text, deleted bigint, remaining bigint)
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -1147,7 +1257,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.purge_cutoff(p_now timestamp with time zone, p_age_s double precision)
  RETURNS timestamp with time zone
  LANGUAGE sql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
   select case when p_age_s >= 'Infinity'::double precision then '-infinity'::timestamptz
@@ -1158,7 +1268,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.purge_unreferenced(p_id bigint, p_parent_id bigint)
  RETURNS boolean
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
   select not exists (select 1 from jobs.job c
@@ -1174,7 +1284,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.queue_gauges()
  RETURNS TABLE(queue text, paused boolean, ready bigint, scheduled bigint, running bigint, parked bigint, dead bigint, blocked bigint, oldest_ready_s double precision, demand bigint)
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
   with clock as materialized (  -- jobs.now() once, not once per row
@@ -1233,7 +1343,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.redact(p_name text, p_payload jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -1246,7 +1356,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.redact_at(p_value jsonb, p_steps text[])
  RETURNS jsonb
  LANGUAGE plpgsql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -1287,7 +1397,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.redact_job_output(p_value jsonb, p_payload jsonb, p_paths text[])
  RETURNS jsonb
  LANGUAGE plpgsql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -1302,7 +1412,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.redact_output(p_name text, p_payload jsonb, p_value jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -1315,7 +1425,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.redact_payload(p_payload jsonb, p_paths text[])
  RETURNS jsonb
  LANGUAGE plpgsql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -1337,7 +1447,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.redact_strings(p_value jsonb, p_secrets text[])
  RETURNS jsonb
  LANGUAGE plpgsql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -1368,7 +1478,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.redact_text(p_text text, p_secrets text[])
  RETURNS text
  LANGUAGE plpgsql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -1389,7 +1499,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.redaction_jsonpath(p_path text)
  RETURNS jsonpath
  LANGUAGE plpgsql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -1411,7 +1521,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.redaction_path_problem(p_path text)
  RETURNS text
  LANGUAGE plpgsql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -1434,7 +1544,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.redaction_path_steps(p_path text)
  RETURNS text[]
  LANGUAGE plpgsql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -1459,7 +1569,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.redaction_secrets(p_payload jsonb, p_paths text[])
  RETURNS text[]
  LANGUAGE sql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
   select coalesce(pg_catalog.array_agg(s.v order by pg_catalog.length(s.v) desc, s.v), '{}')
@@ -1475,7 +1585,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.retention_age(p_value jsonb, p_what text)
  RETURNS double precision
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -1497,7 +1607,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.retention_check(p_policy jsonb, p_queues_allowed boolean)
  RETURNS void
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -1539,7 +1649,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.retention_defaults()
  RETURNS jsonb
  LANGUAGE sql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
   select '{"succeeded": 86400, "failed": 2592000, "dead": 2592000, "cancelled": 604800,
@@ -1550,7 +1660,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.retention_policy(p_policy jsonb DEFAULT NULL::jsonb)
  RETURNS TABLE(queue text, succeeded_s double precision, failed_s double precision, dead_s double precision, cancelled_s double precision, awaited_s double precision, events_s double precision)
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -1594,6 +1704,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.retention_put(p_queue text, p_policy jsonb)
  RETURNS TABLE(queue text, succeeded_s double precision, failed_s double precision, dead_s double precision, cancelled_s double precision, awaited_s double precision, events_s double precision)
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -1634,6 +1745,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.retention_remove(p_queue text)
  RETURNS boolean
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -1642,10 +1754,137 @@ begin
 end
 $function$;
 
+-- new: jobs.role_grants()
+CREATE OR REPLACE FUNCTION jobs.role_grants()
+ RETURNS TABLE(role_name text, fn regprocedure)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  select g.role_name, g.fn::pg_catalog.regprocedure
+    from (values
+      -- every role: what a client asks once it connects
+      ('sqljobs_producer', 'jobs.schema_version()'), ('sqljobs_worker', 'jobs.schema_version()'),
+      ('sqljobs_operator', 'jobs.schema_version()'), ('sqljobs_reader', 'jobs.schema_version()'),
+      ('sqljobs_producer', 'jobs.spec_defaults()'), ('sqljobs_worker', 'jobs.spec_defaults()'),
+      ('sqljobs_operator', 'jobs.spec_defaults()'), ('sqljobs_reader', 'jobs.spec_defaults()'),
+      ('sqljobs_producer', 'jobs.now()'), ('sqljobs_worker', 'jobs.now()'),
+      ('sqljobs_operator', 'jobs.now()'), ('sqljobs_reader', 'jobs.now()'),
+      ('sqljobs_producer', 'jobs.error_codes()'), ('sqljobs_worker', 'jobs.error_codes()'),
+      ('sqljobs_operator', 'jobs.error_codes()'), ('sqljobs_reader', 'jobs.error_codes()'),
+      ('sqljobs_producer', 'jobs.max_payload_bytes()'), ('sqljobs_worker', 'jobs.max_payload_bytes()'),
+      ('sqljobs_operator', 'jobs.max_payload_bytes()'), ('sqljobs_reader', 'jobs.max_payload_bytes()'),
+      -- producer: puts jobs and events in, reads the outcome of what it put in
+      ('sqljobs_producer', 'jobs.enqueue(text,text,jsonb,jsonb)'),
+      ('sqljobs_producer', 'jobs.enqueue_many(jsonb)'),
+      ('sqljobs_producer', 'jobs.stage(text,text,jsonb,jsonb)'),
+      ('sqljobs_producer', 'jobs.stage_many(jsonb)'),
+      ('sqljobs_producer', 'jobs.emit_event(text,jsonb)'),
+      ('sqljobs_producer', 'jobs.watch_outcome(bigint)'),
+      -- worker: runs jobs, and what the runtime beside it keeps (schedules, relay,
+      -- leases, limits, the job-type registry, the worker registry, retention)
+      ('sqljobs_worker', 'jobs.claim(text[],text,integer,double precision,jsonb)'),
+      ('sqljobs_worker', 'jobs.ack(bigint,bigint,jsonb)'),
+      ('sqljobs_worker', 'jobs.ack_many(bigint[],bigint[],jsonb[])'),
+      ('sqljobs_worker', 'jobs.nack(bigint,bigint,jsonb,text,double precision)'),
+      ('sqljobs_worker', 'jobs.nack_many(bigint[],bigint[],jsonb[],text[],double precision[])'),
+      ('sqljobs_worker', 'jobs.heartbeat(bigint,bigint,double precision)'),
+      ('sqljobs_worker', 'jobs.heartbeat_many(bigint[],bigint[],double precision)'),
+      ('sqljobs_worker', 'jobs.progress(bigint,bigint,jsonb)'),
+      ('sqljobs_worker', 'jobs.step_put(bigint,bigint,text,jsonb,double precision,jsonb)'),
+      ('sqljobs_worker', 'jobs.step_sleep(bigint,bigint,text,timestamp with time zone,double precision)'),
+      ('sqljobs_worker', 'jobs.step_invoke(bigint,bigint,text[],jsonb,double precision)'),
+      ('sqljobs_worker', 'jobs.step_unwound(bigint,bigint)'),
+      ('sqljobs_worker', 'jobs.step_wait(bigint,bigint,text,jsonb,double precision,double precision)'),
+      ('sqljobs_worker', 'jobs.job_steps(bigint)'),
+      ('sqljobs_worker', 'jobs.emit_event(text,jsonb)'),
+      ('sqljobs_worker', 'jobs.enqueue(text,text,jsonb,jsonb)'),
+      ('sqljobs_worker', 'jobs.enqueue_many(jsonb)'),
+      ('sqljobs_worker', 'jobs.stage_many(jsonb)'),
+      ('sqljobs_worker', 'jobs.relay(integer,text,double precision)'),
+      ('sqljobs_worker', 'jobs.purge_outbox(double precision,integer)'),
+      ('sqljobs_worker', 'jobs.schedule_fire(text,timestamp with time zone[],timestamp with time zone,bigint)'),
+      ('sqljobs_worker', 'jobs.schedule_put(text,jsonb)'),
+      ('sqljobs_worker', 'jobs.schedule_pause(text)'),
+      ('sqljobs_worker', 'jobs.schedule_resume(text)'),
+      ('sqljobs_worker', 'jobs.schedule_remove(text)'),
+      ('sqljobs_worker', 'jobs.schedules()'),
+      ('sqljobs_worker', 'jobs.leader_acquire(text,text,double precision)'),
+      ('sqljobs_worker', 'jobs.leader_release(text,text,bigint)'),
+      ('sqljobs_worker', 'jobs.lease_acquire(text,text,double precision)'),
+      ('sqljobs_worker', 'jobs.lease_renew(text,text,bigint,double precision)'),
+      ('sqljobs_worker', 'jobs.lease_release(text,text,bigint)'),
+      ('sqljobs_worker', 'jobs.lease_holds(text,bigint)'),
+      ('sqljobs_worker', 'jobs.limit_put(text,jsonb)'),
+      ('sqljobs_worker', 'jobs.limit_remove(text)'),
+      ('sqljobs_worker', 'jobs.limits()'),
+      ('sqljobs_worker', 'jobs.limit_stats()'),
+      ('sqljobs_worker', 'jobs.job_type_put(text,jsonb)'),
+      ('sqljobs_worker', 'jobs.worker_heartbeat(text,text[],text[],integer,double precision,text,integer,jsonb)'),
+      ('sqljobs_worker', 'jobs.worker_stop(text)'),
+      ('sqljobs_worker', 'jobs.purge(integer,boolean,jsonb)'),
+      -- operator: the operator verbs and settings (it is a member of sqljobs_reader too)
+      ('sqljobs_operator', 'jobs.cancel(bigint)'),
+      ('sqljobs_operator', 'jobs.requeue(bigint[])'),
+      ('sqljobs_operator', 'jobs.promote(bigint)'),
+      ('sqljobs_operator', 'jobs.remove(bigint)'),
+      ('sqljobs_operator', 'jobs.cancel_where(jsonb,integer)'),
+      ('sqljobs_operator', 'jobs.requeue_where(jsonb,integer)'),
+      ('sqljobs_operator', 'jobs.promote_where(jsonb,integer)'),
+      ('sqljobs_operator', 'jobs.remove_where(jsonb,integer)'),
+      ('sqljobs_operator', 'jobs.pause_queue(text)'),
+      ('sqljobs_operator', 'jobs.resume_queue(text)'),
+      ('sqljobs_operator', 'jobs.job_payload(bigint)'),
+      ('sqljobs_operator', 'jobs.schedule_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.schedule_pause(text)'),
+      ('sqljobs_operator', 'jobs.schedule_resume(text)'),
+      ('sqljobs_operator', 'jobs.schedule_remove(text)'),
+      ('sqljobs_operator', 'jobs.limit_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.limit_remove(text)'),
+      ('sqljobs_operator', 'jobs.job_type_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.job_type_remove(text)'),
+      ('sqljobs_operator', 'jobs.retention_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.retention_remove(text)'),
+      ('sqljobs_operator', 'jobs.purge(integer,boolean,jsonb)'),
+      ('sqljobs_operator', 'jobs.purge_outbox(double precision,integer)'),
+      ('sqljobs_operator', 'jobs.purge_events(timestamp with time zone,integer)'),
+      ('sqljobs_operator', 'jobs.lease_release(text,text,bigint)'),
+      ('sqljobs_operator', 'jobs.worker_stop(text)'),
+      -- reader: views and read functions only (redacted: no raw payload)
+      ('sqljobs_reader', 'jobs.queue_stats()'),
+      ('sqljobs_reader', 'jobs.list_jobs(jsonb,bigint,integer)'),
+      ('sqljobs_reader', 'jobs.job_detail(bigint)'),
+      ('sqljobs_reader', 'jobs.job_steps(bigint)'),
+      ('sqljobs_reader', 'jobs.job_types()'),
+      ('sqljobs_reader', 'jobs.personal_data()'),
+      ('sqljobs_reader', 'jobs.workers()'),
+      ('sqljobs_reader', 'jobs.unserved_jobs()'),
+      ('sqljobs_reader', 'jobs.schedules()'),
+      ('sqljobs_reader', 'jobs.leaders()'),
+      ('sqljobs_reader', 'jobs.leases()'),
+      ('sqljobs_reader', 'jobs.limits()'),
+      ('sqljobs_reader', 'jobs.limit_stats()'),
+      ('sqljobs_reader', 'jobs.outbox_stats()'),
+      ('sqljobs_reader', 'jobs.queue_gauges()'),
+      ('sqljobs_reader', 'jobs.limit_gauges()'),
+      ('sqljobs_reader', 'jobs.stats(double precision)'),
+      ('sqljobs_reader', 'jobs.retention_policy(jsonb)'),
+      ('sqljobs_reader', 'jobs.finished_per_minute(integer)'),
+      -- jobs.job_view calls these with its reader's privileges (a view's functions are
+      -- checked against its caller), so whoever is granted SELECT on the view needs them;
+      -- they compute on their arguments only and read no table
+      ('public', 'jobs.redact_payload(jsonb,text[])'),
+      ('public', 'jobs.redact_job_output(jsonb,jsonb,text[])')
+    ) as g(role_name, fn)
+   -- a function another file drops or has not made yet is left out, not an error
+   where pg_catalog.to_regprocedure(g.fn) is not null
+$function$;
+
 -- new: jobs.slots_freed()
 CREATE OR REPLACE FUNCTION jobs.slots_freed()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
  SET enable_bitmapscan TO 'off'
 AS $function$
@@ -1705,16 +1944,17 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.stats(p_window_s double precision DEFAULT 300)
  RETURNS TABLE(queue text, succeeded bigint, failed bigint, dead bigint, cancelled bigint, per_s double precision, wait_p50_s double precision, wait_p95_s double precision, run_p50_s double precision, run_p95_s double precision)
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
   v_now timestamptz := jobs.now();
 begin
-  -- (PostgreSQL orders NaN above infinity, so this refuses it too)
-  if not coalesce(p_window_s > 0 and p_window_s < 'infinity'::double precision, false) then
+  -- (PostgreSQL orders NaN above every number, so this refuses it too; bounded so that
+  -- now - window stays a timestamp)
+  if not coalesce(p_window_s > 0 and p_window_s <= 1e9, false) then
     perform jobs.raise_error('invalid_argument',
-      pg_catalog.format('the stats window must be a positive number of seconds, not %s',
+      pg_catalog.format('the stats window must be a positive number of seconds, at most 1e9, not %s',
                         coalesce(p_window_s::text, 'null')));
   end if;
   return query
@@ -1749,6 +1989,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.unblock(p_ids bigint[])
  RETURNS void
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -1771,6 +2012,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.unblock_free(p_max integer)
  RETURNS integer
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
  SET enable_bitmapscan TO 'off'
 AS $function$
@@ -1798,10 +2040,25 @@ begin
 end
 $function$;
 
+-- changed: jobs.ack(bigint,bigint,jsonb)
+CREATE OR REPLACE FUNCTION jobs.ack(p_id bigint, p_claim bigint, p_result jsonb DEFAULT NULL::jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  if not (select a.ok from jobs.ack_many(array[p_id], array[p_claim], array[p_result]) a) then
+    perform jobs.lease_lost(p_id, p_claim);
+  end if;
+end
+$function$;
+
 -- changed: jobs.ack_many(bigint[],bigint[],jsonb[])
 CREATE OR REPLACE FUNCTION jobs.ack_many(p_ids bigint[], p_claims bigint[], p_results jsonb[] DEFAULT NULL::jsonb[])
  RETURNS TABLE(id bigint, ok boolean)
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -1842,26 +2099,258 @@ begin
 end
 $function$;
 
+-- changed: jobs.apply_cancel(bigint[])
+CREATE OR REPLACE FUNCTION jobs.apply_cancel(p_ids bigint[])
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  with moved as (
+    update jobs.job as j
+       set state = 'cancelled', finished_at = jobs.now(), lease_expires_at = null
+     where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
+    returning j.id, j.state, j.settle_watched
+  )
+  -- result waiters of watched jobs hear of it (a saga's cancel first unwinds: not yet)
+  select jobs.notify_settled(array(
+    select moved.id from moved where moved.settle_watched and moved.state = 'cancelled'))
+$function$;
+
+-- changed: jobs.apply_promote(bigint[])
+CREATE OR REPLACE FUNCTION jobs.apply_promote(p_ids bigint[])
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  with moved as (
+    update jobs.job as j
+       set state = case when j.state = 'parked' then 'ready' else j.state end,
+           -- a job already due keeps its run_at: promoting never sends it behind
+           -- older jobs of its priority
+           run_at = least(j.run_at, jobs.now())
+     where j.id = any (p_ids) and j.state in ('ready', 'interrupted', 'parked')
+    returning j.queue
+  )
+  select jobs.wake(array(select distinct moved.queue from moved))
+$function$;
+
+-- changed: jobs.apply_remove(bigint[])
+CREATE OR REPLACE FUNCTION jobs.apply_remove(p_ids bigint[])
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  delete from jobs.job as j where j.id = any (p_ids) and j.state <> 'running'
+$function$;
+
 -- changed: jobs.apply_requeue(bigint[])
 CREATE OR REPLACE FUNCTION jobs.apply_requeue(p_ids bigint[])
  RETURNS void
  LANGUAGE sql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
   with moved as (
     update jobs.job as j
        set state = 'ready', attempt = 0, run_at = jobs.now(), finished_at = null,
-           lease_expires_at = null, result = null, blocked_on = null
+           lease_expires_at = null, result = null, blocked_on = null,
+           -- the waiter that watched it heard it settle; a new one watches it again
+           settle_watched = false
      where j.id = any (p_ids) and j.state in ('failed', 'dead', 'cancelled')
     returning j.queue
   )
   select jobs.wake(array(select distinct moved.queue from moved))
 $function$;
 
+-- changed: jobs.backoff_s(integer,double precision,double precision,text)
+CREATE OR REPLACE FUNCTION jobs.backoff_s(p_attempt integer, p_base_s double precision, p_cap_s double precision, p_jitter text)
+ RETURNS double precision
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  select case p_jitter
+           when 'none'  then d.delay
+           when 'full'  then pg_catalog.random() * d.delay
+           when 'equal' then d.delay / 2 + pg_catalog.random() * d.delay / 2
+         end
+    from (select case
+                   -- At the cap already? Asked in logs, because 2^(attempt - 1) overflows a
+                   -- double from attempt 1025 on (a job may have max_attempts > 1024).
+                   when p_base_s > 0 and p_cap_s > 0
+                        and (greatest(p_attempt, 1) - 1) * pg_catalog.ln(2::double precision)
+                            >= pg_catalog.ln(p_cap_s) - pg_catalog.ln(p_base_s)
+                     then p_cap_s
+                   else least(p_cap_s,
+                              p_base_s * pg_catalog.power(2::double precision,
+                                                          greatest(p_attempt, 1) - 1))
+                 end as delay) d
+$function$;
+
+-- changed: jobs.cancel(bigint)
+CREATE OR REPLACE FUNCTION jobs.cancel(p_id bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  perform jobs.lock_for_verb(p_id, 'cancel', '{ready,running,parked,interrupted}');
+  perform jobs.apply_cancel(array[p_id]);
+end
+$function$;
+
+-- changed: jobs.cancel_unwinds()
+CREATE OR REPLACE FUNCTION jobs.cancel_unwinds()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  if old.compensating then
+    -- already unwinding: the unwind finishes and settles the job
+    new.state := old.state;
+    new.finished_at := old.finished_at;
+    new.lease_expires_at := old.lease_expires_at;
+    return new;
+  end if;
+  perform jobs.record_unwinds(array[old.id], array[old.step_seq + 1], '{cancelled}',
+    array[pg_catalog.jsonb_build_object('kind', 'cancelled', 'message', 'the job was cancelled')]);
+  new.step_seq := old.step_seq + 1;
+  new.state := 'ready';
+  new.run_at := jobs.now();
+  new.finished_at := null;
+  new.lease_expires_at := null;
+  new.compensating := true;
+  perform jobs.wake(array[old.queue]);
+  return new;
+end
+$function$;
+
+-- changed: jobs.cancel_where(jsonb,integer)
+CREATE OR REPLACE FUNCTION jobs.cancel_where(p_filter jsonb, p_max integer DEFAULT 1000)
+ RETURNS TABLE(moved integer, remaining bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_live jobs.job_state[] := '{ready,running,parked,interrupted}';
+  v_ids  bigint[] := jobs.ids_where(p_filter, v_live, p_max);
+begin
+  perform jobs.apply_cancel(v_ids);
+  return query select pg_catalog.cardinality(v_ids), jobs.count_where(p_filter, v_live);
+end
+$function$;
+
+-- changed: jobs.check_batch(bigint[],bigint[],anyarray)
+CREATE OR REPLACE FUNCTION jobs.check_batch(p_ids bigint[], p_claims bigint[], p_other anyarray)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  if p_ids is null or p_claims is null then
+    perform jobs.raise_error('invalid_argument', 'ids and claims are required');
+  end if;
+  if pg_catalog.cardinality(p_ids) <> pg_catalog.cardinality(p_claims)
+     or (p_other is not null and pg_catalog.cardinality(p_other) <> pg_catalog.cardinality(p_ids)) then
+    perform jobs.raise_error('invalid_argument', 'ids, claims and values must have the same length');
+  end if;
+  if pg_catalog.array_position(p_ids, null) is not null
+     or pg_catalog.array_position(p_claims, null) is not null then
+    perform jobs.raise_error('invalid_argument', 'ids and claims must not contain null');
+  end if;
+end
+$function$;
+
+-- changed: jobs.check_specs(jsonb)
+CREATE OR REPLACE FUNCTION jobs.check_specs(p_specs jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_problem text := jobs.spec_problem(p_specs);
+  v_ord     bigint;
+  v_max     integer := jobs.max_payload_bytes();
+begin
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_argument', v_problem);
+  end if;
+  if pg_catalog.jsonb_array_length(p_specs) = 1 then  -- one spec: no query
+    if pg_catalog.octet_length(p_specs->0->>'payload') > v_max then
+      v_ord := 1;
+    end if;
+  else
+    select e.ord into v_ord
+      from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+     where pg_catalog.octet_length(e.spec->>'payload') > v_max
+     order by e.ord
+     limit 1;
+  end if;
+  if v_ord is not null then
+    perform jobs.raise_error('payload_too_large',
+      pg_catalog.format('spec %s: payload is %s bytes; the limit is %s', v_ord,
+                        pg_catalog.octet_length(p_specs -> (v_ord - 1)::integer ->> 'payload'), v_max),
+      null, 'store large data elsewhere and pass a reference in the payload');
+  end if;
+end
+$function$;
+
+-- changed: jobs.check_step_name(text)
+CREATE OR REPLACE FUNCTION jobs.check_step_name(p_name text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  if p_name is null or p_name = '' or pg_catalog.length(p_name) > 200 then
+    perform jobs.raise_error('invalid_argument',
+      'a step name must be a non-empty string of at most 200 characters');
+  end if;
+  if pg_catalog.starts_with(p_name, 'sqljobs.') then
+    perform jobs.raise_error('reserved_step_name',
+      pg_catalog.format('step name %L starts with sqljobs., which the runtime keeps for itself',
+                        p_name), null, 'give the step another name');
+  end if;
+end
+$function$;
+
+-- changed: jobs.child_settled()
+CREATE OR REPLACE FUNCTION jobs.child_settled()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_parent bigint := case when tg_op = 'DELETE' then old.parent_id else new.parent_id end;
+  v_queue  text;
+begin
+  update jobs.job as p
+     set state = 'ready', run_at = jobs.now()
+   where p.id = v_parent and p.state = 'parked'
+  returning p.queue into v_queue;
+  if v_queue is not null then
+    perform jobs.wake(array[v_queue]);
+  end if;
+  return null;
+end
+$function$;
+
 -- changed: jobs.claim(text[],text,integer,double precision,jsonb)
 CREATE OR REPLACE FUNCTION jobs.claim(p_queues text[], p_worker text, p_limit integer DEFAULT 1, p_lease_s double precision DEFAULT 30, p_options jsonb DEFAULT '{}'::jsonb)
  RETURNS TABLE(id bigint, name text, queue text, tenant text, key text, payload jsonb, priority smallint, attempt integer, max_attempts integer, retry_base_s double precision, retry_cap_s double precision, retry_jitter text, claim bigint, lease_expires_at timestamp with time zone, timeout_s double precision, progress jsonb, traceparent text, created_at timestamp with time zone, started_at timestamp with time zone, steps jsonb)
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
  SET plan_cache_mode TO 'force_generic_plan'
  SET enable_seqscan TO 'off'
@@ -1876,6 +2365,7 @@ declare
   v_unwind_seqs   integer[];
   v_unwind_states jobs.job_state[];
   v_unwind_errors jsonb[];
+  v_buried        bigint[];  -- watched jobs lease recovery buried: notified
   v_limited boolean;
   v_ids     bigint[];  -- limited: the candidates
 begin
@@ -1891,9 +2381,10 @@ begin
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('limit must be between 1 and 1000, got %s', p_limit));
   end if;
-  if p_lease_s is null or p_lease_s <= 0 then
+  -- NaN and leases past the end of time (now + lease overflows) are refused too
+  if p_lease_s is null or not (p_lease_s > 0 and p_lease_s <= 1e9) then
     perform jobs.raise_error('invalid_argument',
-      pg_catalog.format('lease_s must be positive, got %s', p_lease_s));
+      pg_catalog.format('lease_s must be positive and at most 1e9 seconds, got %s', p_lease_s));
   end if;
   if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
      or exists (select 1 from pg_catalog.jsonb_object_keys(p_options) k
@@ -1918,7 +2409,8 @@ begin
   -- ready to finish its unwind (sql/50_steps.sql).
   if coalesce((p_options->>'recover')::boolean, true) then
     with lapsed as (
-      select l.id, jobs.retry_state(l.attempt, l.max_attempts, l.dead_letter) as next_state
+      select l.id, jobs.retry_state(l.attempt, l.max_attempts, l.dead_letter) as next_state,
+             l.settle_watched
         from jobs.job l
        where l.state = 'running' and l.lease_expires_at < v_now
          and l.queue = any (p_queues)
@@ -1946,15 +2438,23 @@ begin
         from lapsed n
        where j.id = n.id
       returning j.id, j.step_seq, n.next_state, j.last_error,
-                j.compensable and n.next_state <> 'ready' as starts_unwind
+                j.compensable and n.next_state <> 'ready' as starts_unwind,
+                -- buried (dead or failed): a result waiter hears of it, as from nack_many
+                n.settle_watched and j.finished_at is not null as buried_watched
     )
-    select pg_catalog.array_agg(m.id), pg_catalog.array_agg(m.step_seq),
-           pg_catalog.array_agg(m.next_state), pg_catalog.array_agg(m.last_error)
-      into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors
+    select pg_catalog.array_agg(m.id) filter (where m.starts_unwind),
+           pg_catalog.array_agg(m.step_seq) filter (where m.starts_unwind),
+           pg_catalog.array_agg(m.next_state) filter (where m.starts_unwind),
+           pg_catalog.array_agg(m.last_error) filter (where m.starts_unwind),
+           pg_catalog.array_agg(m.id) filter (where m.buried_watched)
+      into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors, v_buried
       from moved m
-     where m.starts_unwind;
+     where m.starts_unwind or m.buried_watched;
     if v_unwind_ids is not null then  -- (a SQL function: planned at every call)
       perform jobs.record_unwinds(v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors);
+    end if;
+    if v_buried is not null then
+      perform jobs.notify_settled(v_buried);
     end if;
 
     -- Free the slots a waiter did not hear of (sql/35_limits.sql).
@@ -2077,10 +2577,28 @@ begin
 end
 $function$;
 
+-- changed: jobs.count_where(jsonb,jobs.job_state[],boolean)
+CREATE OR REPLACE FUNCTION jobs.count_where(p_filter jsonb, p_states jobs.job_state[], p_waiting boolean DEFAULT false)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  select pg_catalog.count(*)
+    from jobs.job j
+   where j.state = any (p_states)
+     and (p_filter->'state' is null or j.state = any (jobs.filter_values(p_filter, 'state')::jobs.job_state[]))
+     and (p_filter->'queue' is null or j.queue = any (jobs.filter_values(p_filter, 'queue')))
+     and (p_filter->'name' is null or j.name = any (jobs.filter_values(p_filter, 'name')))
+     and (p_filter->'tenant' is null or j.tenant = any (jobs.filter_values(p_filter, 'tenant')))
+     and (not p_waiting or j.state = 'parked' or j.run_at > jobs.now())
+$function$;
+
 -- changed: jobs.define_spec()
 CREATE OR REPLACE FUNCTION jobs.define_spec()
  RETURNS void
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -2213,6 +2731,8 @@ begin
   v_values := $rules$case
         when {r}.name is null or {r}.name = '' then 'name is required'
         when {r}.key is null or {r}.key = '' then 'key is required (the idempotency key)'
+        -- a payload is what a handler takes as keyword arguments (null or absent: {})
+        when pg_catalog.jsonb_typeof({r}.payload) <> 'object' then 'payload must be a JSON object'
         when {r}.queue = '' then 'queue must not be empty'
         when {r}.max_attempts < 1 then 'max_attempts must be at least 1'
         when {r}.retry_base_s <= 0 then 'retry_base_s must be positive'
@@ -2397,10 +2917,73 @@ begin
 end
 $function$;
 
+-- changed: jobs.emit_event(text,jsonb)
+CREATE OR REPLACE FUNCTION jobs.emit_event(p_name text, p_payload jsonb DEFAULT '{}'::jsonb)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_id     bigint;
+  v_queues text[];
+begin
+  -- GUARD
+  if p_name is null or p_name = '' then
+    perform jobs.raise_error('invalid_argument', 'an event needs a name');
+  end if;
+  if p_payload is null or pg_catalog.jsonb_typeof(p_payload) <> 'object' then
+    perform jobs.raise_error('invalid_argument', 'an event payload must be a JSON object');
+  end if;
+  if pg_catalog.octet_length(p_payload::text) > jobs.max_payload_bytes() then
+    perform jobs.raise_error('payload_too_large',
+      pg_catalog.format('event payload is larger than %s bytes', jobs.max_payload_bytes()));
+  end if;
+  -- LOCK (share: emits of one name run side by side; waits on it wait for us)
+  perform pg_catalog.pg_advisory_xact_lock_shared(jobs.event_lock_key(p_name));
+  -- WRITE
+  insert into jobs.event as e (name, payload, created_at)
+  values (p_name, p_payload, jobs.now())
+  returning e.id into v_id;
+  -- WAKE every parked job with a matching open wait.
+  with woken as (
+    update jobs.job as j
+       set state = 'ready', run_at = jobs.now()
+      from (select distinct w.job_id
+              from jobs.event_wait w
+             where w.names @> array[p_name]
+               and exists (select 1 from pg_catalog.jsonb_array_elements(w.specs) x
+                            where x->>'event' = p_name
+                              and p_payload @> coalesce(x->'match', '{}'::jsonb))
+             order by w.job_id) as m
+     where j.id = m.job_id and j.state = 'parked'
+    returning j.queue
+  )
+  select array(select distinct woken.queue from woken) into v_queues;
+  perform jobs.wake(v_queues);
+  return v_id;
+end
+$function$;
+
+-- changed: jobs.enqueue(text,text,jsonb,jsonb)
+CREATE OR REPLACE FUNCTION jobs.enqueue(p_name text, p_key text, p_payload jsonb DEFAULT '{}'::jsonb, p_options jsonb DEFAULT '{}'::jsonb)
+ RETURNS TABLE(id bigint, outcome text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  return query
+    select m.id, m.outcome
+      from jobs.enqueue_many(jobs.one_spec(p_name, p_key, p_payload, p_options)) m;
+end
+$function$;
+
 -- changed: jobs.enqueue_many(jsonb)
 CREATE OR REPLACE FUNCTION jobs.enqueue_many(p_specs jsonb)
  RETURNS TABLE(ord integer, id bigint, outcome text)
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
@@ -2563,7 +3146,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.error_codes()
  RETURNS TABLE(sqlstate text, name text, meaning text)
  LANGUAGE sql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
   values
@@ -2588,12 +3171,212 @@ AS $function$
     ('SJ031', 'schedule_not_found',  'no schedule has that name')
 $function$;
 
+-- changed: jobs.event_lock_key(text)
+CREATE OR REPLACE FUNCTION jobs.event_lock_key(p_name text)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ select pg_catalog.hashtextextended('sqljobs.event:' || p_name, 0) $function$;
+
+-- changed: jobs.filter_values(jsonb,text)
+CREATE OR REPLACE FUNCTION jobs.filter_values(p_filter jsonb, p_field text)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ IMMUTABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  -- An absent field matches everything. (Not `case ... when null`: null never equals.)
+  if p_filter->p_field is null then
+    return null;
+  end if;
+  case pg_catalog.jsonb_typeof(p_filter->p_field)
+    when 'string' then return array[p_filter->>p_field];
+    when 'array' then
+      if exists (select 1 from pg_catalog.jsonb_array_elements(p_filter->p_field) e
+                  where pg_catalog.jsonb_typeof(e) <> 'string') then
+        perform jobs.raise_error('invalid_argument',
+          pg_catalog.format('filter.%s must hold strings', p_field));
+      end if;
+      return array(select pg_catalog.jsonb_array_elements_text(p_filter->p_field));
+    else
+      perform jobs.raise_error('invalid_argument',
+        pg_catalog.format('filter.%s must be a string or an array of strings', p_field));
+  end case;
+  return null;
+end
+$function$;
+
+-- changed: jobs.heartbeat(bigint,bigint,double precision)
+CREATE OR REPLACE FUNCTION jobs.heartbeat(p_id bigint, p_claim bigint, p_lease_s double precision DEFAULT 30)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  select h.ok from jobs.heartbeat_many(array[p_id], array[p_claim], p_lease_s) h
+$function$;
+
+-- changed: jobs.heartbeat_many(bigint[],bigint[],double precision)
+CREATE OR REPLACE FUNCTION jobs.heartbeat_many(p_ids bigint[], p_claims bigint[], p_lease_s double precision)
+ RETURNS TABLE(id bigint, ok boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_now timestamptz := jobs.now();
+begin
+  perform jobs.check_batch(p_ids, p_claims, null::text[]);
+  -- NaN and leases past the end of time (now + lease overflows) are refused too
+  if p_lease_s is null or not (p_lease_s > 0 and p_lease_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('lease_s must be positive and at most 1e9 seconds, got %s', p_lease_s));
+  end if;
+  return query
+    with input as (
+      select u.id, u.claim, u.ord
+        from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
+    ),
+    held as (
+      update jobs.job as j
+         set lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s)
+        from (select input.id, input.claim from input order by input.id) as i
+       where j.id = i.id and j.claim = i.claim and j.state = 'running'
+      returning j.id
+    )
+    select input.id, held.id is not null
+      from input left join held on held.id = input.id
+     order by input.ord;
+end
+$function$;
+
+-- changed: jobs.hold_step(bigint,bigint,double precision)
+CREATE OR REPLACE FUNCTION jobs.hold_step(p_id bigint, p_claim bigint, p_lease_s double precision)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_seq integer;
+begin
+  if p_lease_s is not null and not (p_lease_s > 0 and p_lease_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('lease_s must be positive and at most 1e9 seconds, got %s', p_lease_s));
+  end if;
+  update jobs.job as j
+     set step_seq = j.step_seq + 1,
+         lease_expires_at = case when p_lease_s is null then j.lease_expires_at
+                                 else jobs.now() + pg_catalog.make_interval(secs => p_lease_s) end
+   where j.id = p_id and j.claim = p_claim and j.state = 'running'
+  returning j.step_seq into v_seq;
+  if v_seq is null then
+    perform jobs.lease_lost(p_id, p_claim);
+  end if;
+  return v_seq;
+end
+$function$;
+
+-- changed: jobs.ids_where(jsonb,jobs.job_state[],integer,boolean)
+CREATE OR REPLACE FUNCTION jobs.ids_where(p_filter jsonb, p_states jobs.job_state[], p_max integer, p_waiting boolean DEFAULT false)
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_states jobs.job_state[];
+begin
+  if p_filter is null or pg_catalog.jsonb_typeof(p_filter) <> 'object'
+     or exists (select 1 from pg_catalog.jsonb_object_keys(p_filter) k
+                 where k not in ('queue', 'name', 'state', 'tenant')) then
+    perform jobs.raise_error('invalid_argument',
+      'filter must be a JSON object with only queue, name, state, tenant');
+  end if;
+  if p_max is null or p_max not between 1 and 10000 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('max must be between 1 and 10000, got %s', p_max));
+  end if;
+  begin
+    v_states := jobs.filter_values(p_filter, 'state')::jobs.job_state[];
+  exception when invalid_text_representation then
+    perform jobs.raise_error('invalid_argument', 'filter.state names an unknown state',
+      null, 'states: ready, running, parked, succeeded, failed, dead, cancelled, interrupted');
+  end;
+  return array(
+    select j.id
+      from jobs.job j
+     where j.state = any (p_states)
+       and (v_states is null or j.state = any (v_states))
+       and (p_filter->'queue' is null or j.queue = any (jobs.filter_values(p_filter, 'queue')))
+       and (p_filter->'name' is null or j.name = any (jobs.filter_values(p_filter, 'name')))
+       and (p_filter->'tenant' is null or j.tenant = any (jobs.filter_values(p_filter, 'tenant')))
+       and (not p_waiting or j.state = 'parked' or j.run_at > jobs.now())
+     order by j.id
+     limit p_max
+       for update skip locked);
+end
+$function$;
+
 -- changed: jobs.insert_jobs(jsonb,timestamp with time zone,bigint[]): made by `select jobs.define_spec();`
+
+-- changed: jobs.is_time(text)
+CREATE OR REPLACE FUNCTION jobs.is_time(p_text text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  perform p_text::timestamptz;
+  return true;
+exception when data_exception then
+  return false;
+end
+$function$;
+
+-- changed: jobs.job_of_key(text,text,text)
+CREATE OR REPLACE FUNCTION jobs.job_of_key(p_name text, p_tenant text, p_key text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+begin
+  return (select k.id from jobs.job k
+           where k.name = p_name and coalesce(k.tenant, '') = coalesce(p_tenant, '')
+             and k.key = p_key
+           limit 1);
+end
+$function$;
+
+-- changed: jobs.job_payload(bigint)
+CREATE OR REPLACE FUNCTION jobs.job_payload(p_id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$ select j.payload from jobs.job j where j.id = p_id $function$;
+
+-- changed: jobs.job_steps(bigint)
+CREATE OR REPLACE FUNCTION jobs.job_steps(p_id bigint)
+ RETURNS TABLE(name text, ordinal integer, kind text, value jsonb, created_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  select s.name, s.ordinal, s.kind, s.value, s.created_at
+    from jobs.step s where s.job_id = p_id order by s.ordinal
+$function$;
 
 -- changed: jobs.leader_acquire(text,text,double precision)
 CREATE OR REPLACE FUNCTION jobs.leader_acquire(p_role text, p_holder text, p_lease_s double precision)
  RETURNS bigint
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -2605,6 +3388,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.leader_release(p_role text, p_holder text, p_token bigint)
  RETURNS boolean
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 begin
@@ -2616,7 +3400,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.leaders()
  RETURNS TABLE(role text, holder text, token bigint, lease_expires_at timestamp with time zone, acquired_at timestamp with time zone, live boolean)
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
   select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at, l.live
@@ -2627,7 +3411,7 @@ $function$;
 CREATE OR REPLACE FUNCTION jobs.lease_lost(p_id bigint, p_claim bigint)
  RETURNS void
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -2643,10 +3427,73 @@ begin
 end
 $function$;
 
+-- changed: jobs.lock_for_verb(bigint,text,jobs.job_state[])
+CREATE OR REPLACE FUNCTION jobs.lock_for_verb(p_id bigint, p_verb text, p_allowed jobs.job_state[])
+ RETURNS jobs.job_state
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_state jobs.job_state;
+begin
+  select j.state into v_state from jobs.job j where j.id = p_id for update;
+  if v_state is null then
+    perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', p_id));
+  end if;
+  if v_state = any (p_allowed) then
+    return v_state;
+  end if;
+  if v_state = 'running' then
+    perform jobs.raise_error('job_running',
+      pg_catalog.format('cannot %s job %s: a worker is running it', p_verb, p_id),
+      null, 'cancel it first, or wait for it to finish');
+  end if;
+  perform jobs.raise_error('job_finished',
+    pg_catalog.format('cannot %s job %s: it is already %s', p_verb, p_id, v_state));
+  return v_state;
+end
+$function$;
+
+-- changed: jobs.max_payload_bytes()
+CREATE OR REPLACE FUNCTION jobs.max_payload_bytes()
+ RETURNS integer
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  return coalesce(nullif(pg_catalog.current_setting('jobs.max_payload_bytes', true), '')::integer,
+                  1048576);
+end
+$function$;
+
+-- changed: jobs.nack(bigint,bigint,jsonb,text,double precision)
+CREATE OR REPLACE FUNCTION jobs.nack(p_id bigint, p_claim bigint, p_error jsonb DEFAULT NULL::jsonb, p_mode text DEFAULT 'retry'::text, p_delay_s double precision DEFAULT NULL::double precision)
+ RETURNS jobs.job_state
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_ok    boolean;
+  v_state jobs.job_state;
+begin
+  select n.ok, n.state into v_ok, v_state
+    from jobs.nack_many(array[p_id], array[p_claim], array[p_error], array[p_mode],
+                        array[p_delay_s]) n;
+  if not v_ok then
+    perform jobs.lease_lost(p_id, p_claim);
+  end if;
+  return v_state;
+end
+$function$;
+
 -- changed: jobs.nack_many(bigint[],bigint[],jsonb[],text[],double precision[])
 CREATE OR REPLACE FUNCTION jobs.nack_many(p_ids bigint[], p_claims bigint[], p_errors jsonb[] DEFAULT NULL::jsonb[], p_modes text[] DEFAULT NULL::text[], p_delays_s double precision[] DEFAULT NULL::double precision[])
  RETURNS TABLE(id bigint, ok boolean, state jobs.job_state)
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -2672,6 +3519,22 @@ begin
   end if;
   if exists (select 1 from pg_catalog.unnest(p_delays_s) d where d < 0 or d >= 'Infinity') then
     perform jobs.raise_error('invalid_argument', 'delays_s must be finite and not negative');
+  end if;
+  -- last_error is read by every client and the dashboard: {kind, message, detail, ...},
+  -- kind and message text when given (a non-object error is wrapped as {message} below)
+  select pg_catalog.format('error %s: %s must be a JSON string, got %s', e.ord, f.field,
+                           pg_catalog.jsonb_typeof(e.error -> f.field))
+    into v_bad
+    from pg_catalog.unnest(p_errors) with ordinality as e(error, ord)
+   cross join (values ('kind'), ('message')) as f(field)
+   where pg_catalog.jsonb_typeof(e.error) = 'object'
+     and e.error ? f.field
+     and pg_catalog.jsonb_typeof(e.error -> f.field) <> 'string'
+   order by e.ord, f.field
+   limit 1;
+  if v_bad is not null then
+    perform jobs.raise_error('invalid_argument', v_bad
+      || ' (send {"kind": "...", "message": "...", "detail": ...}, see docs/howto-other-languages.md)');
   end if;
 
   with input as (
@@ -2753,17 +3616,254 @@ begin
 end
 $function$;
 
+-- changed: jobs.notify_settled(bigint[])
+CREATE OR REPLACE FUNCTION jobs.notify_settled(p_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_payload text;
+begin
+  if p_ids is null or pg_catalog.cardinality(p_ids) = 0
+     or coalesce(pg_catalog.current_setting('jobs.notify', true), '') = 'off' then
+    return;
+  end if;
+  v_payload := pg_catalog.array_to_string(p_ids, ',');
+  if pg_catalog.octet_length(v_payload) > 7900 then
+    v_payload := '*';
+  end if;
+  perform pg_catalog.pg_notify('jobs_settled', v_payload);
+end
+$function$;
+
+-- changed: jobs.now()
+CREATE OR REPLACE FUNCTION jobs.now()
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  return coalesce(nullif(pg_catalog.current_setting('jobs.fake_now', true), '')::timestamptz,
+                  pg_catalog.now());
+end
+$function$;
+
+-- changed: jobs.occurrence_key(text,timestamp with time zone)
+CREATE OR REPLACE FUNCTION jobs.occurrence_key(p_schedule text, p_occurrence timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  select p_schedule || '@'
+         || pg_catalog.to_char(p_occurrence at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+         || case when pg_catalog.date_part('microseconds', p_occurrence)::bigint % 1000000 = 0
+                 then ''
+                 else pg_catalog.rtrim(pg_catalog.to_char(p_occurrence at time zone 'UTC', '.US'), '0')
+            end
+         || 'Z'
+$function$;
+
+-- changed: jobs.one_spec(text,text,jsonb,jsonb)
+CREATE OR REPLACE FUNCTION jobs.one_spec(p_name text, p_key text, p_payload jsonb, p_options jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ IMMUTABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object' then
+    perform jobs.raise_error('invalid_argument', 'options must be a JSON object');
+  end if;
+  if p_options ?| array['name', 'key', 'payload'] then
+    perform jobs.raise_error('invalid_argument',
+      'options must not carry name, key or payload: pass them as arguments');
+  end if;
+  return pg_catalog.jsonb_build_array(
+    p_options || pg_catalog.jsonb_build_object('name', p_name, 'key', p_key,
+                                               'payload', coalesce(p_payload, '{}')));
+end
+$function$;
+
+-- changed: jobs.outbox_stats()
+CREATE OR REPLACE FUNCTION jobs.outbox_stats()
+ RETURNS TABLE(pending bigint, held bigint, lapsed bigint, published bigint, oldest_pending_s double precision)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  select pg_catalog.count(*) filter (where o.published_at is null),
+         pg_catalog.count(*) filter (where o.published_at is null and o.claimed_by is not null
+                                       and o.lease_expires_at > jobs.now()),
+         pg_catalog.count(*) filter (where o.published_at is null and o.claimed_by is not null
+                                       and o.lease_expires_at <= jobs.now()),
+         pg_catalog.count(*) filter (where o.published_at is not null),
+         coalesce(extract(epoch from jobs.now() - pg_catalog.min(o.staged_at)
+                          filter (where o.published_at is null))::double precision, 0)
+    from jobs.outbox o
+$function$;
+
+-- changed: jobs.pause_queue(text)
+CREATE OR REPLACE FUNCTION jobs.pause_queue(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  if p_queue is null or p_queue = '' then
+    perform jobs.raise_error('invalid_argument', 'queue is required');
+  end if;
+  insert into jobs.queue as q (name, paused, updated_at) values (p_queue, true, jobs.now())
+  on conflict (name) do update set paused = true, updated_at = excluded.updated_at;
+end
+$function$;
+
+-- changed: jobs.progress(bigint,bigint,jsonb)
+CREATE OR REPLACE FUNCTION jobs.progress(p_id bigint, p_claim bigint, p_progress jsonb)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  update jobs.job as j
+     set progress = p_progress
+   where j.id = p_id and j.claim = p_claim and j.state = 'running';
+  return found;
+end
+$function$;
+
+-- changed: jobs.promote(bigint)
+CREATE OR REPLACE FUNCTION jobs.promote(p_id bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  perform jobs.lock_for_verb(p_id, 'promote', '{ready,interrupted,parked}');
+  perform jobs.apply_promote(array[p_id]);
+end
+$function$;
+
+-- changed: jobs.promote_where(jsonb,integer)
+CREATE OR REPLACE FUNCTION jobs.promote_where(p_filter jsonb, p_max integer DEFAULT 1000)
+ RETURNS TABLE(moved integer, remaining bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_from jobs.job_state[] := '{ready,interrupted,parked}';
+  v_ids  bigint[] := jobs.ids_where(p_filter, v_from, p_max, true);
+begin
+  perform jobs.apply_promote(v_ids);
+  return query select pg_catalog.cardinality(v_ids), jobs.count_where(p_filter, v_from, true);
+end
+$function$;
+
+-- changed: jobs.purge_events(timestamp with time zone,integer)
+CREATE OR REPLACE FUNCTION jobs.purge_events(p_before timestamp with time zone, p_max integer DEFAULT 10000)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_n integer;
+begin
+  if p_before is null or p_max is null or p_max not between 1 and 100000 then
+    perform jobs.raise_error('invalid_argument', 'purge_events needs a time and 1 <= max <= 100000');
+  end if;
+  delete from jobs.event as e
+   where e.id in (select o.id from jobs.event o where o.created_at < p_before
+                   order by o.created_at limit p_max);
+  get diagnostics v_n = row_count;
+  return v_n;
+end
+$function$;
+
+-- changed: jobs.purge_outbox(double precision,integer)
+CREATE OR REPLACE FUNCTION jobs.purge_outbox(p_retention_s double precision, p_max integer DEFAULT 1000)
+ RETURNS TABLE(purged integer, remaining bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_before timestamptz;
+  v_purged integer;
+begin
+  -- bounded (about 31 years): now - retention must stay a timestamp
+  if p_retention_s is null or not (p_retention_s >= 0 and p_retention_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument',
+      'retention_s must be zero or more, and at most 1e9 seconds');
+  end if;
+  if p_max is null or p_max < 1 then
+    perform jobs.raise_error('invalid_argument', 'max must be at least 1');
+  end if;
+  v_before := jobs.now() - pg_catalog.make_interval(secs => p_retention_s);
+  with victims as (
+    select o.id from jobs.outbox o
+     where o.published_at is not null and o.published_at < v_before
+     order by o.published_at
+     limit p_max
+       for update skip locked
+  ), gone as (
+    delete from jobs.outbox o using victims v where o.id = v.id returning o.id
+  )
+  select pg_catalog.count(*)::integer into v_purged from gone;
+  return query
+    select v_purged, (select pg_catalog.count(*) from jobs.outbox o
+                       where o.published_at is not null and o.published_at < v_before);
+end
+$function$;
+
 -- changed: jobs.queue_stats()
 CREATE OR REPLACE FUNCTION jobs.queue_stats()
  RETURNS TABLE(queue text, paused boolean, ready bigint, running bigint, parked bigint, interrupted bigint, succeeded bigint, failed bigint, dead bigint, cancelled bigint, oldest_ready_s double precision, unserved bigint, limited bigint)
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
-  with unserved as (
-    select u.queue, pg_catalog.sum(u.waiting)::bigint as waiting
-      from jobs.unserved_jobs() u
-     group by u.queue
+  with window_start as materialized (
+    select jobs.now() - coalesce(nullif(pg_catalog.current_setting('jobs.queue_stats_window', true),
+                                        ''), '24 hours')::interval as since
+  ),
+  listed as (  -- each branch reads one partial index (sql/00_schema.sql)
+    select c.queue, c.name, c.state, c.run_at, c.blocked_on, c.deferred_by from jobs.job c
+     where c.state in ('ready', 'interrupted') and c.blocked_on is null
+    union all
+    select b.queue, b.name, b.state, b.run_at, b.blocked_on, b.deferred_by from jobs.job b
+     where b.blocked_on is not null and b.state in ('ready', 'interrupted')
+    union all
+    select r.queue, r.name, r.state, r.run_at, r.blocked_on, r.deferred_by from jobs.job r
+     where r.state = 'running'
+    union all
+    select p.queue, p.name, p.state, p.run_at, p.blocked_on, p.deferred_by from jobs.job p
+     where p.state = 'parked'
+    union all
+    select d.queue, d.name, d.state, d.run_at, d.blocked_on, d.deferred_by from jobs.job d
+     where d.state = 'dead'
+    union all
+    select f.queue, f.name, f.state, f.run_at, f.blocked_on, f.deferred_by from jobs.job f
+     where f.finished_at is not null
+       and f.finished_at >= (select w.since from window_start w)
+       and f.state in ('succeeded', 'failed', 'cancelled')
+  ),
+  unserved as (  -- as jobs.unserved_jobs(), over the rows read above
+    select j.queue, pg_catalog.count(*) as waiting
+      from listed j
+     where j.state in ('ready', 'interrupted')
+       and not exists (select 1 from jobs.worker w
+                        where w.expires_at > jobs.now()
+                          and j.queue = any (w.queues)
+                          and j.name = any (w.names))
+     group by j.queue
   ),
   full_limits as (  -- global and queue limits with no free slot (sql/35_limits.sql)
     select l.scope, l.target
@@ -2796,7 +3896,8 @@ AS $function$
                                               or (j.run_at <= jobs.now()
                                                   and (h.everywhere or j.queue = any (h.queues)))
                                              )) as limited
-      from jobs.job j cross join held h
+      from listed j
+     cross join held h
      group by j.queue
   ),
   names as (
@@ -2815,10 +3916,371 @@ AS $function$
    order by n.queue
 $function$;
 
+-- changed: jobs.raise_error(text,text,text,text)
+CREATE OR REPLACE FUNCTION jobs.raise_error(p_name text, p_message text, p_detail text DEFAULT NULL::text, p_hint text DEFAULT NULL::text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_state text;
+begin
+  select c.sqlstate into v_state from jobs.error_codes() c where c.name = p_name;
+  if v_state is null then
+    raise exception 'sqljobs.invalid_argument: unknown error name %', p_name
+      using errcode = 'SJ001';
+  end if;
+  -- RAISE refuses a null DETAIL or HINT, and an empty one prints as a blank line.
+  if p_detail is null and p_hint is null then
+    raise exception using errcode = v_state, message = 'sqljobs.' || p_name || ': ' || p_message;
+  elsif p_hint is null then
+    raise exception using errcode = v_state, message = 'sqljobs.' || p_name || ': ' || p_message,
+      detail = p_detail;
+  elsif p_detail is null then
+    raise exception using errcode = v_state, message = 'sqljobs.' || p_name || ': ' || p_message,
+      hint = p_hint;
+  else
+    raise exception using errcode = v_state, message = 'sqljobs.' || p_name || ': ' || p_message,
+      detail = p_detail, hint = p_hint;
+  end if;
+end
+$function$;
+
+-- changed: jobs.record_unwinds(bigint[],integer[],jobs.job_state[],jsonb[])
+CREATE OR REPLACE FUNCTION jobs.record_unwinds(p_ids bigint[], p_ordinals integer[], p_states jobs.job_state[], p_errors jsonb[])
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  select u.id, 'sqljobs.unwind', u.ordinal, 'unwind',
+         pg_catalog.jsonb_build_object('state', u.state, 'error', u.error), jobs.now()
+    from unnest(p_ids, p_ordinals, p_states, p_errors) as u(id, ordinal, state, error)
+  on conflict (job_id, name) do nothing
+$function$;
+
+-- changed: jobs.refuse_duplicate(bigint,bigint,text)
+CREATE OR REPLACE FUNCTION jobs.refuse_duplicate(p_ord bigint, p_id bigint, p_key text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  if p_id is not null then
+    perform jobs.raise_error('duplicate_job',
+      pg_catalog.format('spec %s: job %s already exists for key %s', p_ord, p_id,
+                        pg_catalog.quote_literal(p_key)));
+  end if;
+end
+$function$;
+
+-- changed: jobs.relay(integer,text,double precision)
+CREATE OR REPLACE FUNCTION jobs.relay(p_batch integer, p_relay_id text, p_lease_s double precision DEFAULT 30)
+ RETURNS TABLE(published integer, deduped integer, held integer)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_now       timestamptz := jobs.now();
+  v_published integer := 0;
+  v_deduped   integer := 0;
+  v_held      integer := 0;
+  v_specs     jsonb;
+  v_ids       bigint[];
+  v_created   bigint[];
+  v_wake      text[];
+begin
+  -- GUARD
+  if p_batch is null or p_batch < 0 or p_batch > 10000 then
+    perform jobs.raise_error('invalid_argument', 'batch must be between 0 and 10000');
+  end if;
+  if p_relay_id is null or p_relay_id = '' then
+    perform jobs.raise_error('invalid_argument', 'relay_id is required');
+  end if;
+  -- bounded (about 31 years): now + lease must stay a timestamp (NaN is refused too)
+  if p_lease_s is null or not (p_lease_s > 0 and p_lease_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument', 'lease_s must be positive and at most 1e9 seconds');
+  end if;
+
+  -- PUBLISH: the rows this relay holds, as jobs under their own ids (jobs.insert_jobs).
+  select pg_catalog.jsonb_agg(h.spec order by h.id), pg_catalog.array_agg(h.id order by h.id)
+    into v_specs, v_ids
+    from (select o.id, o.spec
+            from jobs.outbox o
+           where o.claimed_by = p_relay_id and o.published_at is null
+           order by o.id
+             for update) h;
+  if v_ids is not null then
+    select pg_catalog.array_agg(c.id),
+           pg_catalog.array_agg(distinct c.queue) filter (where c.run_at <= v_now)
+      into v_created, v_wake
+      from jobs.insert_jobs(v_specs, v_now, v_ids) c;
+  end if;
+
+  with done as (
+    update jobs.outbox o
+       set published_at = v_now,
+           lease_expires_at = null,
+           job_id = case when o.id = any (coalesce(v_created, '{}')) then o.id
+                         else jobs.job_of_key(o.name, o.tenant, o.key) end,
+           outcome = case when o.id = any (coalesce(v_created, '{}')) then 'created'
+                          else 'deduped' end
+     where o.claimed_by = p_relay_id and o.published_at is null
+    returning o.outcome
+  )
+  select pg_catalog.count(*)::integer,
+         (pg_catalog.count(*) filter (where done.outcome = 'deduped'))::integer
+    into v_published, v_deduped
+    from done;
+
+  perform jobs.wake(v_wake);
+
+  -- CLAIM: the next batch under a lease; an ordering key only from its head.
+  if p_batch > 0 then
+    with cand as materialized (
+      select o.id, o.ordering_key
+        from jobs.outbox o
+       where o.published_at is null
+         and (o.claimed_by is null or o.lease_expires_at <= v_now)
+       order by o.id
+       limit p_batch
+         for update skip locked
+    ),
+    -- Per ordering key in the batch: its first unpublished row NOT in the batch (held
+    -- by a live lease elsewhere, locked by another relay, or past the limit). Rows of
+    -- the key after that one must wait; the seek stops at the first such row.
+    keyed as (
+      select c.ordering_key, pg_catalog.array_agg(c.id) as ids, pg_catalog.min(c.id) as head
+        from cand c
+       where c.ordering_key is not null
+       group by c.ordering_key
+    ),
+    -- FAIR SHARE: a key is in flight in one relay only, so a relay that took every key
+    -- of its window would leave the others nothing to claim until it published. It
+    -- takes at most half the keys (rounded up; the oldest heads first) and leaves the
+    -- rest of them to the next relay.
+    taken as (
+      select k.ordering_key, k.ids
+        from keyed k
+       order by k.head
+       limit (select (pg_catalog.count(*) + 1) / 2 from keyed)
+    ),
+    blocked as (
+      select k.ordering_key,
+             (select p.id from jobs.outbox p
+               where p.ordering_key = k.ordering_key and p.published_at is null
+                 and p.id <> all (k.ids)
+               order by p.id
+               limit 1) as first_out
+        from taken k
+    ),
+    ok as (
+      select c.id
+        from cand c
+        left join blocked b on b.ordering_key = c.ordering_key
+       where c.ordering_key is null
+          or (b.ordering_key is not null and (b.first_out is null or c.id < b.first_out))
+    ),
+    claimed as (
+      update jobs.outbox o
+         set claimed_by = p_relay_id,
+             claim = o.claim + 1,
+             lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s)
+        from ok
+       where o.id = ok.id
+      returning o.id
+    )
+    select pg_catalog.count(*)::integer into v_held from claimed;
+  end if;
+
+  return query select v_published, v_deduped, v_held;
+end
+$function$;
+
+-- changed: jobs.remove(bigint)
+CREATE OR REPLACE FUNCTION jobs.remove(p_id bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  perform jobs.lock_for_verb(p_id, 'remove',
+    '{ready,parked,succeeded,failed,dead,cancelled,interrupted}');
+  perform jobs.apply_remove(array[p_id]);
+end
+$function$;
+
+-- changed: jobs.remove_where(jsonb,integer)
+CREATE OR REPLACE FUNCTION jobs.remove_where(p_filter jsonb, p_max integer DEFAULT 1000)
+ RETURNS TABLE(moved integer, remaining bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_from jobs.job_state[] := '{ready,parked,succeeded,failed,dead,cancelled,interrupted}';
+  v_ids  bigint[] := jobs.ids_where(p_filter, v_from, p_max);
+begin
+  perform jobs.apply_remove(v_ids);
+  return query select pg_catalog.cardinality(v_ids), jobs.count_where(p_filter, v_from);
+end
+$function$;
+
+-- changed: jobs.requeue(bigint[])
+CREATE OR REPLACE FUNCTION jobs.requeue(p_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_id    bigint;
+  v_state jobs.job_state;
+begin
+  if p_ids is null or pg_catalog.cardinality(p_ids) = 0 then
+    perform jobs.raise_error('invalid_argument', 'requeue needs at least one job id');
+  end if;
+  -- LOCK in id order, then GUARD.
+  perform 1 from jobs.job j where j.id = any (p_ids) order by j.id for update;
+  select i.id into v_id from pg_catalog.unnest(p_ids) i(id)
+   where not exists (select 1 from jobs.job j where j.id = i.id) limit 1;
+  if v_id is not null then
+    perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', v_id));
+  end if;
+  select j.id, j.state into v_id, v_state from jobs.job j
+   where j.id = any (p_ids) and j.state = 'succeeded' order by j.id limit 1;
+  if v_id is not null then
+    perform jobs.raise_error('job_not_requeueable',
+      pg_catalog.format('job %s succeeded; a success is not run again', v_id),
+      null, 'enqueue a new job with a new key to run it again');
+  end if;
+  select j.id, j.state into v_id, v_state from jobs.job j
+   where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
+   order by j.id limit 1;
+  if v_id is not null then
+    perform jobs.raise_error('job_live',
+      pg_catalog.format('job %s is %s: it will run without a requeue', v_id, v_state));
+  end if;
+  -- WRITE
+  perform jobs.apply_requeue(p_ids);
+end
+$function$;
+
+-- changed: jobs.requeue_where(jsonb,integer)
+CREATE OR REPLACE FUNCTION jobs.requeue_where(p_filter jsonb, p_max integer DEFAULT 1000)
+ RETURNS TABLE(moved integer, remaining bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_from jobs.job_state[] := '{failed,dead,cancelled}';
+  v_ids  bigint[] := jobs.ids_where(p_filter, v_from, p_max);
+begin
+  perform jobs.apply_requeue(v_ids);
+  return query select pg_catalog.cardinality(v_ids), jobs.count_where(p_filter, v_from);
+end
+$function$;
+
+-- changed: jobs.resume_queue(text)
+CREATE OR REPLACE FUNCTION jobs.resume_queue(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  if p_queue is null or p_queue = '' then
+    perform jobs.raise_error('invalid_argument', 'queue is required');
+  end if;
+  update jobs.queue as q set paused = false, updated_at = jobs.now() where q.name = p_queue;
+  perform jobs.wake(array[p_queue]);
+end
+$function$;
+
+-- changed: jobs.retry_state(integer,integer,boolean)
+CREATE OR REPLACE FUNCTION jobs.retry_state(p_attempt integer, p_max_attempts integer, p_dead_letter boolean)
+ RETURNS jobs.job_state
+ LANGUAGE sql
+ IMMUTABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  select case when p_attempt < p_max_attempts then 'ready'
+              when p_dead_letter then 'dead'
+              else 'failed' end::jobs.job_state
+$function$;
+
+-- changed: jobs.schedule_definition_problem(jsonb)
+CREATE OR REPLACE FUNCTION jobs.schedule_definition_problem(p_definition jsonb)
+ RETURNS text
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_field text;
+begin
+  if p_definition is null or pg_catalog.jsonb_typeof(p_definition) <> 'object' then
+    return 'the definition must be a JSON object';
+  end if;
+  select f.key into v_field
+    from pg_catalog.jsonb_each(p_definition) f
+   where f.key <> all (array['job', 'cron', 'timezone', 'catch_up', 'options', 'payload',
+                             'origin'])
+   limit 1;
+  if v_field is not null then
+    return 'unknown field ' || pg_catalog.quote_literal(v_field);
+  end if;
+  select f.key into v_field
+    from pg_catalog.jsonb_each(p_definition) f
+   where f.key = any (array['job', 'cron', 'timezone', 'catch_up', 'origin'])
+     and pg_catalog.jsonb_typeof(f.value) <> 'string'
+   limit 1;
+  if v_field is not null then
+    return pg_catalog.quote_literal(v_field) || ' must be a string';
+  end if;
+  if coalesce(p_definition->>'job', '') = '' then
+    return 'job is required (the job type each occurrence enqueues)';
+  end if;
+  if pg_catalog.btrim(coalesce(p_definition->>'cron', '')) = '' then
+    return 'cron is required';
+  end if;
+  if p_definition ? 'timezone' and not exists (
+       select 1 from pg_catalog.pg_timezone_names z where z.name = p_definition->>'timezone') then
+    return 'unknown time zone ' || pg_catalog.quote_literal(p_definition->>'timezone');
+  end if;
+  if coalesce(p_definition->>'catch_up', 'latest') not in ('all', 'latest', 'none') then
+    return 'catch_up must be all, latest or none';
+  end if;
+  if coalesce(p_definition->>'origin', 'api') not in ('declared', 'api') then
+    return 'origin must be declared or api';
+  end if;
+  if p_definition ? 'options' then
+    if pg_catalog.jsonb_typeof(p_definition->'options') <> 'object' then
+      return 'options must be a JSON object';
+    end if;
+    if p_definition->'options' ?| array['name', 'key', 'payload', 'run_at', 'delay_s',
+                                        'on_conflict'] then
+      return 'options must not carry name, key, payload, run_at, delay_s or on_conflict';
+    end if;
+  end if;
+  return jobs.spec_problem(pg_catalog.jsonb_build_array(
+    coalesce(p_definition->'options', '{}')
+    || pg_catalog.jsonb_build_object('name', p_definition->>'job', 'key', 'check',
+                                     'payload', coalesce(p_definition->'payload', '{}'))));
+end
+$function$;
+
 -- changed: jobs.schedule_fire(text,timestamp with time zone[],timestamp with time zone,bigint)
 CREATE OR REPLACE FUNCTION jobs.schedule_fire(p_name text, p_occurrences timestamp with time zone[], p_watermark timestamp with time zone, p_token bigint)
  RETURNS TABLE(occurrence timestamp with time zone, job_id bigint, outcome text)
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO ''
 AS $function$
 declare
@@ -2891,11 +4353,114 @@ begin
 end
 $function$;
 
+-- changed: jobs.schedule_pause(text)
+CREATE OR REPLACE FUNCTION jobs.schedule_pause(p_name text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  update jobs.schedule s set paused = true, updated_at = jobs.now()
+   where s.name = p_name and not s.paused;
+  if not found and not exists (select 1 from jobs.schedule s where s.name = p_name) then
+    perform jobs.raise_error('schedule_not_found', pg_catalog.format('no schedule named %L', p_name));
+  end if;
+end
+$function$;
+
+-- changed: jobs.schedule_put(text,jsonb)
+CREATE OR REPLACE FUNCTION jobs.schedule_put(p_name text, p_definition jsonb)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_now     timestamptz := jobs.now();
+  v_problem text;
+  v_new     boolean;
+begin
+  if p_name is null or p_name = '' then
+    perform jobs.raise_error('invalid_argument', 'a schedule needs a name');
+  end if;
+  v_problem := jobs.schedule_definition_problem(p_definition);
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_argument', 'schedule ' || p_name || ': ' || v_problem);
+  end if;
+  insert into jobs.schedule as s (name, job_name, cron, timezone, catch_up, options, payload,
+                                  origin, watermark, created_at, updated_at)
+  values (p_name, p_definition->>'job', pg_catalog.btrim(p_definition->>'cron'),
+          coalesce(p_definition->>'timezone', 'UTC'),
+          coalesce(p_definition->>'catch_up', 'latest'),
+          coalesce(p_definition->'options', '{}'), coalesce(p_definition->'payload', '{}'),
+          coalesce(p_definition->>'origin', 'api'), v_now, v_now, v_now)
+  on conflict (name) do update
+     set job_name = excluded.job_name, cron = excluded.cron, timezone = excluded.timezone,
+         catch_up = excluded.catch_up, options = excluded.options, payload = excluded.payload,
+         origin = excluded.origin,
+         updated_at = case when (s.job_name, s.cron, s.timezone, s.catch_up, s.options,
+                                 s.payload, s.origin)
+                                is distinct from
+                                (excluded.job_name, excluded.cron, excluded.timezone,
+                                 excluded.catch_up, excluded.options, excluded.payload,
+                                 excluded.origin)
+                           then v_now else s.updated_at end
+  returning (xmax = 0) into v_new;
+  return v_new;
+end
+$function$;
+
+-- changed: jobs.schedule_remove(text)
+CREATE OR REPLACE FUNCTION jobs.schedule_remove(p_name text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  delete from jobs.schedule s where s.name = p_name;
+  if not found then
+    perform jobs.raise_error('schedule_not_found', pg_catalog.format('no schedule named %L', p_name));
+  end if;
+end
+$function$;
+
+-- changed: jobs.schedule_resume(text)
+CREATE OR REPLACE FUNCTION jobs.schedule_resume(p_name text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  update jobs.schedule s
+     set paused = false, updated_at = jobs.now(), watermark = greatest(s.watermark, jobs.now())
+   where s.name = p_name and s.paused;
+  if not found and not exists (select 1 from jobs.schedule s where s.name = p_name) then
+    perform jobs.raise_error('schedule_not_found', pg_catalog.format('no schedule named %L', p_name));
+  end if;
+end
+$function$;
+
+-- changed: jobs.schedules()
+CREATE OR REPLACE FUNCTION jobs.schedules()
+ RETURNS TABLE(name text, job_name text, cron text, timezone text, catch_up text, options jsonb, payload jsonb, paused boolean, origin text, watermark timestamp with time zone, last_fired_at timestamp with time zone, created_at timestamp with time zone, updated_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  select s.name, s.job_name, s.cron, s.timezone, s.catch_up, s.options, s.payload, s.paused,
+         s.origin, s.watermark, s.last_fired_at, s.created_at, s.updated_at
+    from jobs.schedule s
+   order by s.name
+$function$;
+
 -- changed: jobs.schema_version()
 CREATE OR REPLACE FUNCTION jobs.schema_version()
  RETURNS integer
  LANGUAGE sql
- IMMUTABLE
+ IMMUTABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$ select 2 $function$;
 
@@ -2903,9 +4468,576 @@ AS $function$ select 2 $function$;
 
 -- changed: jobs.spec_fields(): made by `select jobs.define_spec();`
 
+-- changed: jobs.spec_given(jsonb)
+CREATE OR REPLACE FUNCTION jobs.spec_given(p_spec jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ IMMUTABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  if not p_spec @? '$.* ? (@ == null)' then
+    return p_spec;  -- the common case: a spec gives no nulls
+  end if;
+  return coalesce((select pg_catalog.jsonb_object_agg(f.key, f.value)
+                     from pg_catalog.jsonb_each(p_spec) as f
+                    where pg_catalog.jsonb_typeof(f.value) <> 'null'), '{}');
+end
+$function$;
+
 -- changed: jobs.spec_problem(jsonb): made by `select jobs.define_spec();`
 
 -- changed: jobs.spec_problem_of(jsonb): made by `select jobs.define_spec();`
+
+-- changed: jobs.stage(text,text,jsonb,jsonb)
+CREATE OR REPLACE FUNCTION jobs.stage(p_name text, p_key text, p_payload jsonb DEFAULT '{}'::jsonb, p_options jsonb DEFAULT '{}'::jsonb)
+ RETURNS TABLE(id bigint, outcome text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  return query
+    select m.id, m.outcome
+      from jobs.stage_many(jobs.one_spec(p_name, p_key, p_payload, p_options)) m;
+end
+$function$;
+
+-- changed: jobs.stage_many(jsonb)
+CREATE OR REPLACE FUNCTION jobs.stage_many(p_specs jsonb)
+ RETURNS TABLE(ord integer, id bigint, outcome text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_now     timestamptz := jobs.now();
+  v_problem text;
+  v_created bigint[];
+begin
+  -- GUARD: shape of the extra field, then the enqueue spec rules, before any write.
+  if p_specs is null or pg_catalog.jsonb_typeof(p_specs) <> 'array' then
+    perform jobs.raise_error('invalid_argument', 'specs must be a JSON array of job specs');
+  end if;
+  select pg_catalog.format('spec %s: %s', e.ord, case
+           when pg_catalog.jsonb_typeof(e.spec) = 'object' and e.spec ? 'on_conflict'
+             then 'on_conflict is not accepted by stage: an existing key is always answered as deduped'
+           else 'ordering_key must be a non-empty string' end)
+    into v_problem
+    from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+   where pg_catalog.jsonb_typeof(e.spec) = 'object'
+     and (e.spec ? 'on_conflict'
+          or (e.spec ? 'ordering_key' and pg_catalog.jsonb_typeof(e.spec->'ordering_key') <> 'null'
+              and (pg_catalog.jsonb_typeof(e.spec->'ordering_key') <> 'string'
+                   or e.spec->>'ordering_key' = '')))
+   order by e.ord
+   limit 1;
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_argument', v_problem);
+  end if;
+  -- the job fields, checked as enqueue_many checks them (ordering_key is the outbox's own)
+  perform jobs.check_specs(
+    (select coalesce(pg_catalog.jsonb_agg(
+              case when pg_catalog.jsonb_typeof(e.spec) = 'object' then e.spec - 'ordering_key'
+                   else e.spec end order by e.ord), '[]')
+       from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)));
+
+  -- LOCK ACQUISITION: one advisory lock per ordering key, in a fixed order.
+  perform pg_catalog.pg_advisory_xact_lock(
+            pg_catalog.hashtextextended('sqljobs.outbox:' || k.ordering_key, 0))
+     from (select distinct e.spec->>'ordering_key' as ordering_key
+             from pg_catalog.jsonb_array_elements(p_specs) as e(spec)
+            where e.spec->>'ordering_key' is not null
+            order by 1) k;
+
+  -- WRITE: keys with no job and no unpublished staged row; a key repeated in the batch
+  -- is staged from its first spec.
+  with ins as (
+    insert into jobs.outbox as o (name, tenant, key, ordering_key, spec, staged_at)
+    select e.spec->>'name', e.spec->>'tenant', e.spec->>'key', e.spec->>'ordering_key',
+           case when e.spec->>'delay_s' is null then e.spec - 'ordering_key'
+                else e.spec - 'ordering_key' - 'delay_s'
+                     || pg_catalog.jsonb_build_object('run_at', v_now
+                          + pg_catalog.make_interval(secs => (e.spec->>'delay_s')::double precision))
+           end,
+           v_now
+      from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+     where jobs.job_of_key(e.spec->>'name', e.spec->>'tenant', e.spec->>'key') is null
+     order by e.ord
+    on conflict (name, (coalesce(tenant, '')), key) where published_at is null do nothing
+    returning o.id
+  )
+  select pg_catalog.array_agg(ins.id) into v_created from ins;
+
+  if v_created is not null
+     and coalesce(pg_catalog.current_setting('jobs.notify', true), '') <> 'off' then
+    perform pg_catalog.pg_notify('jobs_outbox', '');
+  end if;
+
+  -- ANSWER: the job of the key when there is one, else its unpublished staged row.
+  return query
+    select a.ord::integer, a.id,
+           case when a.id = any (coalesce(v_created, '{}')) and a.first then 'staged'
+                else 'deduped' end
+      from (select e.ord, coalesce(j.id, o.id) as id,
+                   pg_catalog.row_number() over (partition by coalesce(j.id, o.id)
+                                                 order by e.ord) = 1 as first
+              from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+             cross join lateral (select jobs.job_of_key(e.spec->>'name', e.spec->>'tenant',
+                                                        e.spec->>'key') as id) j
+              left join lateral (select b.id from jobs.outbox b
+                                  where b.name = e.spec->>'name'
+                                    and coalesce(b.tenant, '') = coalesce(e.spec->>'tenant', '')
+                                    and b.key = e.spec->>'key' and b.published_at is null) o
+                     on true) a
+     order by a.ord;
+end
+$function$;
+
+-- changed: jobs.step_invoke(bigint,bigint,text[],jsonb,double precision)
+CREATE OR REPLACE FUNCTION jobs.step_invoke(p_id bigint, p_claim bigint, p_names text[], p_specs jsonb, p_lease_s double precision DEFAULT NULL::double precision)
+ RETURNS TABLE(name text, value jsonb, child_id bigint, parked boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+#variable_conflict use_column
+declare
+  v_now     timestamptz := jobs.now();
+  v_seq     integer;
+  v_name    text;
+  v_live    boolean := false;
+  v_pending text[];
+  v_specs   jsonb;
+  v_ids     bigint[];
+begin
+  -- GUARD
+  if p_names is null or pg_catalog.cardinality(p_names) = 0
+     or p_specs is null or pg_catalog.jsonb_typeof(p_specs) <> 'array'
+     or pg_catalog.jsonb_array_length(p_specs) <> pg_catalog.cardinality(p_names)
+     or exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
+                 where pg_catalog.jsonb_typeof(x) <> 'object') then
+    perform jobs.raise_error('invalid_argument',
+      'names and specs (job spec objects) must be non-empty and of one length');
+  end if;
+  foreach v_name in array p_names loop
+    perform jobs.check_step_name(v_name);
+  end loop;
+  if (select pg_catalog.count(distinct n) from pg_catalog.unnest(p_names) n)
+     <> pg_catalog.cardinality(p_names) then
+    perform jobs.raise_error('invalid_argument', 'step names must be distinct');
+  end if;
+  -- FENCE (locks the job row)
+  v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
+
+  -- ENQUEUE the child of every step not stored yet (created, or found by its key).
+  select pg_catalog.array_agg(u.n order by u.ord),
+         pg_catalog.jsonb_agg(case when p_specs->(u.ord::integer - 1) ? 'key'
+                                   then p_specs->(u.ord::integer - 1)
+                                   else p_specs->(u.ord::integer - 1)
+                                        || pg_catalog.jsonb_build_object('key', p_id || ':' || u.n)
+                              end order by u.ord)
+    into v_pending, v_specs
+    from pg_catalog.unnest(p_names) with ordinality as u(n, ord)
+   where not exists (select 1 from jobs.step s where s.job_id = p_id and s.name = u.n);
+  if v_pending is not null then
+    v_ids := array(select x.id from jobs.enqueue_many(v_specs) x order by x.ord);
+    update jobs.job as c
+       set parent_id = p_id, parent_step = m.n
+      from unnest(v_pending, v_ids) as m(n, cid)
+     where c.id = m.cid and c.parent_id is null;
+    -- STORE the outcome of every child already final.
+    insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+    select p_id, m.n, v_seq, 'child',
+           pg_catalog.jsonb_build_object('job_id', c.id, 'state', c.state, 'result', c.result,
+                                         'error', c.last_error),
+           v_now
+      from unnest(v_pending, v_ids) as m(n, cid)
+      join jobs.job c on c.id = m.cid
+     where c.state in ('succeeded', 'failed', 'dead', 'cancelled')
+    on conflict (job_id, name) do nothing;
+    v_live := exists (select 1 from pg_catalog.unnest(v_ids) as m(cid)
+                        join jobs.job c on c.id = m.cid
+                       where c.state not in ('succeeded', 'failed', 'dead', 'cancelled'));
+  end if;
+
+  -- PARK while any child is live.
+  if v_live then
+    perform jobs.nack_many(array[p_id], array[p_claim], null, array['park'], null);
+  end if;
+  return query
+    select u.n, s.value, coalesce((s.value->>'job_id')::bigint, m.cid), v_live
+      from pg_catalog.unnest(p_names) with ordinality as u(n, ord)
+      left join jobs.step s on s.job_id = p_id and s.name = u.n
+      left join unnest(v_pending, v_ids) as m(n, cid) on m.n = u.n
+     order by u.ord;
+end
+$function$;
+
+-- changed: jobs.step_put(bigint,bigint,text,jsonb,double precision,jsonb)
+CREATE OR REPLACE FUNCTION jobs.step_put(p_id bigint, p_claim bigint, p_name text, p_value jsonb, p_lease_s double precision DEFAULT NULL::double precision, p_options jsonb DEFAULT '{}'::jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+declare
+  v_seq   integer;
+  v_value jsonb;
+  v_name  text;
+begin
+  -- GUARD
+  perform jobs.check_step_name(p_name);
+  if pg_catalog.octet_length(coalesce(p_value, 'null'::jsonb)::text) > jobs.max_payload_bytes() then
+    perform jobs.raise_error('payload_too_large',
+      pg_catalog.format('step %s: value is larger than %s bytes', p_name, jobs.max_payload_bytes()));
+  end if;
+  if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
+     or exists (select 1 from pg_catalog.jsonb_each(p_options) o
+                 where o.key not in ('compensable', 'undo')
+                    or pg_catalog.jsonb_typeof(o.value) <> 'boolean') then
+    perform jobs.raise_error('invalid_argument',
+      'options takes only {"compensable": boolean, "undo": boolean}');
+  end if;
+  v_name := case when (p_options->>'undo')::boolean then 'sqljobs.undo:' || p_name
+                 else p_name end;
+  -- FENCE (locks the job row)
+  v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
+  -- WRITE, first write wins
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  values (p_id, v_name, v_seq,
+          case when (p_options->>'undo')::boolean then 'undo' else 'run' end,
+          p_value, jobs.now())
+  on conflict (job_id, name) do nothing
+  returning s.value into v_value;
+  if found then
+    if (p_options->>'compensable')::boolean then
+      update jobs.job as j set compensable = true where j.id = p_id and not j.compensable;
+    end if;
+    return v_value;
+  end if;
+  select s.value into v_value from jobs.step s where s.job_id = p_id and s.name = v_name;
+  return v_value;
+end
+$function$;
+
+-- changed: jobs.step_sleep(bigint,bigint,text,timestamp with time zone,double precision)
+CREATE OR REPLACE FUNCTION jobs.step_sleep(p_id bigint, p_claim bigint, p_name text, p_until timestamp with time zone DEFAULT NULL::timestamp with time zone, p_delay_s double precision DEFAULT NULL::double precision)
+ RETURNS TABLE(wake_at timestamp with time zone, parked boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_now  timestamptz := jobs.now();
+  v_seq  integer;
+  v_wake timestamptz;
+begin
+  -- GUARD
+  perform jobs.check_step_name(p_name);
+  if (p_until is null) = (p_delay_s is null)
+     or p_until in ('infinity', '-infinity')
+     or p_delay_s < 0 or p_delay_s > 1e9 then
+    perform jobs.raise_error('invalid_argument',
+      'a sleep needs exactly one of until (a finite time) or delay_s (0 to 1e9 seconds)');
+  end if;
+  -- FENCE
+  v_seq := jobs.hold_step(p_id, p_claim, null);
+  -- WRITE the wake-up time once; later calls read it.
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  values (p_id, p_name, v_seq, 'sleep',
+          pg_catalog.jsonb_build_object('until',
+            coalesce(p_until, v_now + pg_catalog.make_interval(secs => p_delay_s))),
+          v_now)
+  on conflict (job_id, name) do nothing;
+  select (s.value->>'until')::timestamptz into v_wake
+    from jobs.step s where s.job_id = p_id and s.name = p_name and s.kind = 'sleep';
+  if v_wake is null then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('step %s of job %s is stored, but not as a sleep', p_name, p_id));
+  end if;
+  -- PARK while the time is ahead.
+  if v_wake > v_now then
+    perform jobs.nack_many(array[p_id], array[p_claim], null, array['park'],
+                           array[extract(epoch from v_wake - v_now)::double precision]);
+    return query select v_wake, true;
+  else
+    return query select v_wake, false;
+  end if;
+end
+$function$;
+
+-- changed: jobs.step_unwound(bigint,bigint)
+CREATE OR REPLACE FUNCTION jobs.step_unwound(p_id bigint, p_claim bigint)
+ RETURNS jobs.job_state
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_unwind  jsonb;
+  v_state   jobs.job_state;
+  v_watched boolean;
+begin
+  perform jobs.hold_step(p_id, p_claim, null);
+  select s.value into v_unwind from jobs.step s where s.job_id = p_id and s.name = 'sqljobs.unwind';
+  if v_unwind is null then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('job %s is not unwinding', p_id));
+  end if;
+  update jobs.job as j
+     set state = (v_unwind->>'state')::jobs.job_state,
+         compensating = false,
+         finished_at = jobs.now(),
+         lease_expires_at = null,
+         last_error = case when pg_catalog.jsonb_typeof(v_unwind->'error') = 'object'
+                           then (v_unwind->'error')
+                                || pg_catalog.jsonb_build_object('compensated', true,
+                                                                 'at', jobs.now())
+                           else j.last_error end
+   where j.id = p_id
+  returning j.state, j.settle_watched into v_state, v_watched;
+  -- a result waiter hears of the end of the unwind; nobody else is notified (40_settle)
+  if v_watched then
+    perform jobs.notify_settled(array[p_id]);
+  end if;
+  return v_state;
+end
+$function$;
+
+-- changed: jobs.step_wait(bigint,bigint,text,jsonb,double precision,double precision)
+CREATE OR REPLACE FUNCTION jobs.step_wait(p_id bigint, p_claim bigint, p_name text, p_specs jsonb, p_timeout_s double precision DEFAULT NULL::double precision, p_lease_s double precision DEFAULT NULL::double precision)
+ RETURNS TABLE(value jsonb, parked boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_now      timestamptz := jobs.now();
+  v_seq      integer;
+  v_value    jsonb;
+  v_names    text[];
+  v_name     text;
+  v_cursor   timestamptz;
+  v_deadline timestamptz;
+  v_event    record;
+begin
+  -- GUARD
+  perform jobs.check_step_name(p_name);
+  if p_specs is null or pg_catalog.jsonb_typeof(p_specs) <> 'array'
+     or pg_catalog.jsonb_array_length(p_specs) = 0
+     or exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
+                 where pg_catalog.jsonb_typeof(x) <> 'object'
+                    or pg_catalog.jsonb_typeof(x->'event') is distinct from 'string'
+                    or x->>'event' = ''
+                    or (x ? 'match' and pg_catalog.jsonb_typeof(x->'match') <> 'object')) then
+    perform jobs.raise_error('invalid_argument',
+      'specs must be a non-empty array of {"event": name, "match": object}');
+  end if;
+  if p_timeout_s < 0 or p_timeout_s > 1e9 then  -- (NaN too: it sorts above every number)
+    perform jobs.raise_error('invalid_argument', 'timeout_s must be 0 to 1e9 seconds');
+  end if;
+  -- FENCE (locks the job row)
+  v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
+  select s.value into v_value from jobs.step s where s.job_id = p_id and s.name = p_name;
+  if found then
+    return query select v_value, false;
+    return;
+  end if;
+  -- LOCK every name, exclusive, in name order.
+  v_names := array(select distinct x->>'event' from pg_catalog.jsonb_array_elements(p_specs) x
+                    order by 1);
+  foreach v_name in array v_names loop
+    perform pg_catalog.pg_advisory_xact_lock(jobs.event_lock_key(v_name));
+  end loop;
+  -- REGISTER once (a later call keeps the first deadline).
+  insert into jobs.event_wait as w (job_id, step, specs, names, deadline, created_at)
+  values (p_id, p_name, p_specs, v_names,
+          case when p_timeout_s is null then 'infinity'
+               else v_now + pg_catalog.make_interval(secs => p_timeout_s) end,
+          v_now)
+  on conflict (job_id, step) do nothing;
+  select w.deadline, w.specs into v_deadline, p_specs
+    from jobs.event_wait w where w.job_id = p_id and w.step = p_name;
+  select coalesce(j.first_started_at, j.created_at) into v_cursor from jobs.job j where j.id = p_id;
+  -- LOOK BACK
+  select e.id, e.name, e.payload into v_event
+    from jobs.event e
+   where e.name = any (v_names)
+     and e.created_at >= v_cursor
+     and e.created_at <= v_deadline
+     and exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
+                  where x->>'event' = e.name and e.payload @> coalesce(x->'match', '{}'::jsonb))
+     and not exists (select 1 from jobs.step s where s.job_id = p_id and s.event_id = e.id)
+   order by e.id
+   limit 1;
+  if v_event.id is not null then
+    v_value := pg_catalog.jsonb_build_object('event', v_event.name, 'payload', v_event.payload,
+                                             'id', v_event.id);
+    insert into jobs.step (job_id, name, ordinal, kind, value, event_id, created_at)
+    values (p_id, p_name, v_seq, 'event', v_value, v_event.id, v_now);
+  elsif v_deadline <= v_now then
+    v_value := '{"timeout": true}'::jsonb;
+    insert into jobs.step (job_id, name, ordinal, kind, value, created_at)
+    values (p_id, p_name, v_seq, 'timeout', v_value, v_now);
+  else
+    -- PARK until the deadline (or a matching emit).
+    perform jobs.nack_many(array[p_id], array[p_claim], null, array['park'],
+      array[case when v_deadline = 'infinity' then null
+                 else extract(epoch from v_deadline - v_now)::double precision end]);
+    return query select null::jsonb, true;
+    return;
+  end if;
+  delete from jobs.event_wait w where w.job_id = p_id and w.step = p_name;
+  return query select v_value, false;
+end
+$function$;
+
+-- changed: jobs.unserved_jobs()
+CREATE OR REPLACE FUNCTION jobs.unserved_jobs()
+ RETURNS TABLE(queue text, name text, waiting bigint, oldest_s double precision)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  select j.queue, j.name, pg_catalog.count(*) as waiting,
+         extract(epoch from jobs.now() - pg_catalog.min(j.created_at))::double precision
+           as oldest_s
+    from jobs.job j
+   where j.state in ('ready', 'interrupted')
+     and not exists (select 1 from jobs.worker w
+                      where w.expires_at > jobs.now()
+                        and j.queue = any (w.queues)
+                        and j.name = any (w.names))
+   group by j.queue, j.name
+   order by j.queue, j.name
+$function$;
+
+-- changed: jobs.wake(text[])
+CREATE OR REPLACE FUNCTION jobs.wake(p_queues text[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_queue text;
+begin
+  if coalesce(pg_catalog.current_setting('jobs.notify', true), '') = 'off' then
+    return;
+  end if;
+  foreach v_queue in array coalesce(p_queues, '{}') loop
+    -- a queue name too long for a notification (8000 bytes) is not woken: its workers
+    -- find its jobs by polling, and the enqueue, relay or resume does not fail
+    continue when pg_catalog.octet_length(v_queue) >= 8000;
+    perform pg_catalog.pg_notify('jobs_wake', v_queue);
+  end loop;
+end
+$function$;
+
+-- changed: jobs.watch_outcome(bigint)
+CREATE OR REPLACE FUNCTION jobs.watch_outcome(p_id bigint)
+ RETURNS TABLE(id bigint, state jobs.job_state, result jsonb, last_error jsonb)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  update jobs.job as j set settle_watched = true
+   where j.id = p_id and not j.settle_watched
+     and j.state in ('ready', 'running', 'parked', 'interrupted');
+  return query select j.id, j.state, j.result, j.last_error from jobs.job j where j.id = p_id;
+end
+$function$;
+
+-- changed: jobs.worker_heartbeat(text,text[],text[],integer,double precision,text,integer,jsonb)
+CREATE OR REPLACE FUNCTION jobs.worker_heartbeat(p_id text, p_queues text[], p_names text[], p_concurrency integer, p_ttl_s double precision DEFAULT 60, p_host text DEFAULT NULL::text, p_pid integer DEFAULT NULL::integer, p_info jsonb DEFAULT '{}'::jsonb)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_now     timestamptz := jobs.now();
+  v_expires timestamptz;
+begin
+  -- GUARD
+  if p_id is null or p_id = '' then
+    perform jobs.raise_error('invalid_argument', 'worker id is required');
+  end if;
+  if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
+    perform jobs.raise_error('invalid_argument', 'a worker serves at least one queue');
+  end if;
+  if p_names is null then
+    perform jobs.raise_error('invalid_argument', 'names is required (an empty array for none)');
+  end if;
+  if p_concurrency is null or p_concurrency < 1 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('concurrency must be at least 1, got %s', p_concurrency));
+  end if;
+  -- NaN and ttls past the end of time (now + ttl overflows) are refused too
+  if p_ttl_s is null or not (p_ttl_s > 0 and p_ttl_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('ttl_s must be positive and at most 1e9 seconds, got %s', p_ttl_s));
+  end if;
+
+  -- UPSERT
+  v_expires := v_now + pg_catalog.make_interval(secs => p_ttl_s);
+  insert into jobs.worker as w
+         (id, started_at, heartbeat_at, expires_at, queues, names, concurrency, host, pid, info)
+  values (p_id, v_now, v_now, v_expires, p_queues, p_names, p_concurrency, p_host, p_pid,
+          coalesce(p_info, '{}'))
+  on conflict (id) do update
+     set heartbeat_at = excluded.heartbeat_at,
+         expires_at   = excluded.expires_at,
+         queues       = excluded.queues,
+         names        = excluded.names,
+         concurrency  = excluded.concurrency,
+         host         = excluded.host,
+         pid          = excluded.pid,
+         info         = excluded.info;
+
+  -- FORGET rows expired for more than an hour (bounded, never waits).
+  delete from jobs.worker as w
+   using (select o.id from jobs.worker o
+           where o.expires_at < v_now - interval '1 hour'
+           limit 100
+             for update skip locked) as old
+   where w.id = old.id;
+
+  return v_expires;
+end
+$function$;
+
+-- changed: jobs.worker_stop(text)
+CREATE OR REPLACE FUNCTION jobs.worker_stop(p_id text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  delete from jobs.worker w where w.id = p_id;
+  return found;
+end
+$function$;
+
+-- changed: jobs.workers()
+CREATE OR REPLACE FUNCTION jobs.workers()
+ RETURNS TABLE(id text, started_at timestamp with time zone, heartbeat_at timestamp with time zone, expires_at timestamp with time zone, queues text[], names text[], concurrency integer, host text, pid integer, running bigint)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  select w.id, w.started_at, w.heartbeat_at, w.expires_at, w.queues, w.names,
+         w.concurrency, w.host, w.pid,
+         (select pg_catalog.count(*) from jobs.job j
+           where j.state = 'running' and j.worker = w.id) as running
+    from jobs.worker w
+   where w.expires_at > jobs.now()
+   order by w.started_at, w.id
+$function$;
 
 -- ---------------------------------------------------------------------------
 -- The spec, read off jobs.job again (its new fields), and the trigger that frees a
@@ -2932,51 +5064,887 @@ create or replace view jobs.job_view as
          j.parent_id, j.parent_step
     from jobs.job j
     left join jobs.job_type t on t.name = j.name;
+
+-- Least-privilege roles (sql/98_roles.sql): last, once every function exists.
+select jobs.install_roles();
+comment on function jobs.finished_per_minute(integer) is 'Per minute of the last N (1..1440, oldest first, zeros included): jobs that succeeded, and that failed or went dead.';
+
+comment on function jobs.install_roles() is 'Creates the four NOLOGIN roles (unless sqljobs.create_roles = off), makes every jobs function security definer, revokes PUBLIC and grants EXECUTE per jobs.role_grants().';
+
 comment on function jobs.job_detail(bigint) is 'One job as JSON, redacted: its job_view row, steps, children and open event waits (null when missing).';
+
 comment on function jobs.job_payload(bigint) is 'The payload of one job, NOT redacted (null when it does not exist): grant it only to whom may read secrets.';
+
 comment on function jobs.job_type_problem(text,jsonb) is 'Why a job type definition is refused (null when it is fine).';
+
 comment on function jobs.job_type_put(text,jsonb) is 'Register (or replace) a job type and its sensitive and personal paths; true when it is new. SJ017 when refused.';
+
 comment on function jobs.job_type_remove(text) is 'Remove a job type (its jobs then show no payload). SJ016 when there is none.';
+
 comment on function jobs.job_types() is 'Every registered job type with its sensitive and personal paths.';
+
 comment on function jobs.lease_acquire(text,text,double precision) is 'Take or renew a named lease; answers its fencing token, or null while another holds it.';
+
 comment on function jobs.lease_holds(text,bigint) is 'True while the token holds the live lease; locks it for share so a fenced write commits first.';
+
 comment on function jobs.lease_release(text,text,bigint) is 'Give up a lease (fenced on holder and token).';
+
 comment on function jobs.lease_renew(text,text,bigint,double precision) is 'Extend a lease the caller holds under its token; false once another holder took it.';
+
 comment on function jobs.leases() is 'Named leases and whether each is live.';
+
 comment on function jobs.limit_gauges() is 'Per limit: jobs.limit_stats() summed over its groups (groups, running, concurrency per group, waiting, deferred, recent starts).';
+
 comment on function jobs.limit_put(text,jsonb) is 'Define (or replace) a concurrency and/or rate limit; true when it is new.';
+
 comment on function jobs.limit_remove(text) is 'Remove a limit; the jobs waiting on it become claimable. SJ013 when there is none.';
+
 comment on function jobs.limit_stats() is 'Per limit group in use: concurrency and running, waiting jobs, rate and recent starts.';
+
 comment on function jobs.limits() is 'The concurrency and rate limits, as defined.';
+
 comment on function jobs.list_jobs(jsonb,bigint,integer) is 'A page of jobs, newest first, redacted; filter by state, queue, name, tenant, key and times; keyset by after_id.';
+
 comment on function jobs.personal_data() is 'Job types whose payload holds personal data: their paths and how many jobs are stored.';
+
 comment on function jobs.purge(integer,boolean,jsonb) is 'Retention: delete at most p_max finished jobs (with their steps, waits, outbox rows) and old events; answers deleted and still eligible.';
+
 comment on function jobs.purge_cutoff(timestamp with time zone,double precision) is 'now - age, or -infinity when the age is forever (jobs.purge).';
+
 comment on function jobs.purge_unreferenced(bigint,bigint) is 'True when no live job refers to this one (no live child, no live parent): jobs.purge''s reference rule.';
+
 comment on function jobs.queue_gauges() is 'Per queue, from the live rows'' indexes: ready (due), scheduled (future), running, parked, dead, blocked on a limit, oldest ready age in seconds, and demand (running + due jobs a worker could take).';
-comment on function jobs.queue_stats() is 'Per queue: paused, counts by state, age in seconds of the oldest runnable job, how many waiting jobs no live worker declares (unserved), and how many wait on a limit (limited).';
+
+comment on function jobs.queue_stats() is 'Per queue: paused, counts by state (succeeded, failed, cancelled: those finished within jobs.queue_stats_window, default 24 hours), age in seconds of the oldest runnable job, how many waiting jobs no live worker declares (unserved), and how many wait on a limit (limited).';
+
 comment on function jobs.redact(text,jsonb) is 'The payload of a job of this name as views show it: sensitive paths "[redacted]" (all of it for an unknown name).';
+
 comment on function jobs.redact_at(jsonb,text[]) is 'A JSON value with the value at one path (as steps) replaced by "[redacted]".';
+
 comment on function jobs.redact_job_output(jsonb,jsonb,text[]) is 'A job output (progress, last_error, result) with the sensitive values of its payload at the paths replaced.';
+
 comment on function jobs.redact_output(text,jsonb,jsonb) is 'A value a job produced (error, result, progress) with the sensitive values of its payload replaced.';
+
 comment on function jobs.redact_payload(jsonb,text[]) is 'A payload with the value at each path "[redacted]"; all of it when the paths are null (unknown type).';
+
 comment on function jobs.redact_strings(jsonb,text[]) is 'A JSON value with every secret replaced inside its strings (and a number equal to one).';
+
 comment on function jobs.redact_text(text,text[]) is 'A text with every one of the secrets replaced by [redacted].';
+
 comment on function jobs.redaction_jsonpath(text) is 'A redaction path as the strict jsonpath of every scalar under it.';
+
 comment on function jobs.redaction_path_problem(text) is 'Why a text is not a redaction path (null when it is one).';
+
 comment on function jobs.redaction_path_steps(text) is 'A redaction path as its steps: ''items[].ssn'' -> {items,[],ssn}.';
+
 comment on function jobs.redaction_secrets(jsonb,text[]) is 'The sensitive values (as text, 3 characters or more, longest first) a payload holds at the paths.';
+
 comment on function jobs.retention_age(jsonb,text) is 'Read one retention age: null inherits, "forever" is Infinity, else seconds >= 0 (SJ014 otherwise).';
+
 comment on function jobs.retention_check(jsonb,boolean) is 'Refuse a malformed retention policy: SJ015 for an unknown key, SJ014 for a bad value.';
+
 comment on function jobs.retention_defaults() is 'The built-in retention policy: succeeded 1 day, cancelled 7 days, failed and dead 30 days, awaited 1 hour, events 7 days.';
+
 comment on function jobs.retention_policy(jsonb) is 'The retention ages in effect (resolved; Infinity = forever): ''*'' and each overridden queue.';
+
 comment on function jobs.retention_put(text,jsonb) is 'Store retention ages for a queue (or ''*'', every queue); keys not given are kept.';
+
 comment on function jobs.retention_remove(text) is 'Remove a queue''s stored retention row (or ''*''); answers whether one existed.';
+
+comment on function jobs.role_grants() is 'Which role may execute which function: the whole EXECUTE grant list of the four sqljobs roles, and the two redaction functions jobs.job_view needs granted to public (docs/design/roles.md).';
+
 comment on function jobs.stats(double precision) is 'Per queue over the last window_s seconds: jobs finished by state, per second, and p50/p95 of enqueue-to-start and of run time; SJ001 for a bad window.';
+
 comment on table jobs."limit" is 'Private: concurrency and rate limits; use jobs.limit_put / limit_remove / limits().';
+
 comment on table jobs.job_type is 'Private: job types and their redaction; use jobs.job_type_put / job_types().';
+
 comment on table jobs.lease is 'Private: named leases; use jobs.lease_acquire / renew / release.';
+
 comment on table jobs.limit_start is 'Private: recent starts of rate-limited groups (sql/35_limits.sql).';
+
 comment on table jobs.retention is 'Private: the retention policy of jobs.purge; use jobs.retention_put / retention_remove / retention_policy.';
+
 comment on table jobs.slot is 'Private: the limit groups running jobs hold (sql/35_limits.sql).';
+
 comment on view jobs.job_view is 'Every job, redacted: sensitive payload paths "[redacted]", their values hidden in progress, last_error and result.';
+
+-- columns to add or change: ('job', 'r', 34, 'group_key', 'text', False, None, '{fillfactor=70}')
+
+-- columns to add or change: ('job', 'r', 35, 'singleton', 'boolean', True, 'false', '{fillfactor=70}')
+
+-- columns to add or change: ('job', 'r', 36, 'debounce_s', 'double precision', False, None, '{fillfactor=70}')
+
+-- columns to add or change: ('job', 'r', 37, 'throttle_n', 'integer', False, None, '{fillfactor=70}')
+
+-- columns to add or change: ('job', 'r', 38, 'throttle_per_s', 'double precision', False, None, '{fillfactor=70}')
+
+-- columns to add or change: ('job', 'r', 39, 'slots', 'text[]', False, None, '{fillfactor=70}')
+
+-- columns to add or change: ('job', 'r', 40, 'blocked_on', 'text', False, None, '{fillfactor=70}')
+
+-- columns to add or change: ('job', 'r', 41, 'deferred_by', 'text', False, None, '{fillfactor=70}')
+
+-- columns to add or change: ('job_spec', 'c', 1, 'delay_s', 'double precision', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 10, 'max_attempts', 'integer', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 11, 'retry_base_s', 'double precision', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 12, 'retry_cap_s', 'double precision', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 13, 'retry_jitter', 'text', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 14, 'dead_letter', 'boolean', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 17, 'group_key', 'text', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 18, 'singleton', 'boolean', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 19, 'debounce_s', 'double precision', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 2, 'on_conflict', 'text', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 20, 'throttle_n', 'integer', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 21, 'throttle_per_s', 'double precision', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 3, 'name', 'text', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 4, 'queue', 'text', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 5, 'tenant', 'text', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 6, 'key', 'text', False, None, '{}')
+
+-- columns to add or change: ('job_spec', 'c', 9, 'run_at', 'timestamp with time zone', False, None, '{}')
+
+-- columns to add or change: ('job_type', 'r', 1, 'name', 'text', True, None, '{}')
+
+-- columns to add or change: ('job_type', 'r', 2, 'queue', 'text', False, None, '{}')
+
+-- columns to add or change: ('job_type', 'r', 3, 'sensitive_paths', 'text[]', True, "'{}'::text[]", '{}')
+
+-- columns to add or change: ('job_type', 'r', 4, 'personal_paths', 'text[]', True, "'{}'::text[]", '{}')
+
+-- columns to add or change: ('job_type', 'r', 5, 'payload_schema', 'jsonb', False, None, '{}')
+
+-- columns to add or change: ('job_type', 'r', 6, 'retry', 'jsonb', False, None, '{}')
+
+-- columns to add or change: ('job_type', 'r', 7, 'timeout_s', 'double precision', False, None, '{}')
+
+-- columns to add or change: ('job_type', 'r', 8, 'origin', 'text', True, "'api'::text", '{}')
+
+-- columns to add or change: ('job_type', 'r', 9, 'updated_at', 'timestamp with time zone', True, None, '{}')
+
+-- columns to add or change: ('job_view', 'v', 26, 'payload', 'jsonb', False, None, '{}')
+
+-- columns to add or change: ('job_view', 'v', 27, 'parent_id', 'bigint', False, None, '{}')
+
+-- columns to add or change: ('job_view', 'v', 28, 'parent_step', 'text', False, None, '{}')
+
+-- columns to add or change: ('lease', 'r', 1, 'name', 'text', True, None, '{}')
+
+-- columns to add or change: ('lease', 'r', 2, 'holder', 'text', False, None, '{}')
+
+-- columns to add or change: ('lease', 'r', 3, 'token', 'bigint', True, '0', '{}')
+
+-- columns to add or change: ('lease', 'r', 4, 'lease_expires_at', 'timestamp with time zone', False, None, '{}')
+
+-- columns to add or change: ('lease', 'r', 5, 'acquired_at', 'timestamp with time zone', False, None, '{}')
+
+-- columns to add or change: ('limit', 'r', 1, 'name', 'text', True, None, '{}')
+
+-- columns to add or change: ('limit', 'r', 10, 'updated_at', 'timestamp with time zone', True, None, '{}')
+
+-- columns to add or change: ('limit', 'r', 2, 'scope', 'text', True, None, '{}')
+
+-- columns to add or change: ('limit', 'r', 3, 'target', 'text', False, None, '{}')
+
+-- columns to add or change: ('limit', 'r', 4, 'key_path', 'text[]', False, None, '{}')
+
+-- columns to add or change: ('limit', 'r', 5, 'concurrency', 'integer', False, None, '{}')
+
+-- columns to add or change: ('limit', 'r', 6, 'rate_n', 'integer', False, None, '{}')
+
+-- columns to add or change: ('limit', 'r', 7, 'rate_per_s', 'double precision', False, None, '{}')
+
+-- columns to add or change: ('limit', 'r', 8, 'when_busy', 'text', True, "'wait'::text", '{}')
+
+-- columns to add or change: ('limit', 'r', 9, 'origin', 'text', True, "'api'::text", '{}')
+
+-- columns to add or change: ('limit_start', 'r', 1, 'grp', 'text', True, None, '{}')
+
+-- columns to add or change: ('limit_start', 'r', 2, 'starts', 'timestamp with time zone[]', True, None, '{}')
+
+-- columns to add or change: ('retention', 'r', 1, 'queue', 'text', True, None, '{}')
+
+-- columns to add or change: ('retention', 'r', 2, 'succeeded_s', 'double precision', False, None, '{}')
+
+-- columns to add or change: ('retention', 'r', 3, 'failed_s', 'double precision', False, None, '{}')
+
+-- columns to add or change: ('retention', 'r', 4, 'dead_s', 'double precision', False, None, '{}')
+
+-- columns to add or change: ('retention', 'r', 5, 'cancelled_s', 'double precision', False, None, '{}')
+
+-- columns to add or change: ('retention', 'r', 6, 'awaited_s', 'double precision', False, None, '{}')
+
+-- columns to add or change: ('retention', 'r', 7, 'events_s', 'double precision', False, None, '{}')
+
+-- columns to add or change: ('retention', 'r', 8, 'updated_at', 'timestamp with time zone', True, None, '{}')
+
+-- columns to add or change: ('slot', 'r', 1, 'grp', 'text', True, None, '{}')
+
+-- columns to add or change: ('slot', 'r', 2, 'job_id', 'bigint', True, None, '{}')
+
+-- columns only in the chain: ('job_spec', 'c', 1, 'dead_letter', 'boolean', False, None, '{}')
+
+-- columns only in the chain: ('job_spec', 'c', 10, 'retry_base_s', 'double precision', False, None, '{}')
+
+-- columns only in the chain: ('job_spec', 'c', 11, 'retry_cap_s', 'double precision', False, None, '{}')
+
+-- columns only in the chain: ('job_spec', 'c', 12, 'retry_jitter', 'text', False, None, '{}')
+
+-- columns only in the chain: ('job_spec', 'c', 13, 'run_at', 'timestamp with time zone', False, None, '{}')
+
+-- columns only in the chain: ('job_spec', 'c', 14, 'tenant', 'text', False, None, '{}')
+
+-- columns only in the chain: ('job_spec', 'c', 2, 'delay_s', 'double precision', False, None, '{}')
+
+-- columns only in the chain: ('job_spec', 'c', 3, 'key', 'text', False, None, '{}')
+
+-- columns only in the chain: ('job_spec', 'c', 4, 'max_attempts', 'integer', False, None, '{}')
+
+-- columns only in the chain: ('job_spec', 'c', 5, 'name', 'text', False, None, '{}')
+
+-- columns only in the chain: ('job_spec', 'c', 6, 'on_conflict', 'text', False, None, '{}')
+
+-- columns only in the chain: ('job_spec', 'c', 9, 'queue', 'text', False, None, '{}')
+
+-- columns only in the chain: ('leader', 'r', 1, 'role', 'text', True, None, '{}')
+
+-- columns only in the chain: ('leader', 'r', 2, 'holder', 'text', False, None, '{}')
+
+-- columns only in the chain: ('leader', 'r', 3, 'token', 'bigint', True, '0', '{}')
+
+-- columns only in the chain: ('leader', 'r', 4, 'lease_expires_at', 'timestamp with time zone', False, None, '{}')
+
+-- columns only in the chain: ('leader', 'r', 5, 'acquired_at', 'timestamp with time zone', False, None, '{}')
+
+-- constraints to add or change: ('jobs."limit"', 'limit_pkey', 'PRIMARY KEY (name)')
+
+-- constraints to add or change: ('jobs.job_type', 'job_type_pkey', 'PRIMARY KEY (name)')
+
+-- constraints to add or change: ('jobs.lease', 'lease_pkey', 'PRIMARY KEY (name)')
+
+-- constraints to add or change: ('jobs.limit_start', 'limit_start_pkey', 'PRIMARY KEY (grp)')
+
+-- constraints to add or change: ('jobs.retention', 'retention_pkey', 'PRIMARY KEY (queue)')
+
+-- constraints to add or change: ('jobs.slot', 'slot_pkey', 'PRIMARY KEY (grp, job_id)')
+
+-- constraints only in the chain: ('jobs.leader', 'leader_pkey', 'PRIMARY KEY (role)')
+
+-- indexes to add or change: ('jobs.job_blocked_idx', "CREATE INDEX job_blocked_idx ON jobs.job USING btree (blocked_on, priority, run_at, id) WHERE ((blocked_on IS NOT NULL) AND (state = ANY (ARRAY['ready'::jobs.job_state, 'interrupted'::jobs.job_state])))")
+
+-- indexes to add or change: ('jobs.job_claimable_idx', "CREATE INDEX job_claimable_idx ON jobs.job USING btree (queue, priority, run_at, id) WHERE ((state = ANY (ARRAY['ready'::jobs.job_state, 'interrupted'::jobs.job_state])) AND (blocked_on IS NULL))")
+
+-- indexes to add or change: ('jobs.job_dead_idx', "CREATE INDEX job_dead_idx ON jobs.job USING btree (queue) WHERE (state = 'dead'::jobs.job_state)")
+
+-- indexes to add or change: ('jobs.job_debounce_idx', "CREATE UNIQUE INDEX job_debounce_idx ON jobs.job USING btree (name, COALESCE(tenant, ''::text), COALESCE(group_key, ''::text)) WHERE ((debounce_s IS NOT NULL) AND (state = 'ready'::jobs.job_state))")
+
+-- indexes to add or change: ('jobs.job_deferred_idx', "CREATE INDEX job_deferred_idx ON jobs.job USING btree (deferred_by) WHERE ((deferred_by IS NOT NULL) AND (state = ANY (ARRAY['ready'::jobs.job_state, 'interrupted'::jobs.job_state])))")
+
+-- indexes to add or change: ('jobs.job_retention_idx', 'CREATE INDEX job_retention_idx ON jobs.job USING btree (state, finished_at) WHERE (finished_at IS NOT NULL)')
+
+-- indexes to add or change: ('jobs.job_singleton_idx', "CREATE UNIQUE INDEX job_singleton_idx ON jobs.job USING btree (name, COALESCE(tenant, ''::text), COALESCE(group_key, ''::text)) WHERE (singleton AND (state = ANY (ARRAY['ready'::jobs.job_state, 'running'::jobs.job_state, 'parked'::jobs.job_state, 'interrupted'::jobs.job_state])))")
+
+-- indexes to add or change: ('jobs.job_type_pkey', 'CREATE UNIQUE INDEX job_type_pkey ON jobs.job_type USING btree (name)')
+
+-- indexes to add or change: ('jobs.lease_pkey', 'CREATE UNIQUE INDEX lease_pkey ON jobs.lease USING btree (name)')
+
+-- indexes to add or change: ('jobs.limit_pkey', 'CREATE UNIQUE INDEX limit_pkey ON jobs."limit" USING btree (name)')
+
+-- indexes to add or change: ('jobs.limit_start_pkey', 'CREATE UNIQUE INDEX limit_start_pkey ON jobs.limit_start USING btree (grp)')
+
+-- indexes to add or change: ('jobs.retention_pkey', 'CREATE UNIQUE INDEX retention_pkey ON jobs.retention USING btree (queue)')
+
+-- indexes to add or change: ('jobs.slot_pkey', 'CREATE UNIQUE INDEX slot_pkey ON jobs.slot USING btree (grp, job_id)')
+
+-- indexes only in the chain: ('jobs.job_claimable_idx', "CREATE INDEX job_claimable_idx ON jobs.job USING btree (queue, priority, run_at, id) WHERE (state = ANY (ARRAY['ready'::jobs.job_state, 'interrupted'::jobs.job_state]))")
+
+-- indexes only in the chain: ('jobs.leader_pkey', 'CREATE UNIQUE INDEX leader_pkey ON jobs.leader USING btree (role)')
+
+-- types to add or change: ('_job_type', 'b', '{}')
+
+-- types to add or change: ('_lease', 'b', '{}')
+
+-- types to add or change: ('_limit', 'b', '{}')
+
+-- types to add or change: ('_limit_start', 'b', '{}')
+
+-- types to add or change: ('_retention', 'b', '{}')
+
+-- types to add or change: ('_slot', 'b', '{}')
+
+-- types to add or change: ('job_type', 'c', '{}')
+
+-- types to add or change: ('lease', 'c', '{}')
+
+-- types to add or change: ('limit', 'c', '{}')
+
+-- types to add or change: ('limit_start', 'c', '{}')
+
+-- types to add or change: ('retention', 'c', '{}')
+
+-- types to add or change: ('slot', 'c', '{}')
+
+-- types only in the chain: ('_leader', 'b', '{}')
+
+-- types only in the chain: ('leader', 'c', '{}')
+
+-- views to add or change: ('job_view', ' SELECT j.id,\n    j.name,\n    j.queue,\n    j.tenant,\n    j.key,\n    j.state,\n    j.priority,\n    j.run_at,\n    j.attempt,\n    j.max_attempts,\n    j.retry_base_s,\n    j.retry_cap_s,\n    j.retry_jitter,\n    j.dead_letter,\n    j.timeout_s,\n    j.claim,\n    j.lease_expires_at,\n    j.worker,\n    jobs.redact_job_output(j.progress, j.payload, t.sensitive_paths) AS progress,\n    jobs.redact_job_output(j.last_error, j.payload, t.sensitive_paths) AS last_error,\n    jobs.redact_job_output(j.result, j.payload, t.sensitive_paths) AS result,\n    j.traceparent,\n    j.created_at,\n    j.started_at,\n    j.finished_at,\n    jobs.redact_payload(j.payload, t.sensitive_paths) AS payload,\n    j.parent_id,\n    j.parent_step\n   FROM (jobs.job j\n     LEFT JOIN jobs.job_type t ON ((t.name = j.name)));')
+
+-- views only in the chain: ('job_view', ' SELECT j.id,\n    j.name,\n    j.queue,\n    j.tenant,\n    j.key,\n    j.state,\n    j.priority,\n    j.run_at,\n    j.attempt,\n    j.max_attempts,\n    j.retry_base_s,\n    j.retry_cap_s,\n    j.retry_jitter,\n    j.dead_letter,\n    j.timeout_s,\n    j.claim,\n    j.lease_expires_at,\n    j.worker,\n    j.progress,\n    j.last_error,\n    j.result,\n    j.traceparent,\n    j.created_at,\n    j.started_at,\n    j.finished_at\n   FROM jobs.job j;')
+
+-- acls to add or change: ('event', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls to add or change: ('event_id_seq', 'S', '{postgres=rwU/postgres}')
+
+-- acls to add or change: ('event_wait', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls to add or change: ('job', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls to add or change: ('job_blocked_idx', 'i', '')
+
+-- acls to add or change: ('job_dead_idx', 'i', '')
+
+-- acls to add or change: ('job_debounce_idx', 'i', '')
+
+-- acls to add or change: ('job_deferred_idx', 'i', '')
+
+-- acls to add or change: ('job_id_seq', 'S', '{postgres=rwU/postgres}')
+
+-- acls to add or change: ('job_retention_idx', 'i', '')
+
+-- acls to add or change: ('job_singleton_idx', 'i', '')
+
+-- acls to add or change: ('job_type', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls to add or change: ('job_type_pkey', 'i', '')
+
+-- acls to add or change: ('job_view', 'v', '{postgres=arwdDxt/postgres,sqljobs_reader=r/postgres}')
+
+-- acls to add or change: ('jobs', 'schema', '{postgres=UC/postgres,sqljobs_producer=U/postgres,sqljobs_worker=U/postgres,sqljobs_operator=U/postgres,sqljobs_reader=U/postgres}')
+
+-- acls to add or change: ('jobs.ack(bigint,bigint,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.ack_many(bigint[],bigint[],jsonb[])', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.admit(bigint[],integer,timestamp with time zone)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.apply_cancel(bigint[])', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.apply_promote(bigint[])', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.apply_remove(bigint[])', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.apply_requeue(bigint[])', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.backoff_s(integer,double precision,double precision,text)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.cancel(bigint)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.cancel_unwinds()', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.cancel_where(jsonb,integer)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.check_batch(bigint[],bigint[],anyarray)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.check_lease_args(text,text,double precision)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.check_specs(jsonb)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.check_step_name(text)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.child_settled()', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.claim(text[],text,integer,double precision,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.count_where(jsonb,jobs.job_state[],boolean)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.debounce(jsonb,timestamp with time zone)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.define_spec()', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.emit_event(text,jsonb)', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.enqueue(text,text,jsonb,jsonb)', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.enqueue_many(jsonb)', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.error_codes()', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.event_lock_key(text)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.filter_values(jsonb,text)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.finished_per_minute(integer)', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.heartbeat(bigint,bigint,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.heartbeat_many(bigint[],bigint[],double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.hold_step(bigint,bigint,double precision)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.ids_where(jsonb,jobs.job_state[],integer,boolean)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.insert_jobs(jsonb,timestamp with time zone,bigint[])', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.install_roles()', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.is_time(text)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.job_detail(bigint)', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.job_of_group(jsonb)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.job_of_key(text,text,text)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.job_payload(bigint)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.job_steps(bigint)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.job_type_problem(text,jsonb)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.job_type_put(text,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.job_type_remove(text)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.job_types()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.leader_acquire(text,text,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.leader_release(text,text,bigint)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.leaders()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.lease_acquire(text,text,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.lease_holds(text,bigint)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.lease_lost(bigint,bigint)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.lease_release(text,text,bigint)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.lease_renew(text,text,bigint,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.leases()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.limit_gauges()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.limit_problem(text,jsonb)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.limit_put(text,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.limit_remove(text)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.limit_stats()', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.limits()', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.list_jobs(jsonb,bigint,integer)', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.lock_for_verb(bigint,text,jobs.job_state[])', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.max_payload_bytes()', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.nack(bigint,bigint,jsonb,text,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.nack_many(bigint[],bigint[],jsonb[],text[],double precisio', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.notify_settled(bigint[])', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.now()', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.occurrence_key(text,timestamp with time zone)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.one_spec(text,text,jsonb,jsonb)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.outbox_stats()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.pause_queue(text)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.personal_data()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.progress(bigint,bigint,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.promote(bigint)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.promote_where(jsonb,integer)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.purge(integer,boolean,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.purge_cutoff(timestamp with time zone,double precision)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.purge_events(timestamp with time zone,integer)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.purge_outbox(double precision,integer)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.purge_unreferenced(bigint,bigint)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.queue_gauges()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.queue_stats()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.raise_error(text,text,text,text)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.record_unwinds(bigint[],integer[],jobs.job_state[],jsonb[]', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.redact(text,jsonb)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.redact_at(jsonb,text[])', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.redact_job_output(jsonb,jsonb,text[])', 'function', '{postgres=X/postgres,=X/postgres}')
+
+-- acls to add or change: ('jobs.redact_output(text,jsonb,jsonb)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.redact_payload(jsonb,text[])', 'function', '{postgres=X/postgres,=X/postgres}')
+
+-- acls to add or change: ('jobs.redact_strings(jsonb,text[])', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.redact_text(text,text[])', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.redaction_jsonpath(text)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.redaction_path_problem(text)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.redaction_path_steps(text)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.redaction_secrets(jsonb,text[])', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.refuse_duplicate(bigint,bigint,text)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.relay(integer,text,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.remove(bigint)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.remove_where(jsonb,integer)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.requeue(bigint[])', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.requeue_where(jsonb,integer)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.resume_queue(text)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.retention_age(jsonb,text)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.retention_check(jsonb,boolean)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.retention_defaults()', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.retention_policy(jsonb)', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.retention_put(text,jsonb)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.retention_remove(text)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.retry_state(integer,integer,boolean)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.role_grants()', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.schedule_definition_problem(jsonb)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.schedule_fire(text,timestamp with time zone[],timestamp wi', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.schedule_pause(text)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.schedule_put(text,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.schedule_remove(text)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.schedule_resume(text)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.schedules()', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.schema_version()', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.slots_freed()', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.spec_defaults()', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.spec_fields()', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.spec_given(jsonb)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.spec_problem(jsonb)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.spec_problem_of(jsonb)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.stage(text,text,jsonb,jsonb)', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres}')
+
+-- acls to add or change: ('jobs.stage_many(jsonb)', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.stats(double precision)', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.step_invoke(bigint,bigint,text[],jsonb,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.step_put(bigint,bigint,text,jsonb,double precision,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.step_sleep(bigint,bigint,text,timestamp with time zone,dou', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.step_unwound(bigint,bigint)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.step_wait(bigint,bigint,text,jsonb,double precision,double', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.unblock(bigint[])', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.unblock_free(integer)', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.unserved_jobs()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('jobs.wake(text[])', 'function', '{postgres=X/postgres}')
+
+-- acls to add or change: ('jobs.watch_outcome(bigint)', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres}')
+
+-- acls to add or change: ('jobs.worker_heartbeat(text,text[],text[],integer,double precisi', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
+
+-- acls to add or change: ('jobs.worker_stop(text)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
+
+-- acls to add or change: ('jobs.workers()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
+
+-- acls to add or change: ('lease', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls to add or change: ('lease_pkey', 'i', '')
+
+-- acls to add or change: ('limit', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls to add or change: ('limit_pkey', 'i', '')
+
+-- acls to add or change: ('limit_start', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls to add or change: ('limit_start_pkey', 'i', '')
+
+-- acls to add or change: ('outbox', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls to add or change: ('queue', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls to add or change: ('retention', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls to add or change: ('retention_pkey', 'i', '')
+
+-- acls to add or change: ('schedule', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls to add or change: ('slot', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls to add or change: ('slot_pkey', 'i', '')
+
+-- acls to add or change: ('step', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls to add or change: ('worker', 'r', '{postgres=arwdDxt/postgres}')
+
+-- acls only in the chain: ('event', 'r', '')
+
+-- acls only in the chain: ('event_id_seq', 'S', '')
+
+-- acls only in the chain: ('event_wait', 'r', '')
+
+-- acls only in the chain: ('job', 'r', '')
+
+-- acls only in the chain: ('job_id_seq', 'S', '')
+
+-- acls only in the chain: ('job_view', 'v', '')
+
+-- acls only in the chain: ('jobs', 'schema', '')
+
+-- acls only in the chain: ('jobs.ack(bigint,bigint,jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.ack_many(bigint[],bigint[],jsonb[])', 'function', '')
+
+-- acls only in the chain: ('jobs.apply_cancel(bigint[])', 'function', '')
+
+-- acls only in the chain: ('jobs.apply_promote(bigint[])', 'function', '')
+
+-- acls only in the chain: ('jobs.apply_remove(bigint[])', 'function', '')
+
+-- acls only in the chain: ('jobs.apply_requeue(bigint[])', 'function', '')
+
+-- acls only in the chain: ('jobs.backoff_s(integer,double precision,double precision,text)', 'function', '')
+
+-- acls only in the chain: ('jobs.cancel(bigint)', 'function', '')
+
+-- acls only in the chain: ('jobs.cancel_unwinds()', 'function', '')
+
+-- acls only in the chain: ('jobs.cancel_where(jsonb,integer)', 'function', '')
+
+-- acls only in the chain: ('jobs.check_batch(bigint[],bigint[],anyarray)', 'function', '')
+
+-- acls only in the chain: ('jobs.check_specs(jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.check_step_name(text)', 'function', '')
+
+-- acls only in the chain: ('jobs.child_settled()', 'function', '')
+
+-- acls only in the chain: ('jobs.claim(text[],text,integer,double precision,jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.count_where(jsonb,jobs.job_state[],boolean)', 'function', '')
+
+-- acls only in the chain: ('jobs.define_spec()', 'function', '')
+
+-- acls only in the chain: ('jobs.emit_event(text,jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.enqueue(text,text,jsonb,jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.enqueue_many(jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.error_codes()', 'function', '')
+
+-- acls only in the chain: ('jobs.event_lock_key(text)', 'function', '')
+
+-- acls only in the chain: ('jobs.filter_values(jsonb,text)', 'function', '')
+
+-- acls only in the chain: ('jobs.heartbeat(bigint,bigint,double precision)', 'function', '')
+
+-- acls only in the chain: ('jobs.heartbeat_many(bigint[],bigint[],double precision)', 'function', '')
+
+-- acls only in the chain: ('jobs.hold_step(bigint,bigint,double precision)', 'function', '')
+
+-- acls only in the chain: ('jobs.ids_where(jsonb,jobs.job_state[],integer,boolean)', 'function', '')
+
+-- acls only in the chain: ('jobs.insert_jobs(jsonb,timestamp with time zone,bigint[])', 'function', '')
+
+-- acls only in the chain: ('jobs.is_time(text)', 'function', '')
+
+-- acls only in the chain: ('jobs.job_of_key(text,text,text)', 'function', '')
+
+-- acls only in the chain: ('jobs.job_payload(bigint)', 'function', '')
+
+-- acls only in the chain: ('jobs.job_steps(bigint)', 'function', '')
+
+-- acls only in the chain: ('jobs.leader_acquire(text,text,double precision)', 'function', '')
+
+-- acls only in the chain: ('jobs.leader_release(text,text,bigint)', 'function', '')
+
+-- acls only in the chain: ('jobs.leaders()', 'function', '')
+
+-- acls only in the chain: ('jobs.lease_lost(bigint,bigint)', 'function', '')
+
+-- acls only in the chain: ('jobs.lock_for_verb(bigint,text,jobs.job_state[])', 'function', '')
+
+-- acls only in the chain: ('jobs.max_payload_bytes()', 'function', '')
+
+-- acls only in the chain: ('jobs.nack(bigint,bigint,jsonb,text,double precision)', 'function', '')
+
+-- acls only in the chain: ('jobs.nack_many(bigint[],bigint[],jsonb[],text[],double precisio', 'function', '')
+
+-- acls only in the chain: ('jobs.notify_settled(bigint[])', 'function', '')
+
+-- acls only in the chain: ('jobs.now()', 'function', '')
+
+-- acls only in the chain: ('jobs.occurrence_key(text,timestamp with time zone)', 'function', '')
+
+-- acls only in the chain: ('jobs.one_spec(text,text,jsonb,jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.outbox_stats()', 'function', '')
+
+-- acls only in the chain: ('jobs.pause_queue(text)', 'function', '')
+
+-- acls only in the chain: ('jobs.progress(bigint,bigint,jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.promote(bigint)', 'function', '')
+
+-- acls only in the chain: ('jobs.promote_where(jsonb,integer)', 'function', '')
+
+-- acls only in the chain: ('jobs.purge_events(timestamp with time zone,integer)', 'function', '')
+
+-- acls only in the chain: ('jobs.purge_outbox(double precision,integer)', 'function', '')
+
+-- acls only in the chain: ('jobs.queue_stats()', 'function', '')
+
+-- acls only in the chain: ('jobs.raise_error(text,text,text,text)', 'function', '')
+
+-- acls only in the chain: ('jobs.record_unwinds(bigint[],integer[],jobs.job_state[],jsonb[]', 'function', '')
+
+-- acls only in the chain: ('jobs.refuse_duplicate(bigint,bigint,text)', 'function', '')
+
+-- acls only in the chain: ('jobs.relay(integer,text,double precision)', 'function', '')
+
+-- acls only in the chain: ('jobs.remove(bigint)', 'function', '')
+
+-- acls only in the chain: ('jobs.remove_where(jsonb,integer)', 'function', '')
+
+-- acls only in the chain: ('jobs.requeue(bigint[])', 'function', '')
+
+-- acls only in the chain: ('jobs.requeue_where(jsonb,integer)', 'function', '')
+
+-- acls only in the chain: ('jobs.resume_queue(text)', 'function', '')
+
+-- acls only in the chain: ('jobs.retry_state(integer,integer,boolean)', 'function', '')
+
+-- acls only in the chain: ('jobs.schedule_definition_problem(jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.schedule_fire(text,timestamp with time zone[],timestamp wi', 'function', '')
+
+-- acls only in the chain: ('jobs.schedule_pause(text)', 'function', '')
+
+-- acls only in the chain: ('jobs.schedule_put(text,jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.schedule_remove(text)', 'function', '')
+
+-- acls only in the chain: ('jobs.schedule_resume(text)', 'function', '')
+
+-- acls only in the chain: ('jobs.schedules()', 'function', '')
+
+-- acls only in the chain: ('jobs.schema_version()', 'function', '')
+
+-- acls only in the chain: ('jobs.spec_defaults()', 'function', '')
+
+-- acls only in the chain: ('jobs.spec_fields()', 'function', '')
+
+-- acls only in the chain: ('jobs.spec_given(jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.spec_problem(jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.spec_problem_of(jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.stage(text,text,jsonb,jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.stage_many(jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.step_invoke(bigint,bigint,text[],jsonb,double precision)', 'function', '')
+
+-- acls only in the chain: ('jobs.step_put(bigint,bigint,text,jsonb,double precision,jsonb)', 'function', '')
+
+-- acls only in the chain: ('jobs.step_sleep(bigint,bigint,text,timestamp with time zone,dou', 'function', '')
+
+-- acls only in the chain: ('jobs.step_unwound(bigint,bigint)', 'function', '')
+
+-- acls only in the chain: ('jobs.step_wait(bigint,bigint,text,jsonb,double precision,double', 'function', '')
+
+-- acls only in the chain: ('jobs.unserved_jobs()', 'function', '')
+
+-- acls only in the chain: ('jobs.wake(text[])', 'function', '')
+
+-- acls only in the chain: ('jobs.watch_outcome(bigint)', 'function', '')
+
+-- acls only in the chain: ('jobs.worker_heartbeat(text,text[],text[],integer,double precisi', 'function', '')
+
+-- acls only in the chain: ('jobs.worker_stop(text)', 'function', '')
+
+-- acls only in the chain: ('jobs.workers()', 'function', '')
+
+-- acls only in the chain: ('leader', 'r', '')
+
+-- acls only in the chain: ('leader_pkey', 'i', '')
+
+-- acls only in the chain: ('outbox', 'r', '')
+
+-- acls only in the chain: ('queue', 'r', '')
+
+-- acls only in the chain: ('schedule', 'r', '')
+
+-- acls only in the chain: ('step', 'r', '')
+
+-- acls only in the chain: ('worker', 'r', '')
+
+-- comment only in the chain: table jobs.leader

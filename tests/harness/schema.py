@@ -67,6 +67,20 @@ CATALOG_QUERIES: dict[str, str] = {
           from pg_catalog.pg_sequences s
          where s.schemaname = 'jobs'
          order by 1""",
+    # grants (sql/98_roles.sql): the upgraded database and a fresh one grant the same
+    "acls": """
+        select c.relname, c.relkind::text, coalesce(c.relacl::text, '')
+          from pg_catalog.pg_class c
+         where c.relnamespace = 'jobs'::regnamespace
+        union all
+        select p.oid::regprocedure::text, 'function', coalesce(p.proacl::text, '')
+          from pg_catalog.pg_proc p
+         where p.pronamespace = 'jobs'::regnamespace
+        union all
+        select n.nspname, 'schema', coalesce(n.nspacl::text, '')
+          from pg_catalog.pg_namespace n
+         where n.nspname = 'jobs'
+         order by 1, 2""",
     "comments": """
         select pg_catalog.pg_describe_object(d.classoid, d.objoid, d.objsubid), d.description
           from pg_catalog.pg_description d

@@ -55,6 +55,12 @@ def worker(
         min=0, max=65535, help="Serve Prometheus metrics (this worker's runs and the queue "
                                "gauges) at :PORT/metrics (the metrics extra; "
                                "docs/howto-metrics.md).")] = None,
+    health_port: Annotated[int | None, typer.Option(
+        min=0, max=65535, help="Serve liveness (:PORT/healthz) and readiness (:PORT/readyz) "
+                               "probes (docs/howto-workers.md).")] = None,
+    health_stall: Annotated[float, typer.Option(
+        min=2.0, help="/healthz fails when the worker's event loop has not run for this "
+                      "many seconds.")] = 30.0,
 ) -> None:
     """Run the jobs an app declares until SIGTERM (drain) or a second signal (stop now)."""
     from sqljobs.runtime.worker import Worker
@@ -68,7 +74,7 @@ def worker(
         _warn_without_provider()
     # The --dsn flag, else the app's own, else $SQLJOBS_DSN / $DATABASE_URL, else embedded.
     application._dsn = dsn_of(dsn if dsn is not None else application._dsn)
-    metrics_server = None
+    metrics_server = health = None
     if metrics_port is not None:
         from sqljobs.cli.metrics import start_worker_metrics
 
@@ -81,6 +87,11 @@ def worker(
                         listen=listen, listen_retry_s=listen_retry, worker_id=worker_id,
                         install_signals=not (with_relay or with_scheduler),
                         observers=observers)
+        if health_port is not None:
+            from sqljobs.runtime.health import WorkerHealth
+
+            health = WorkerHealth(runner, health_port, stall_s=health_stall)
+            health.start()
         if with_relay or with_scheduler:
             import asyncio
 
@@ -102,6 +113,8 @@ def worker(
     finally:
         if metrics_server is not None:
             metrics_server.close()
+        if health is not None:
+            health.close()
     raise typer.Exit(code)
 
 

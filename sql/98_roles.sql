@@ -1,0 +1,209 @@
+-- Least-privilege roles (docs/design/roles.md): four NOLOGIN roles a host grants to its
+-- login roles. Every function in schema jobs runs as the schema owner (security
+-- definer, search_path pinned to ''), nobody but the owner is granted anything on the
+-- tables, and EXECUTE is the only gate: granted per role, revoked from PUBLIC.
+--
+-- Runs last (after every function exists), in a fresh install from sql/ and at the end
+-- of each revision that adds or changes functions (`select jobs.install_roles();`).
+-- `set sqljobs.create_roles = off` (or PGOPTIONS='-c sqljobs.create_roles=off', or
+-- `alter database ... set sqljobs.create_roles = off`) skips creating the roles, for
+-- hosts that forbid CREATE ROLE: the grants then go only to those of the four roles a
+-- DBA made beforehand.
+
+create or replace function jobs.role_grants()
+returns table (role_name text, fn regprocedure)
+language sql
+stable
+set search_path = ''
+as $$
+  select g.role_name, g.fn::pg_catalog.regprocedure
+    from (values
+      -- every role: what a client asks once it connects
+      ('sqljobs_producer', 'jobs.schema_version()'), ('sqljobs_worker', 'jobs.schema_version()'),
+      ('sqljobs_operator', 'jobs.schema_version()'), ('sqljobs_reader', 'jobs.schema_version()'),
+      ('sqljobs_producer', 'jobs.spec_defaults()'), ('sqljobs_worker', 'jobs.spec_defaults()'),
+      ('sqljobs_operator', 'jobs.spec_defaults()'), ('sqljobs_reader', 'jobs.spec_defaults()'),
+      ('sqljobs_producer', 'jobs.now()'), ('sqljobs_worker', 'jobs.now()'),
+      ('sqljobs_operator', 'jobs.now()'), ('sqljobs_reader', 'jobs.now()'),
+      ('sqljobs_producer', 'jobs.error_codes()'), ('sqljobs_worker', 'jobs.error_codes()'),
+      ('sqljobs_operator', 'jobs.error_codes()'), ('sqljobs_reader', 'jobs.error_codes()'),
+      ('sqljobs_producer', 'jobs.max_payload_bytes()'), ('sqljobs_worker', 'jobs.max_payload_bytes()'),
+      ('sqljobs_operator', 'jobs.max_payload_bytes()'), ('sqljobs_reader', 'jobs.max_payload_bytes()'),
+      -- producer: puts jobs and events in, reads the outcome of what it put in
+      ('sqljobs_producer', 'jobs.enqueue(text,text,jsonb,jsonb)'),
+      ('sqljobs_producer', 'jobs.enqueue_many(jsonb)'),
+      ('sqljobs_producer', 'jobs.stage(text,text,jsonb,jsonb)'),
+      ('sqljobs_producer', 'jobs.stage_many(jsonb)'),
+      ('sqljobs_producer', 'jobs.emit_event(text,jsonb)'),
+      ('sqljobs_producer', 'jobs.watch_outcome(bigint)'),
+      -- worker: runs jobs, and what the runtime beside it keeps (schedules, relay,
+      -- leases, limits, the job-type registry, the worker registry, retention)
+      ('sqljobs_worker', 'jobs.claim(text[],text,integer,double precision,jsonb)'),
+      ('sqljobs_worker', 'jobs.ack(bigint,bigint,jsonb)'),
+      ('sqljobs_worker', 'jobs.ack_many(bigint[],bigint[],jsonb[])'),
+      ('sqljobs_worker', 'jobs.nack(bigint,bigint,jsonb,text,double precision)'),
+      ('sqljobs_worker', 'jobs.nack_many(bigint[],bigint[],jsonb[],text[],double precision[])'),
+      ('sqljobs_worker', 'jobs.heartbeat(bigint,bigint,double precision)'),
+      ('sqljobs_worker', 'jobs.heartbeat_many(bigint[],bigint[],double precision)'),
+      ('sqljobs_worker', 'jobs.progress(bigint,bigint,jsonb)'),
+      ('sqljobs_worker', 'jobs.step_put(bigint,bigint,text,jsonb,double precision,jsonb)'),
+      ('sqljobs_worker', 'jobs.step_sleep(bigint,bigint,text,timestamp with time zone,double precision)'),
+      ('sqljobs_worker', 'jobs.step_invoke(bigint,bigint,text[],jsonb,double precision)'),
+      ('sqljobs_worker', 'jobs.step_unwound(bigint,bigint)'),
+      ('sqljobs_worker', 'jobs.step_wait(bigint,bigint,text,jsonb,double precision,double precision)'),
+      ('sqljobs_worker', 'jobs.job_steps(bigint)'),
+      ('sqljobs_worker', 'jobs.emit_event(text,jsonb)'),
+      ('sqljobs_worker', 'jobs.enqueue(text,text,jsonb,jsonb)'),
+      ('sqljobs_worker', 'jobs.enqueue_many(jsonb)'),
+      ('sqljobs_worker', 'jobs.stage_many(jsonb)'),
+      ('sqljobs_worker', 'jobs.relay(integer,text,double precision)'),
+      ('sqljobs_worker', 'jobs.purge_outbox(double precision,integer)'),
+      ('sqljobs_worker', 'jobs.schedule_fire(text,timestamp with time zone[],timestamp with time zone,bigint)'),
+      ('sqljobs_worker', 'jobs.schedule_put(text,jsonb)'),
+      ('sqljobs_worker', 'jobs.schedule_pause(text)'),
+      ('sqljobs_worker', 'jobs.schedule_resume(text)'),
+      ('sqljobs_worker', 'jobs.schedule_remove(text)'),
+      ('sqljobs_worker', 'jobs.schedules()'),
+      ('sqljobs_worker', 'jobs.leader_acquire(text,text,double precision)'),
+      ('sqljobs_worker', 'jobs.leader_release(text,text,bigint)'),
+      ('sqljobs_worker', 'jobs.lease_acquire(text,text,double precision)'),
+      ('sqljobs_worker', 'jobs.lease_renew(text,text,bigint,double precision)'),
+      ('sqljobs_worker', 'jobs.lease_release(text,text,bigint)'),
+      ('sqljobs_worker', 'jobs.lease_holds(text,bigint)'),
+      ('sqljobs_worker', 'jobs.limit_put(text,jsonb)'),
+      ('sqljobs_worker', 'jobs.limit_remove(text)'),
+      ('sqljobs_worker', 'jobs.limits()'),
+      ('sqljobs_worker', 'jobs.limit_stats()'),
+      ('sqljobs_worker', 'jobs.job_type_put(text,jsonb)'),
+      ('sqljobs_worker', 'jobs.worker_heartbeat(text,text[],text[],integer,double precision,text,integer,jsonb)'),
+      ('sqljobs_worker', 'jobs.worker_stop(text)'),
+      ('sqljobs_worker', 'jobs.purge(integer,boolean,jsonb)'),
+      -- operator: the operator verbs and settings (it is a member of sqljobs_reader too)
+      ('sqljobs_operator', 'jobs.cancel(bigint)'),
+      ('sqljobs_operator', 'jobs.requeue(bigint[])'),
+      ('sqljobs_operator', 'jobs.promote(bigint)'),
+      ('sqljobs_operator', 'jobs.remove(bigint)'),
+      ('sqljobs_operator', 'jobs.cancel_where(jsonb,integer)'),
+      ('sqljobs_operator', 'jobs.requeue_where(jsonb,integer)'),
+      ('sqljobs_operator', 'jobs.promote_where(jsonb,integer)'),
+      ('sqljobs_operator', 'jobs.remove_where(jsonb,integer)'),
+      ('sqljobs_operator', 'jobs.pause_queue(text)'),
+      ('sqljobs_operator', 'jobs.resume_queue(text)'),
+      ('sqljobs_operator', 'jobs.job_payload(bigint)'),
+      ('sqljobs_operator', 'jobs.schedule_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.schedule_pause(text)'),
+      ('sqljobs_operator', 'jobs.schedule_resume(text)'),
+      ('sqljobs_operator', 'jobs.schedule_remove(text)'),
+      ('sqljobs_operator', 'jobs.limit_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.limit_remove(text)'),
+      ('sqljobs_operator', 'jobs.job_type_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.job_type_remove(text)'),
+      ('sqljobs_operator', 'jobs.retention_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.retention_remove(text)'),
+      ('sqljobs_operator', 'jobs.purge(integer,boolean,jsonb)'),
+      ('sqljobs_operator', 'jobs.purge_outbox(double precision,integer)'),
+      ('sqljobs_operator', 'jobs.purge_events(timestamp with time zone,integer)'),
+      ('sqljobs_operator', 'jobs.lease_release(text,text,bigint)'),
+      ('sqljobs_operator', 'jobs.worker_stop(text)'),
+      -- reader: views and read functions only (redacted: no raw payload)
+      ('sqljobs_reader', 'jobs.queue_stats()'),
+      ('sqljobs_reader', 'jobs.list_jobs(jsonb,bigint,integer)'),
+      ('sqljobs_reader', 'jobs.job_detail(bigint)'),
+      ('sqljobs_reader', 'jobs.job_steps(bigint)'),
+      ('sqljobs_reader', 'jobs.job_types()'),
+      ('sqljobs_reader', 'jobs.personal_data()'),
+      ('sqljobs_reader', 'jobs.workers()'),
+      ('sqljobs_reader', 'jobs.unserved_jobs()'),
+      ('sqljobs_reader', 'jobs.schedules()'),
+      ('sqljobs_reader', 'jobs.leaders()'),
+      ('sqljobs_reader', 'jobs.leases()'),
+      ('sqljobs_reader', 'jobs.limits()'),
+      ('sqljobs_reader', 'jobs.limit_stats()'),
+      ('sqljobs_reader', 'jobs.outbox_stats()'),
+      ('sqljobs_reader', 'jobs.queue_gauges()'),
+      ('sqljobs_reader', 'jobs.limit_gauges()'),
+      ('sqljobs_reader', 'jobs.stats(double precision)'),
+      ('sqljobs_reader', 'jobs.retention_policy(jsonb)'),
+      ('sqljobs_reader', 'jobs.finished_per_minute(integer)'),
+      -- jobs.job_view calls these with its reader's privileges (a view's functions are
+      -- checked against its caller), so whoever is granted SELECT on the view needs them;
+      -- they compute on their arguments only and read no table
+      ('public', 'jobs.redact_payload(jsonb,text[])'),
+      ('public', 'jobs.redact_job_output(jsonb,jsonb,text[])')
+    ) as g(role_name, fn)
+   -- a function another file drops or has not made yet is left out, not an error
+   where pg_catalog.to_regprocedure(g.fn) is not null
+$$;
+
+comment on function jobs.role_grants() is
+  'Which role may execute which function: the whole EXECUTE grant list of the four sqljobs roles, and the two redaction functions jobs.job_view needs granted to public (docs/design/roles.md).';
+
+create or replace function jobs.install_roles()
+returns void
+language plpgsql
+set search_path = ''
+as $$
+declare
+  v_create boolean := coalesce(
+    pg_catalog.lower(pg_catalog.current_setting('sqljobs.create_roles', true)), 'on')
+    not in ('off', 'false', '0', 'no');
+  v_role text;
+  v_grant record;
+begin
+  if v_create then
+    foreach v_role in array array['sqljobs_producer', 'sqljobs_worker', 'sqljobs_operator',
+                                  'sqljobs_reader'] loop
+      if not exists (select from pg_catalog.pg_roles r where r.rolname = v_role) then
+        begin
+          execute pg_catalog.format('create role %I nologin', v_role);
+        exception when duplicate_object or unique_violation then
+          null;  -- another database of this cluster made it at the same moment
+        end;
+      end if;
+    end loop;
+  end if;
+
+  -- every function runs as the schema owner; EXECUTE is the gate
+  for v_grant in
+    select p.oid::pg_catalog.regprocedure as fn, p.prosecdef
+      from pg_catalog.pg_proc p
+     where p.pronamespace = 'jobs'::pg_catalog.regnamespace
+  loop
+    if not v_grant.prosecdef then
+      execute pg_catalog.format('alter function %s security definer', v_grant.fn);
+    end if;
+  end loop;
+  revoke all on all functions in schema jobs from public;
+  revoke all on all tables in schema jobs from public;
+  revoke all on all sequences in schema jobs from public;
+  alter default privileges in schema jobs revoke execute on functions from public;
+
+  foreach v_role in array array['sqljobs_producer', 'sqljobs_worker', 'sqljobs_operator',
+                                'sqljobs_reader'] loop
+    if exists (select from pg_catalog.pg_roles r where r.rolname = v_role) then
+      execute pg_catalog.format('grant usage on schema jobs to %I', v_role);
+    end if;
+  end loop;
+  for v_grant in
+    select g.role_name, g.fn
+      from jobs.role_grants() g
+     where g.role_name = 'public'
+        or exists (select from pg_catalog.pg_roles r where r.rolname = g.role_name)
+  loop
+    execute pg_catalog.format('grant execute on function %s to %I', v_grant.fn,
+                              v_grant.role_name);
+  end loop;
+  if exists (select from pg_catalog.pg_roles r where r.rolname = 'sqljobs_reader') then
+    grant select on jobs.job_view to sqljobs_reader;
+    if exists (select from pg_catalog.pg_roles r where r.rolname = 'sqljobs_operator')
+       and not pg_catalog.pg_has_role('sqljobs_operator', 'sqljobs_reader', 'member') then
+      grant sqljobs_reader to sqljobs_operator;
+    end if;
+  end if;
+end
+$$;
+
+comment on function jobs.install_roles() is
+  'Creates the four NOLOGIN roles (unless sqljobs.create_roles = off), makes every jobs function security definer, revokes PUBLIC and grants EXECUTE per jobs.role_grants().';
+
+select jobs.install_roles();
