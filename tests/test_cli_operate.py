@@ -54,7 +54,7 @@ def test_jobs_show_prints_fields_result_and_payload(conn: psycopg.Connection[Any
     assert result.exit_code == 0, result.output
     assert "succeeded" in result.output and '"pages": 3' in result.output
     missing = sqljobs(db_dsn, "jobs", "show", "999999")
-    assert missing.exit_code == 1 and "no job has id 999999" in missing.output
+    assert missing.exit_code == 4 and "no job has id 999999" in missing.output
 
 
 def test_jobs_retry_by_id_and_by_filter(conn: psycopg.Connection[Any], db_dsn: str) -> None:
@@ -68,7 +68,7 @@ def test_jobs_retry_by_id_and_by_filter(conn: psycopg.Connection[Any], db_dsn: s
     refused = sqljobs(db_dsn, "jobs", "retry", str(ids["m1"]))
     assert refused.exit_code == 1 and "job_live" in refused.output
     conn.execute("select jobs.cancel_where('{\"queue\": \"mail\"}')")
-    bulk = sqljobs(db_dsn, "jobs", "retry", "--state", "cancelled", "--max", "1")
+    bulk = sqljobs(db_dsn, "jobs", "retry", "--state", "cancelled", "--max", "1", "--yes")
     assert bulk.exit_code == 0, bulk.output
     assert "retry: 2 job(s)" in bulk.output
     row = conn.execute("select count(*) from jobs.job where queue = 'mail' and state = 'ready'"
@@ -90,7 +90,7 @@ def test_cancel_promote_remove(conn: psycopg.Connection[Any], db_dsn: str) -> No
     assert sqljobs(db_dsn, "jobs", "remove", str(ids["m1"])).exit_code == 0
     finished = sqljobs(db_dsn, "jobs", "promote", str(ids["r2"]))
     assert finished.exit_code == 1 and "job_finished" in finished.output
-    assert sqljobs(db_dsn, "jobs", "promote", "--queue", "mail").exit_code == 0
+    assert sqljobs(db_dsn, "jobs", "promote", "--queue", "mail", "--yes").exit_code == 0
     left = conn.execute("select key, state::text from jobs.job where queue = 'mail'").fetchall()
     assert left == [("m2", "ready")]
 
@@ -100,8 +100,8 @@ def test_queues_list_pause_resume(conn: psycopg.Connection[Any], db_dsn: str) ->
     assert sqljobs(db_dsn, "queues", "pause", "mail").exit_code == 0
     listing = sqljobs(db_dsn, "queues", "list")
     assert listing.exit_code == 0, listing.output
-    mail = next(line for line in listing.output.splitlines() if " mail " in line)
-    assert "yes" in mail
+    mail = next(line for line in listing.output.splitlines() if line.startswith("mail\t"))
+    assert mail.split("\t")[1] == "yes"
     assert sqljobs(db_dsn, "queues", "resume", "mail").exit_code == 0
     row = conn.execute("select paused from jobs.queue where name = 'mail'").fetchone()
     assert row == (False,)

@@ -25,9 +25,8 @@ def sqljobs(dsn: str, *args: str) -> Any:
 def listed(dsn: str, *args: str) -> tuple[list[dict[str, Any]], int | None]:
     result = sqljobs(dsn, "jobs", "list", "--json", *args)
     assert result.exit_code == 0, result.output
-    rows = [json.loads(line) for line in result.output.splitlines() if line]
-    cursor = rows.pop()["next_after_id"] if rows and "next_after_id" in rows[-1] else None
-    return rows, cursor
+    page = json.loads(result.stdout)
+    return page["jobs"], page["next_after_id"]
 
 
 def test_list_filters_by_queue_name_tenant_key_and_state(conn: psycopg.Connection[Any],
@@ -116,4 +115,4 @@ def test_show_prints_attempts_steps_children_and_waits(conn: psycopg.Connection[
     waits = sqljobs(db_dsn, "jobs", "show", str(waiter.id))
     assert "waiting for events" in waits.output and "order.paid" in waits.output
     missing = sqljobs(db_dsn, "jobs", "show", "999999")
-    assert missing.exit_code == 1 and "no job has id 999999" in missing.output
+    assert missing.exit_code == 4 and "no job has id 999999" in missing.output

@@ -53,4 +53,4 @@ def test_the_cli_refuses_bad_schedules(db_dsn: str) -> None:
         assert result.exit_code == 2, args
         assert message in result.output, result.output
     missing = run("schedules", "pause", "nope", "--dsn", db_dsn)
-    assert missing.exit_code == 2 and "no schedule named 'nope'" in missing.output
+    assert missing.exit_code == 1 and "no schedule named 'nope'" in missing.output

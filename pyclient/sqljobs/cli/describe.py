@@ -14,16 +14,16 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from sqljobs.cli.common import DsnOption, connected_client, console, load_app
+from sqljobs.cli import output
+from sqljobs.cli.common import DsnOption, connected_client, load_app
+from sqljobs.cli.output import JsonOption, Listing
 from sqljobs.client import introspection
 from sqljobs.declare.catalog import catalog, personal_data
 
 
 def _paths(paths: list[str]) -> str:
-    return escape(", ".join(paths))  # items[].ssn is text, not Rich markup
+    return ", ".join(paths)
 
 
 def _from_database(dsn: str | None, personal_only: bool) -> dict[str, Any]:
@@ -46,7 +46,7 @@ def describe(
     personal: Annotated[bool, typer.Option(
         "--personal-data", help="Only the jobs whose payload holds personal data, and "
                                 "the paths (for a data-subject export or erase).")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOption = False,
     dsn: DsnOption = None,
 ) -> None:
     """Describe the declared jobs and tasks: queue, payload schema, retry, timeout,
@@ -58,40 +58,40 @@ def describe(
     else:
         found = _from_database(dsn, personal)
     if as_json:
-        typer.echo(json.dumps(found, indent=2, sort_keys=True, default=str))
+        output.emit_json(found)
         return
     if personal:
-        table = Table("job", "personal data", title="jobs holding personal data")
+        table = Listing("job", "personal data", title="jobs holding personal data")
         for row in found["personal_data"]:
             table.add_row(row["name"], _paths(row["personal"]))
-        console.print(table)
+        output.show(table)
         return
-    jobs = Table("job", "queue", "retry", "timeout (s)", "limits", "cron", "sensitive",
+    jobs = Listing("job", "queue", "retry", "timeout (s)", "limits", "cron", "sensitive",
                  "personal", title="jobs")
     for job in found["jobs"]:
         cron = job.get("cron")
         jobs.add_row(job["name"], job["queue"] or "(default)",
-                     escape(json.dumps(job["retry"])) if job["retry"] else "(default)",
+                     json.dumps(job["retry"]) if job["retry"] else "(default)",
                      "" if job["timeout_s"] is None else f"{job['timeout_s']:g}",
                      ", ".join(job.get("limits") or ()),
                      f"{cron['cron']} ({cron['timezone']})" if cron else "",
                      _paths(job["sensitive"]), _paths(job["personal"]))
-    console.print(jobs)
+    tasks = limits = None
     if found.get("tasks"):
-        tasks = Table("task", "job", "cron", "timezone", "catch up", title="tasks")
+        tasks = Listing("task", "job", "cron", "timezone", "catch up", title="tasks")
         for task in found["tasks"]:
             tasks.add_row(task["name"], task["job"], task["cron"], task["timezone"],
                           task["catch_up"])
-        console.print(tasks)
     if found.get("limits"):
-        limits = Table("limit", "scope", "target", "concurrency", "rate", title="limits")
+        limits = Listing("limit", "scope", "target", "concurrency", "rate", title="limits")
         for limit in found["limits"]:
             rate = limit.get("rate")
             limits.add_row(limit["name"], limit["scope"], limit.get("target") or "",
-                           str(limit.get("concurrency") or ""),
+                           limit.get("concurrency"),
                            f"{rate['n']}/{rate['per_s']:g}s" if rate else "")
-        console.print(limits)
-    console.print("payload schemas: sqljobs describe --json")
+    output.show(jobs, tasks, limits)
+    if output.is_terminal():
+        output.say("payload schemas: sqljobs describe --json")
 
 
 __all__ = ["describe"]

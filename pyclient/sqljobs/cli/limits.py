@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from sqljobs.cli.common import DsnOption, connected_client, console, err_console
+from sqljobs.cli import output
+from sqljobs.cli.common import DsnOption, connected_client, err_console
+from sqljobs.cli.output import JsonOption, Listing
 from sqljobs.client import queries
 from sqljobs.client.errors import ConfigurationError
 from sqljobs.client.records import LimitRecord, LimitUse
@@ -23,19 +24,19 @@ def _rate(n: int | None, per_s: float | None) -> str:
     return "" if n is None or per_s is None else f"{n} / {per_s:g} s"
 
 
-def limits_table(records: list[LimitRecord]) -> Table:
-    table = Table("limit", "scope", "target", "key", "concurrency", "rate", "when busy",
+def limits_table(records: list[LimitRecord]) -> Listing:
+    table = Listing("limit", "scope", "target", "key", "concurrency", "rate", "when busy",
                   "origin", title=f"{len(records)} limit(s)")
     for r in records:
         table.add_row(r.name, r.scope, r.target or ("each tenant" if r.scope == "tenant" else ""),
-                      ".".join(r.key_path or ()), "" if r.concurrency is None else
-                      str(r.concurrency), _rate(r.rate_n, r.rate_per_s), r.when_busy, r.origin)
+                      ".".join(r.key_path or ()), r.concurrency, _rate(r.rate_n, r.rate_per_s),
+                      r.when_busy, r.origin)
     return table
 
 
-def use_table(use: list[LimitUse]) -> Table:
+def use_table(use: list[LimitUse]) -> Listing:
     """Each limit group in use: what runs against what it allows, and what it holds back."""
-    table = Table("limit", "key", "running / concurrency", "starts in window / rate",
+    table = Listing("limit", "key", "running / concurrency", "starts in window / rate",
                   "waiting (slot)", "deferred (rate)", title="limits in use")
     for u in use:
         key = u.grp.split("|", 1)[1] if "|" in u.grp else ""
@@ -43,19 +44,22 @@ def use_table(use: list[LimitUse]) -> Table:
             u.limit_name, key,
             "" if u.concurrency is None else f"{u.running} / {u.concurrency}",
             "" if u.rate_n is None else f"{u.recent_starts} / {_rate(u.rate_n, u.rate_per_s)}",
-            str(u.waiting), str(u.deferred))
+            u.waiting, u.deferred)
     return table
 
 
 @limits_app.command("list")
-def limits_list(dsn: DsnOption = None) -> None:
-    """Every limit as defined, then every group in use with the jobs it holds back."""
+def limits_list(as_json: JsonOption = False, dsn: DsnOption = None) -> None:
+    """Every limit as defined, then every group in use with the jobs it holds back.
+    With --json: {"limits": [...], "in_use": [...]}."""
     with connected_client(dsn) as client:
         records = client.run(queries.limits())
         use = client.run(queries.limit_stats())
-    console.print(limits_table(records))
-    if use:
-        console.print(use_table(use))
+    if as_json:
+        output.emit_json({"limits": [r.model_dump(mode="json") for r in records],
+                          "in_use": [u.model_dump(mode="json") for u in use]})
+        return
+    output.show(limits_table(records), use_table(use) if use else None)
 
 
 @limits_app.command("set")
@@ -87,7 +91,7 @@ def limits_set(
         raise typer.Exit(2) from error
     with connected_client(dsn) as client:
         created = client.run(queries.limit_put(name, limit.definition("api")))
-    console.print(f"{'created' if created else 'replaced'} limit {name}")
+    output.say(f"{'created' if created else 'replaced'} limit {name}")
 
 
 @limits_app.command("remove")
@@ -96,17 +100,21 @@ def limits_remove(name: Annotated[str, typer.Argument(help="The limit's name.")]
     """Delete a limit; the jobs waiting on it become claimable."""
     with connected_client(dsn) as client:
         client.run(queries.limit_remove(name))
-    console.print(f"removed limit {name}")
+    output.say(f"removed limit {name}")
 
 
-def leases(dsn: DsnOption = None) -> None:
-    """List named leases (locks, the scheduler's leadership): holder, token, expiry."""
+def leases(as_json: JsonOption = False, dsn: DsnOption = None) -> None:
+    """List named leases (locks, the scheduler's leadership): holder, token, expiry.
+    With --json: {"leases": [...]}."""
     with connected_client(dsn) as client:
         found = client.run(queries.leases())
-    table = Table("name", "holder", "token", "expires (UTC)", "live",
-                  title=f"{len(found)} lease(s)")
+    if as_json:
+        output.emit_json({"leases": [lease.model_dump(mode="json") for lease in found]})
+        return
+    table = Listing("name", "holder", "token", "expires (UTC)", "live",
+                    title=f"{len(found)} lease(s)")
     for lease in found:
-        table.add_row(lease.name, lease.holder or "", str(lease.token),
+        table.add_row(lease.name, lease.holder, lease.token,
                       lease.lease_expires_at.strftime("%Y-%m-%d %H:%M:%S")
                       if lease.lease_expires_at else "", "yes" if lease.live else "")
-    console.print(table)
+    output.show(table)

@@ -7,7 +7,6 @@ The Prometheus parts need the `metrics` extra; without it they say how to instal
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 from types import ModuleType
@@ -15,9 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from sqljobs.cli.common import DsnOption, connected_client, console, dsn_of, err_console
+from sqljobs.cli import output
+from sqljobs.cli.common import DsnOption, connected_client, dsn_of, err_console
+from sqljobs.cli.output import Listing
 from sqljobs.client import queries
 
 if TYPE_CHECKING:
@@ -96,8 +96,8 @@ def _seconds(value: float | None) -> str:
 def stats(
     minutes: Annotated[float, typer.Option(
         help="The window: jobs finished in the last this many minutes.")] = 5.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON, one object per queue."
-                                          )] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help='Print {"window_s": S, "queues": [one object per queue]}.')] = False,
     dsn: DsnOption = None,
 ) -> None:
     """Throughput, outcomes and latency per queue over the last minutes (jobs.stats)."""
@@ -107,17 +107,17 @@ def stats(
     if as_json:
         body: dict[str, Any] = {"window_s": window_s,
                                 "queues": [row.model_dump(mode="json") for row in rows]}
-        typer.echo(json.dumps(body))
+        output.emit_json(body)
         return
     if not rows:
-        console.print(f"no job finished in the last {minutes:g} minute(s)")
+        output.say(f"no job finished in the last {minutes:g} minute(s)")
         return
-    table = Table("queue", "succeeded", "failed", "dead", "cancelled", "jobs/s",
+    table = Listing("queue", "succeeded", "failed", "dead", "cancelled", "jobs/s",
                   "wait p50", "wait p95", "run p50", "run p95",
                   title=f"the last {minutes:g} minute(s)")
     for row in rows:
-        table.add_row(row.queue, str(row.succeeded), str(row.failed), str(row.dead),
-                      str(row.cancelled), f"{row.per_s:.2f}", _seconds(row.wait_p50_s),
+        table.add_row(row.queue, row.succeeded, row.failed, row.dead,
+                      row.cancelled, f"{row.per_s:.2f}", _seconds(row.wait_p50_s),
                       _seconds(row.wait_p95_s), _seconds(row.run_p50_s),
                       _seconds(row.run_p95_s))
-    console.print(table)
+    output.show(table)

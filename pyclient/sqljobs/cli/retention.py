@@ -14,10 +14,10 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
+from sqljobs.cli import output
 from sqljobs.cli.common import DsnOption, connected_client, console, err_console
+from sqljobs.cli.output import JsonOption, Listing
 from sqljobs.client import queries
 from sqljobs.client.records import PurgeStep, RetentionPolicy
 
@@ -55,8 +55,8 @@ def ages_of(**given: str | None) -> dict[str, Any]:
     return {key: parse_age(value) for key, value in given.items() if value is not None}
 
 
-def policy_table(rows: list[RetentionPolicy], title: str) -> Table:
-    table = Table("queue (* = every other)", *KEYS, title=title)
+def policy_table(rows: list[RetentionPolicy], title: str) -> Listing:
+    table = Listing("queue (* = every other)", *KEYS, title=title)
     for r in rows:
         table.add_row(r.queue,
                       *(show_age(getattr(r, f"{key}_s")) for key in KEYS))
@@ -109,10 +109,9 @@ def purge(
         in_effect = client.run(queries.retention_policy(policy))
         if dry_run:
             step = client.run(queries.purge(batch, True, policy))
-            console.print(policy_table(in_effect, "retention in effect"))
-            console.print(f"eligible now: {step.jobs_remaining:,} jobs, "
-                          f"{step.events_remaining:,} events (dry run: nothing deleted)",
-                          highlight=False)
+            output.show(policy_table(in_effect, "retention in effect"))
+            output.say(f"eligible now: {step.jobs_remaining:,} jobs, "
+                       f"{step.events_remaining:,} events (dry run: nothing deleted)")
             return
         totals = {"jobs": 0, "outbox": 0, "events": 0}
         batches = 0
@@ -131,17 +130,21 @@ def purge(
                     break
                 if pause > 0:
                     time.sleep(pause)
-    console.print(f"purged {totals['jobs']:,} jobs ({totals['outbox']:,} outbox rows with "
-                  f"them) and {totals['events']:,} events in {batches} batch(es); "
-                  f"{step.remaining:,} still eligible", highlight=False)
+    output.say(f"purged {totals['jobs']:,} jobs ({totals['outbox']:,} outbox rows with "
+               f"them) and {totals['events']:,} events in {batches} batch(es); "
+               f"{step.remaining:,} still eligible")
 
 
 @retention_app.command("show")
-def retention_show(dsn: DsnOption = None) -> None:
-    """The ages in effect: '*' (every queue without its own) and each overridden queue."""
+def retention_show(as_json: JsonOption = False, dsn: DsnOption = None) -> None:
+    """The ages in effect: '*' (every queue without its own) and each overridden queue.
+    With --json: {"retention": [{"queue", "succeeded_s", ...}]}, null for forever."""
     with connected_client(dsn) as client:
         rows = client.run(queries.retention_policy())
-    console.print(policy_table(rows, "retention in effect (stored, then built-in defaults)"))
+    if as_json:
+        output.emit_json({"retention": [r.model_dump(mode="python") for r in rows]})
+        return
+    output.show(policy_table(rows, "retention in effect (stored, then built-in defaults)"))
 
 
 @retention_app.command("set")
@@ -165,7 +168,7 @@ def retention_set(
     with connected_client(dsn) as client:
         client.run(queries.retention_put(queue, ages))
         rows = client.run(queries.retention_policy())
-    console.print(policy_table(rows, "retention in effect"))
+    output.show(policy_table(rows, "retention in effect"))
 
 
 @retention_app.command("remove")
@@ -178,6 +181,4 @@ def retention_remove(
     """Remove a stored row."""
     with connected_client(dsn) as client:
         removed = client.run(queries.retention_remove(queue))
-    name = escape(queue or "*")
-    console.print(f"retention of {name}: {'removed' if removed else 'none stored'}",
-                  highlight=False)
+    output.say(f"retention of {queue or '*'}: {'removed' if removed else 'none stored'}")

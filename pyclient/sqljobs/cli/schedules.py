@@ -7,8 +7,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from sqljobs.cli.common import DsnOption, console, dsn_of, err_console, load_app
-from sqljobs.client.errors import SqljobsError
+from sqljobs.cli import output
+from sqljobs.cli.common import DsnOption, dsn_of, err_console, load_app
+from sqljobs.cli.output import JsonOption, Listing
+from sqljobs.client.errors import DatabaseError, SqljobsError
 from sqljobs.declare.app import App
 
 schedules_app = typer.Typer(
@@ -30,17 +32,16 @@ AppOption = Annotated[str | None, typer.Option(
 
 
 @schedules_app.command("list")
-def schedules_list(dsn: DsnOption = None) -> None:
-    """List schedules with their next fire time."""
-    from rich.table import Table
-
+def schedules_list(as_json: JsonOption = False, dsn: DsnOption = None) -> None:
+    """List schedules with their next fire time. With --json: {"schedules": [...]}."""
     application = _schedules_app(None, dsn)
     with application:
         found = application.schedules.list()
-    table = Table(title=f"{len(found)} schedule(s)")
-    for column in ("name", "job", "cron", "timezone", "catch up", "state", "next fire (UTC)",
-                   "last fired (UTC)", "origin"):
-        table.add_column(column)
+    if as_json:
+        output.emit_json({"schedules": [s.model_dump(mode="json") for s in found]})
+        return
+    table = Listing("name", "job", "cron", "timezone", "catch up", "state", "next fire (UTC)",
+                    "last fired (UTC)", "origin", title=f"{len(found)} schedule(s)")
     for s in found:
         table.add_row(
             s.name, s.job_name, s.cron, s.timezone, s.catch_up,
@@ -48,7 +49,7 @@ def schedules_list(dsn: DsnOption = None) -> None:
             s.next_fire_at.strftime("%Y-%m-%d %H:%M:%S") if s.next_fire_at else "-",
             s.last_fired_at.strftime("%Y-%m-%d %H:%M:%S") if s.last_fired_at else "-",
             s.origin)
-    console.print(table)
+    output.show(table)
 
 
 @schedules_app.command("add")
@@ -81,7 +82,7 @@ def schedules_add(
     except (SqljobsError, ValueError) as error:
         err_console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
         raise typer.Exit(2) from error
-    console.print(f"schedule {name} {'added' if created else 'updated'}", highlight=False)
+    output.say(f"schedule {name} {'added' if created else 'updated'}")
 
 
 def _schedule_verb(verb: str, name: str, dsn: str | None) -> None:
@@ -91,8 +92,10 @@ def _schedule_verb(verb: str, name: str, dsn: str | None) -> None:
             getattr(application.schedules, verb)(name)
     except SqljobsError as error:
         err_console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
-        raise typer.Exit(2) from error
-    console.print(f"schedule {name}: {verb}d", highlight=False)
+        # the database refused (no such schedule) is exit code 1, as everywhere
+        code = output.REFUSED if isinstance(error, DatabaseError) else output.USAGE
+        raise typer.Exit(code) from error
+    output.say(f"schedule {name}: {verb}d")
 
 
 @schedules_app.command("pause")
