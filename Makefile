@@ -7,7 +7,7 @@ PYTHON ?= python
 PYTEST ?= $(PYTHON) -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help test sqltest test-limits test-stalls lint bench bench-retention docs
+.PHONY: help test sqltest test-limits test-stalls chaos fuzz lint bench bench-retention docs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -23,6 +23,12 @@ test-limits: ## the fleet races of tests/test_limits_processes.py at full size (
 
 test-stalls: ## tests/test_stalls_processes.py with crash recovery under a 20,000-job backlog
 	SQLJOBS_STALL_BACKLOG=20000 $(PYTEST) -s tests/test_stalls_processes.py
+
+chaos: ## the chaos suite's full profile: 100,000 jobs, ~1,000 SIGKILLs, every scenario (hours; docs/howto-chaos.md)
+	$(PYTHON) -m bench.chaos --profile full --json bench/chaos-results.json --report bench/CHAOS.md
+
+fuzz: ## tests/test_fuzz_sql.py's longer profile: 500 examples per SQL function (FUZZ_EXAMPLES=N)
+	SQLJOBS_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-500} $(PYTEST) tests/test_fuzz_sql.py
 
 lint: ## ruff, mypy (strict on pyclient/) and the package layers (import-linter)
 	$(PYTHON) -m ruff check .

@@ -1,0 +1,119 @@
+"""The app the chaos fleet runs: `sqljobs worker bench.chaos.app:app --queue chaos`.
+
+Every handler writes what it did to side tables in the same database (SIDE_TABLES), so
+the checks read the truth from the database, not from the processes that were killed:
+
+- chaos_exec: one row per handler run (job, claim, pid, time): duplicates are runs of
+  a job beyond its first (at-least-once), and the first run under a later claim after a
+  kill is the re-claim that the recovery time is measured to;
+- chaos_step_exec: one row per durable step body run, and `reexecuted` true when the
+  step's result was already stored when the body started (must never happen);
+- chaos_settled: one row per transition of a job into a final state (a trigger on
+  jobs.job): a job with two rows settled twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+
+import psycopg
+from pydantic import BaseModel
+
+from sqljobs import App, JobContext
+
+QUEUE = "chaos"
+
+SIDE_TABLES = """
+create table if not exists public.chaos_exec (
+  job_id bigint not null, claim bigint not null, kind text not null, pid integer not null,
+  at timestamptz not null default clock_timestamp());
+create index if not exists chaos_exec_job on public.chaos_exec (job_id, claim);
+create table if not exists public.chaos_step_exec (
+  job_id bigint not null, step text not null, reexecuted boolean not null,
+  at timestamptz not null default clock_timestamp());
+create table if not exists public.chaos_settled (
+  job_id bigint not null, state text not null,
+  at timestamptz not null default clock_timestamp());
+create or replace function public.chaos_note_settled() returns trigger
+language plpgsql as $$
+begin
+  insert into public.chaos_settled (job_id, state) values (new.id, new.state::text);
+  return null;
+end $$;
+drop trigger if exists chaos_settled on jobs.job;
+create trigger chaos_settled after update of state on jobs.job for each row
+  when (old.state::text not in ('succeeded', 'failed', 'dead', 'cancelled')
+        and new.state::text in ('succeeded', 'failed', 'dead', 'cancelled'))
+  execute function public.chaos_note_settled();
+"""
+
+
+class Work(BaseModel):
+    ms: int = 20
+    steps: int = 0
+    fail: bool = False
+
+
+class SagaFailed(Exception):
+    """A saga that fails for good after its compensable step: it must unwind."""
+
+
+app = App()
+
+
+async def _record_run(ctx: JobContext, kind: str) -> None:
+    async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
+        await conn.execute("insert into public.chaos_exec (job_id, claim, kind, pid) "
+                           "values (%s, %s, %s, %s)", (ctx.job_id, ctx.claim, kind, os.getpid()))
+
+
+async def _step_body(job_id: int, name: str, ms: int) -> int:
+    async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
+        await conn.execute(
+            "insert into public.chaos_step_exec (job_id, step, reexecuted) values (%s, %s, "
+            "exists (select 1 from jobs.step s where s.job_id = %s and s.name = %s))",
+            (job_id, name, job_id, name))
+    await asyncio.sleep(ms / 1000)
+    return 1
+
+
+@app.job(name="chaos.plain", queue=QUEUE)
+async def plain(ctx: JobContext, payload: Work) -> int:
+    await _record_run(ctx, "plain")
+    await asyncio.sleep(payload.ms / 1000)
+    return 1
+
+
+@app.job(name="chaos.stepped", queue=QUEUE)
+async def stepped(ctx: JobContext, payload: Work) -> int:
+    await _record_run(ctx, "stepped")
+    total = 0
+    for i in range(payload.steps):
+        total += await ctx.step.run_async(f"s{i}", functools.partial(
+            _step_body, ctx.job_id, f"s{i}", payload.ms))
+    return total
+
+
+@app.job(name="chaos.saga", queue=QUEUE, terminal=(SagaFailed,))
+async def saga(ctx: JobContext, payload: Work) -> int:
+    await _record_run(ctx, "saga")
+    job_id = ctx.job_id
+
+    def undo(value: object) -> None:
+        return None
+
+    async def book() -> int:
+        return await _step_body(job_id, "book", payload.ms)
+
+    await ctx.step.run_async("book", book, compensate=undo)
+    if payload.fail:
+        raise SagaFailed("the saga fails after booking: its booking is undone")
+    return 1
+
+
+# Every second, each second once: the scheduler kills check each occurrence fired once.
+@app.task(name="chaos.tick", cron="* * * * * *", catch_up="all", queue=QUEUE)
+async def tick(ctx: JobContext) -> None:
+    await _record_run(ctx, "tick")

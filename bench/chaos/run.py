@@ -1,0 +1,377 @@
+"""One chaos scenario: a fleet (workers, two schedulers, two relays) on a fresh database
+of the suite's own cluster, a fault injected over and over while the jobs run, then the
+checks, read from the side tables (bench/chaos/app.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from bench.chaos.app import QUEUE, SIDE_TABLES
+from bench.chaos.cluster import Cluster
+from psycopg import sql
+
+SCENARIOS = ("sigkill", "sigterm", "terminate", "restart", "idle_lock", "leader")
+FINAL = ("succeeded", "failed", "dead", "cancelled")
+LEASE_S = 2.0
+POLL_S = 0.2
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Profile:
+    name: str
+    jobs: int          # across all scenarios
+    kills: int         # SIGKILLs in the sigkill scenario (SIGTERMs in sigterm: a fifth)
+    workers: int = 4
+    concurrency: int = 8
+    lock_hold_s: float = 10.0
+    interval: tuple[float, float] = (0.5, 2.0)
+
+
+PROFILES = {
+    "short": Profile("short", jobs=3000, kills=24, lock_hold_s=5.0, interval=(0.5, 1.0)),
+    "medium": Profile("medium", jobs=20_000, kills=100),
+    "full": Profile("full", jobs=100_000, kills=1000, lock_hold_s=60.0),
+}
+
+
+class Fleet:
+    """`sqljobs worker|scheduler|relay` processes on one database, logs under `logs`."""
+
+    def __init__(self, dsn: str, logs: Path, profile: Profile) -> None:
+        self.dsn, self.logs, self.profile = dsn, logs, profile
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.schedulers: list[subprocess.Popen[bytes]] = []
+        self.relays: list[subprocess.Popen[bytes]] = []
+        self.draining: list[subprocess.Popen[bytes]] = []  # SIGTERMed, waited for at stop
+        self._n = 0
+
+    def _spawn(self, *args: str) -> subprocess.Popen[bytes]:
+        self._n += 1
+        # the child keeps its own copy of the log's descriptor: ours closes at once
+        with (self.logs / f"{self._n:04d}-{args[0]}.log").open("wb") as log:
+            return subprocess.Popen(
+                [sys.executable, "-c", "from sqljobs.cli import main; main()", args[0],
+                 "bench.chaos.app:app", *args[1:]], cwd=REPO, stdout=log,
+                stderr=subprocess.STDOUT, env={**os.environ, "SQLJOBS_DSN": self.dsn})
+
+    def worker(self) -> subprocess.Popen[bytes]:
+        p = self._spawn("worker", "--queue", QUEUE, "--concurrency", str(self.profile.concurrency),
+                        "--lease", str(LEASE_S), "--poll-interval", str(POLL_S),
+                        "--drain-timeout", "1")
+        self.workers.append(p)
+        return p
+
+    def scheduler(self) -> subprocess.Popen[bytes]:
+        p = self._spawn("scheduler", "--lease", str(LEASE_S), "--tick", "0.2")
+        self.schedulers.append(p)
+        return p
+
+    def relay(self) -> subprocess.Popen[bytes]:
+        p = self._spawn("relay", "--lease", str(LEASE_S), "--poll-interval", str(POLL_S))
+        self.relays.append(p)
+        return p
+
+    def live(self, group: list[subprocess.Popen[bytes]]) -> list[subprocess.Popen[bytes]]:
+        return [p for p in group if p.poll() is None]
+
+    def stop(self) -> None:
+        every = self.workers + self.schedulers + self.relays + self.draining
+        for p in every:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in every:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+
+
+@dataclass
+class Kill:
+    pid: int
+    at: datetime
+    held: dict[int, int]  # job id -> the claim it ran under
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    jobs: int
+    staged: int
+    faults: int = 0
+    kills: list[Kill] = field(default_factory=list)
+    seconds: float = 0.0
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+def _scalar(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
+    row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
+    return None if row is None else row[0]
+
+
+def _connect(dsn: str, deadline_s: float = 60.0) -> psycopg.Connection[Any]:
+    """A connection, waiting out a restart of the suite's server."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def prepare(cluster: Cluster, scenario: str, jobs: int) -> tuple[str, int]:
+    """A fresh database with the schema, the side tables and the jobs: plain (60 %),
+    stepped with 3 steps (30 %), sagas (10 %, half of them failing to unwind); and a
+    tenth as many rows staged in the outbox (ordering keys over 8 accounts)."""
+    from sqljobs.schema import migrate
+
+    name = f"chaos_{scenario}"
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        ident = sql.Identifier(name)
+        admin.execute(sql.SQL("drop database if exists {} with (force)").format(ident))
+        admin.execute(sql.SQL("create database {}").format(ident))
+    dsn = cluster.dsn(name)
+    migrate.upgrade(dsn)
+    staged = max(jobs // 10, 1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SIDE_TABLES)
+        conn.execute("set jobs.notify = off")
+        conn.execute(
+            "select count(*) from jobs.enqueue_many((select jsonb_agg(jsonb_build_object("
+            "'name', case when i %% 10 < 6 then 'chaos.plain' "
+            "  when i %% 10 < 9 then 'chaos.stepped' else 'chaos.saga' end, "
+            "'key', 'k' || i, 'queue', %s::text, 'max_attempts', 100,"
+            "'payload', jsonb_build_object('ms', 50, 'steps', 3, 'fail', i %% 20 = 9)) order by i)"
+            " from generate_series(1, %s) i))", (QUEUE, jobs))
+        conn.execute(
+            "select count(*) from jobs.stage_many((select jsonb_agg(jsonb_build_object("
+            "'name', 'chaos.plain', 'key', 'o' || i, 'queue', %s::text, 'max_attempts', 100, "
+            "'ordering_key', 'acct' || (i %% 8), 'payload', '{\"ms\": 5}'::jsonb) order by i)"
+            " from generate_series(1, %s) i))", (QUEUE, staged))
+    return dsn, staged
+
+
+def _held_by(conn: psycopg.Connection[Any], pid: int) -> dict[int, int]:
+    return dict(conn.execute(
+        "select id, claim from jobs.job where state = 'running' "
+        "and split_part(worker, ':', 2) = %s", (str(pid),)).fetchall())
+
+
+def _done(conn: psycopg.Connection[Any], total: int) -> bool:
+    left = _scalar(conn, "select count(*) from jobs.job where name <> 'chaos.tick' "
+                         "and state not in ('succeeded', 'failed', 'dead', 'cancelled')")
+    unpublished = _scalar(conn, "select count(*) from jobs.outbox where published_at is null")
+    made = _scalar(conn, "select count(*) from jobs.job where name <> 'chaos.tick'")
+    return bool(left == 0 and unpublished == 0 and made == total)
+
+
+def _signal_worker(conn: psycopg.Connection[Any], fleet: Fleet, how: signal.Signals,
+                   outcome: Outcome) -> None:
+    live = fleet.live(fleet.workers)
+    if not live:
+        fleet.worker()
+        return
+    # a worker that holds jobs (one still starting up proves nothing)
+    holding = [p for p in live if _held_by(conn, p.pid)]
+    victim = random.choice(holding or live)
+    if how == signal.SIGKILL:
+        # frozen, what it holds cannot change between the look and the kill
+        victim.send_signal(signal.SIGSTOP)
+        held = _held_by(conn, victim.pid)
+        victim.kill()
+        victim.wait(10)
+        outcome.kills.append(Kill(victim.pid, _scalar(conn, "select clock_timestamp()"), held))
+    else:
+        victim.send_signal(signal.SIGTERM)  # a drain: it finishes or hands back its jobs
+        fleet.draining.append(victim)
+    fleet.workers.remove(victim)
+    fleet.worker()
+    outcome.faults += 1
+
+
+def _terminate_backends(conn: psycopg.Connection[Any], outcome: Outcome) -> None:
+    """pg_terminate_backend on a few of the fleet's sessions (workers, schedulers, relays)."""
+    killed = _scalar(conn, "select count(*) from (select pg_terminate_backend(pid) from "
+                           "pg_stat_activity where datname = current_database() "
+                           "and pid <> pg_backend_pid() and backend_type = 'client backend' "
+                           "order by random() limit 3) t")
+    outcome.faults += int(killed or 0)
+
+
+def _kill_leaders(conn: psycopg.Connection[Any], fleet: Fleet, outcome: Outcome) -> None:
+    """SIGKILL the scheduler holding the lease, and a relay; start replacements."""
+    holder = _scalar(conn, "select holder from jobs.lease where name = 'scheduler'")
+    for p in fleet.live(fleet.schedulers):
+        if holder and str(p.pid) in holder:
+            p.kill()
+            p.wait(10)
+            fleet.schedulers.remove(p)
+            fleet.scheduler()
+            outcome.faults += 1
+    relays = fleet.live(fleet.relays)
+    if relays:
+        victim = random.choice(relays)
+        victim.kill()
+        victim.wait(10)
+        fleet.relays.remove(victim)
+        fleet.relay()
+        outcome.faults += 1
+
+
+def _hold_locks(dsn: str, hold_s: float, outcome: Outcome) -> threading.Thread:
+    """A session idle in transaction holding row locks on 50 live jobs for hold_s."""
+    def hold() -> None:
+        with psycopg.connect(dsn) as conn:
+            conn.execute("select id from jobs.job where state in ('ready', 'running') "
+                         "order by id limit 50 for update")
+            time.sleep(hold_s)  # idle in transaction: the fault itself
+            conn.rollback()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    outcome.faults += 1
+    return thread
+
+
+def run_scenario(cluster: Cluster, scenario: str, profile: Profile, jobs: int,
+                 logs: Path, deadline_s: float) -> Outcome:
+    dsn, staged = prepare(cluster, scenario, jobs)
+    outcome = Outcome(scenario, jobs, staged)
+    scenario_logs = logs / scenario
+    scenario_logs.mkdir(parents=True, exist_ok=True)
+    fleet = Fleet(dsn, scenario_logs, profile)
+    for _ in range(profile.workers):
+        fleet.worker()
+    fleet.scheduler(), fleet.scheduler(), fleet.relay(), fleet.relay()
+    planned = {"sigkill": profile.kills, "sigterm": max(profile.kills // 5, 1)}.get(scenario, 0)
+    started = time.monotonic()
+    # faults start once the fleet runs jobs
+    while not _scalar(conn := _connect(dsn), "select count(*) > %s from public.chaos_exec",
+                      (profile.concurrency,)):
+        conn.close()
+        if time.monotonic() - started > 120:
+            raise RuntimeError(f"the fleet never started: logs in {scenario_logs}")
+        time.sleep(0.2)
+    restarted = False
+    lock_threads: list[threading.Thread] = []
+    try:
+        while time.monotonic() - started < deadline_s:
+            try:
+                if _done(conn, jobs + staged):
+                    break
+                pause = random.uniform(*profile.interval)
+                if scenario == "sigkill" and len(outcome.kills) < planned:
+                    # spread the kills over the run: pace them by the work left
+                    _signal_worker(conn, fleet, signal.SIGKILL, outcome)
+                elif scenario == "sigterm" and outcome.faults < planned:
+                    _signal_worker(conn, fleet, signal.SIGTERM, outcome)
+                elif scenario == "terminate":
+                    _terminate_backends(conn, outcome)
+                elif scenario == "restart" and not restarted and _scalar(
+                        conn, "select count(*) > %s from jobs.job where state = 'succeeded'",
+                        (jobs // 3,)):
+                    conn.close()
+                    cluster.restart()
+                    restarted, outcome.faults = True, outcome.faults + 1
+                    conn = _connect(dsn)
+                elif scenario == "idle_lock" and not lock_threads:
+                    lock_threads.append(_hold_locks(dsn, profile.lock_hold_s, outcome))
+                elif scenario == "leader":
+                    _kill_leaders(conn, fleet, outcome)
+                time.sleep(pause)
+            except psycopg.OperationalError:
+                conn.close()
+                conn = _connect(dsn)
+        outcome.seconds = time.monotonic() - started
+    finally:
+        conn.close()
+        fleet.stop()
+        for thread in lock_threads:
+            thread.join(profile.lock_hold_s + 5)
+    with _connect(dsn) as check:
+        outcome.figures = checks(check, outcome)
+    return outcome
+
+
+def checks(conn: psycopg.Connection[Any], outcome: Outcome) -> dict[str, Any]:
+    q = lambda query, *params: _scalar(conn, query, params or None)  # noqa: E731
+    states = dict(conn.execute("select state::text, count(*) from jobs.job "
+                               "where name <> 'chaos.tick' group by 1").fetchall())
+    lost = outcome.jobs + outcome.staged - sum(states.get(s, 0) for s in FINAL)
+    figures: dict[str, Any] = {
+        "jobs": outcome.jobs + outcome.staged,
+        "faults": outcome.faults,
+        "seconds": round(outcome.seconds, 1),
+        "states": states,
+        "lost": lost,
+        "settled_twice": q("select count(*) from (select job_id from public.chaos_settled "
+                           "group by job_id having count(*) > 1) t"),
+        "steps_reexecuted": q("select count(*) from public.chaos_step_exec where reexecuted"),
+        "step_bodies_run": q("select count(*) from public.chaos_step_exec"),
+        "duplicate_executions": q("select coalesce(sum(n - 1), 0)::bigint from (select count(*) n "
+                                  "from public.chaos_exec where kind <> 'tick' "
+                                  "group by job_id) t"),
+        "sagas_unwound": q("select count(*) from jobs.job where name = 'chaos.saga' "
+                           "and state = 'failed' and last_error->>'compensated' = 'true'"),
+        "sagas_failed": q("select count(*) from jobs.job where name = 'chaos.saga' "
+                          "and state = 'failed'"),
+        "outbox_rows": q("select count(*) from jobs.outbox"),
+        "outbox_unpublished": q("select count(*) from jobs.outbox where published_at is null"),
+        "outbox_relayed_twice": q("select count(*) from (select o.id from jobs.outbox o "
+                                  "join jobs.job j on j.key = o.key and j.name = o.name "
+                                  "group by o.id having count(*) > 1) t"),
+        "outbox_without_job": q("select count(*) from jobs.outbox o where not exists "
+                                "(select 1 from jobs.job j where j.id = o.job_id)"),
+        "ticks_fired": q("select count(*) from jobs.job where name = 'chaos.tick'"),
+        "ticks_fired_twice": q("select count(*) - count(distinct key) from jobs.job "
+                               "where name = 'chaos.tick'"),
+        "ticks_run_twice": q("select count(*) from (select job_id from public.chaos_exec "
+                             "where kind = 'tick' group by job_id having count(*) > 1) t"),
+    }
+    delays = []
+    for kill in outcome.kills:
+        for job_id, claim in kill.held.items():
+            rerun = q("select min(at) from public.chaos_exec where job_id = %s and claim > %s",
+                      job_id, claim)
+            if rerun is not None:
+                delays.append((rerun - kill.at).total_seconds())
+            elif q("select state::text from jobs.job where id = %s", job_id) not in FINAL:
+                delays.append(float("inf"))
+    figures["kills"] = len(outcome.kills)
+    figures["jobs_held_at_kills"] = sum(len(k.held) for k in outcome.kills)
+    if delays:
+        ordered = sorted(delays)
+        figures["recovery_s"] = {
+            "n": len(ordered), "p50": round(statistics.median(ordered), 2),
+            "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 2),
+            "p99": round(ordered[int(0.99 * (len(ordered) - 1))], 2),
+            "max": round(ordered[-1], 2)}
+    return figures
+
+
+def failures(figures: dict[str, Any]) -> list[str]:
+    """What must be zero and is not."""
+    must_be_zero = ("lost", "settled_twice", "steps_reexecuted", "outbox_unpublished",
+                    "outbox_relayed_twice", "outbox_without_job", "ticks_fired_twice")
+    return [f"{name} = {figures[name]}" for name in must_be_zero if figures.get(name)]
+
+
+def dump(outcomes: list[Outcome]) -> str:
+    return json.dumps({o.scenario: o.figures for o in outcomes}, indent=2, default=str)
