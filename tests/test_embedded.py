@@ -208,3 +208,64 @@ def test_commands_started_at_once_share_one_server() -> None:
     finally:
         embedded.stop(pgdata)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_dev_dir_gives_a_project_a_server_of_its_own(env: dict[str, str], dev_dir: Path) -> None:
+    shared = embedded.status(dev_dir)
+    assert shared is not None
+    root = Path(tempfile.mkdtemp(prefix="sqljobs-dev-test-"))
+    project = root / "project-pg"
+    try:
+        started = run(env, "dev", "--dir", str(project), "start")
+        assert started.returncode == 0, started
+        own = embedded.status(project)
+        assert own is not None and own.pid != shared.pid
+        status = run(env, "dev", "--dir", str(project), "status")
+        assert status.returncode == 0, status
+        assert str(project) in status.stdout and own.dsn() in status.stdout
+        assert "this directory's" in status.stdout
+        assert run(env, "dev", "--dir", str(project), "dsn").stdout.strip() == own.dsn()
+        # $SQLJOBS_DEV_DIR (the env fixture's) still names the other server
+        assert run(env, "dev", "dsn").stdout.strip() == shared.dsn()
+        stopped = run(env, "dev", "--dir", str(project), "stop")
+        assert stopped.returncode == 0 and str(project) in stopped.stdout
+        assert embedded.status(project) is None and embedded.status(dev_dir) is not None
+    finally:
+        embedded.stop(project)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_dev_status_says_the_default_server_is_the_users(tmp_path: Path) -> None:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("SQLJOBS_DSN", "DATABASE_URL", "SQLJOBS_DEV_DIR")}
+    status = run({**clean, "XDG_DATA_HOME": str(tmp_path), "COLUMNS": "200"}, "dev", "status")
+    assert status.returncode == 3, status
+    assert str(tmp_path / "sqljobs" / "pg") in status.stdout
+    assert "this user's: every checkout and virtualenv" in status.stdout
+    assert "--dir or $SQLJOBS_DEV_DIR" in status.stdout
+
+
+NOISY_EXIT = """
+import io, logging, sys
+from pathlib import Path
+from sqljobs.dev import embedded
+stream = io.StringIO()  # a log handler whose stream is closed before exit, as pytest's is
+logging.basicConfig(stream=stream, level=logging.INFO)
+print(embedded.ensure(Path(sys.argv[1])).pid)
+stream.close()
+"""
+
+
+def test_the_wheels_exit_handler_prints_no_logging_error(env: dict[str, str]) -> None:
+    root = Path(tempfile.mkdtemp(prefix="sqljobs-dev-test-"))
+    pgdata = root / "pg"  # a server this process starts, so the wheel's exit handler runs
+    try:
+        ran = subprocess.run([sys.executable, "-c", NOISY_EXIT, str(pgdata)], env=env,
+                             capture_output=True, text=True, timeout=180, check=False)
+        assert ran.returncode == 0, ran.stderr
+        server = embedded.status(pgdata)
+        assert server is not None and ran.stdout.strip() == str(server.pid)
+        assert "Logging error" not in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    finally:
+        embedded.stop(pgdata)
+        shutil.rmtree(root, ignore_errors=True)

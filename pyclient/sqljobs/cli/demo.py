@@ -19,9 +19,11 @@ def demo(
     timeout: Annotated[float, typer.Option(
         min=10.0, help="Stop after this many seconds even if some job is not final.")] = 50.0,
 ) -> None:
-    """Show every feature on example jobs (retries, a dead letter, a saga with a sleep, an
-    event and compensations, a cron task, child jobs), served by a worker and a scheduler
-    in this process; ends by itself with a summary. The jobs stay in the database."""
+    """Show every feature on example jobs, then print a summary; the jobs stay in the database.
+
+    It shows retries, a dead letter, a saga with a sleep, an event and compensations.
+    It shows a cron task and child jobs too, run by a worker and a scheduler in this process.
+    """
     from sqljobs.demo import run_demo
 
     embedded_default = not (dsn or any(os.environ.get(v) for v in DSN_VARIABLES))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Annotated
 
 import psycopg
 import typer
@@ -13,10 +15,24 @@ from sqljobs.client.database import DSN_VARIABLES
 from sqljobs.client.errors import SqljobsError
 from sqljobs.dev import embedded
 
-dev_app = typer.Typer(
-    help="Manage the embedded PostgreSQL that commands use when no DSN is given.",
-    no_args_is_help=True,
-)
+dev_app = typer.Typer(no_args_is_help=True)
+
+
+@dev_app.callback()
+def dev_options(
+    directory: Annotated[Path | None, typer.Option(
+        "--dir", envvar=embedded.DEV_DIR_VARIABLE, show_envvar=True, file_okay=False,
+        help="The server's data directory: one server per directory, so a project can "
+             "have its own (default: one per user, shared by all their checkouts).")] = None,
+) -> None:
+    """Manage the embedded PostgreSQL that commands use when no DSN is given.
+
+    It belongs to the user: all their checkouts and virtualenvs share one server.
+    A project gets a server (and database) of its own with --dir or $SQLJOBS_DEV_DIR.
+    """
+    if directory is not None:
+        # data_dir() reads the variable: the subcommand (and what it starts) use this one
+        os.environ[embedded.DEV_DIR_VARIABLE] = str(directory.expanduser().absolute())
 
 
 def _embedded_server_or_exit(start: bool) -> embedded.Server | None:
@@ -42,8 +58,18 @@ def _dsn_variable_note(server: embedded.Server | None = None) -> None:
             return
 
 
+def _sharing_note(where: Path) -> str:
+    if os.environ.get(embedded.DEV_DIR_VARIABLE):
+        return (f"this directory's: only commands given it (${embedded.DEV_DIR_VARIABLE} "
+                f"or --dir) use it")
+    return (f"this user's: every checkout and virtualenv of theirs uses it "
+            f"(one per project: --dir or ${embedded.DEV_DIR_VARIABLE})")
+
+
 def _print_server(server: embedded.Server) -> None:
     console.print(f"  data directory  {server.data_dir}", soft_wrap=True, highlight=False)
+    console.print(f"  scope           {_sharing_note(server.data_dir)}", soft_wrap=True,
+                  highlight=False)
     console.print(f"  server          PostgreSQL {server.version}, pid {server.pid}",
                   highlight=False)
     console.print(f"  DSN             {server.dsn()}", soft_wrap=True, highlight=False)
@@ -70,6 +96,8 @@ def dev_status() -> None:
         console.print(f"the embedded PostgreSQL is not running "
                       f"({'data directory' if made else 'not created yet; it would live at'} "
                       f"{where})", soft_wrap=True, highlight=False)
+        console.print(f"  scope           {_sharing_note(where)}", soft_wrap=True,
+                      highlight=False)
         _dsn_variable_note()
         raise typer.Exit(3)
     console.print("the embedded PostgreSQL is running")

@@ -6,14 +6,35 @@ tables and progress (Typer uses it for its own help and errors too).
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+import typer.core
 
 from sqljobs.cli import demo, install, metrics, operate, retention, roles
+from sqljobs.cli.dashboard import dashboard
 from sqljobs.cli.describe import describe
 from sqljobs.cli.dev import dev_app
 from sqljobs.cli.enqueue import enqueue
 from sqljobs.cli.limits import leases, limits_app
 from sqljobs.cli.schedules import schedules_app
+
+_display_type = typer.core.TyperOption.display_type_rich
+
+
+def _flag_type_hidden(self: typer.core.TyperOption, ctx: Any) -> str | None:
+    """Typer labels every flag (`--help`, `--json`) `<bool>` although a flag takes no value."""
+    return None if self.is_flag else _display_type(self, ctx)
+
+
+typer.core.TyperOption.display_type_rich = _flag_type_hidden  # type: ignore[method-assign]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        install.version()
+        raise typer.Exit()
+
 
 app = typer.Typer(
     name="sqljobs",
@@ -21,6 +42,19 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the client version and the schema version it needs, and exit.",
+    ),
+) -> None:
+    """Durable jobs with PostgreSQL as the engine."""
 
 app.command()(install.migrate)
 app.command()(install.version)
@@ -39,6 +73,7 @@ app.add_typer(limits_app, name="limits")
 app.command()(leases)
 app.command()(metrics.metrics)
 app.command()(metrics.stats)
+app.command()(dashboard)
 app.command()(retention.purge)
 app.add_typer(retention.retention_app, name="retention")
 

@@ -1,11 +1,13 @@
 """Awaiting a job's result: `app.result(job_id, timeout=...)` and `app.result_async(...)`.
 
 The waiter LISTENs on `jobs_settled`, then reads the job with jobs.watch_outcome, which
-also marks it watched: settling a watched job (ack_many, nack_many, cancel) notifies
-`jobs_settled` once per call with the watched ids, and settling unwatched jobs notifies
-nothing. It reads again when a notification names the job, and otherwise on a bounded
-exponential poll (0.25 s doubling to 5 s), which also covers settlements that do not
-notify (a job buried by lease recovery, `jobs.notify = off`). It never busy-polls.
+also marks it watched: settling a watched job (ack_many, nack_many, cancel, lease
+recovery burying it, the end of a saga unwind) notifies `jobs_settled` once per call with
+the watched ids, and settling unwatched jobs notifies nothing. A requeue clears the mark
+(the waiter already heard the job settle); each read marks it again. It reads again when
+a notification names the job, and otherwise on a bounded exponential poll (0.25 s
+doubling to 5 s), which also covers settlements that do not notify (`jobs.notify = off`,
+a '*' payload it missed). It never busy-polls.
 
 Answers the job's stored result (its handler's return value as JSON) when it
 succeeded; raises `JobFailed`, `JobDead` or `JobCancelled` (each carrying the job's

@@ -26,6 +26,7 @@ import contextlib
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import signal
 import time
@@ -172,6 +173,17 @@ def _forget_dead_handles(pgdata: Path) -> None:
             handles.write_text(json.dumps(alive))
 
 
+def _quiet_at_exit() -> None:
+    """Keep the wheel's exit handler from logging.
+
+    The wheel logs from an atexit handler; by then the stream a handler writes to may be
+    closed (pytest's captured stderr, a CLI runner's buffer), and logging prints a
+    `--- Logging error ---` traceback a reader takes for a failure. What it would say
+    (which process let go of the server) is of no use to anyone at exit.
+    """
+    logging.getLogger(_WHEEL).disabled = True
+
+
 def _start(pgdata: Path, cleanup_mode: str | None) -> Any:
     """Start (or join) the wheel's server on `pgdata`; answers its PostgresServer.
 
@@ -191,7 +203,11 @@ def _start(pgdata: Path, cleanup_mode: str | None) -> Any:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return wheel.get_server(pgdata, cleanup_mode=cleanup_mode)
+            handle = wheel.get_server(pgdata, cleanup_mode=cleanup_mode)
+        # atexit runs the last registered first: this one before the wheel's handlers
+        atexit.unregister(_quiet_at_exit)
+        atexit.register(_quiet_at_exit)
+        return handle
     except Exception as error:
         raise EmbeddedServerError(
             f"the embedded PostgreSQL at {pgdata} did not start ({error}); "

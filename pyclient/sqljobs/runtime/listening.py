@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 WAKE_CHANNEL = "jobs_wake"
 OUTBOX_CHANNEL = "jobs_outbox"
@@ -48,7 +49,7 @@ class Listener:
                     self._dsn, autocommit=True,
                     application_name=f"sqljobs-listen {self._holder}"[:63])
                 async with conn:
-                    await conn.execute("listen " + self._channel)
+                    await conn.execute(sql.SQL("listen {}").format(sql.Identifier(self._channel)))
                     self.listening = True
                     if lost:
                         self._log.info("LISTEN %s reconnected", self._channel,

@@ -136,6 +136,19 @@ class Worker(Role):
         self._log_extra = {"worker_id": self.id}
         # metrics, tracing (the optional extras) or your own: sqljobs.runtime.observing
         self.observers = Observers(observers)
+        # what the health probes read (sqljobs.runtime.health)
+        self.running_loop: asyncio.AbstractEventLoop | None = None
+        self.registered_at: float | None = None  # time.monotonic() of the last renewal
+
+    @property
+    def registration_ttl_s(self) -> float:
+        """How long the worker's row lives unrenewed (`sqljobs workers` then drops it)."""
+        return max(3 * self.heartbeat_s, 5.0)
+
+    @property
+    def claiming(self) -> bool:
+        """True from the first claim on, until a stop is requested (drain)."""
+        return self._claims is not None and not self._stopping
 
     @property
     def listening(self) -> bool:
@@ -171,7 +184,7 @@ class Worker(Role):
     async def run_async(self) -> int:
         """Run until stopped; answers the exit code (0 after a drain, 1 after a forced stop)."""
         loop = asyncio.get_running_loop()
-        self._loop = loop
+        self._loop = self.running_loop = loop
         self._stop_requested = asyncio.Event()
         self._force_requested = asyncio.Event()
         if self._stopping:
@@ -265,8 +278,9 @@ class Worker(Role):
         assert self._client is not None
         await self._client.run(queries.worker_heartbeat(
             self.id, self.queues, self.names, self.concurrency,
-            ttl_s=max(3 * self.heartbeat_s, 5.0), host=self.host, pid=self.pid,
+            ttl_s=self.registration_ttl_s, host=self.host, pid=self.pid,
             info={"lease_s": self.lease_s, "poll_interval": self.poll_interval}))
+        self.registered_at = time.monotonic()
 
     async def _sleep(self, seconds: float) -> None:
         assert self._stop_requested is not None
