@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
@@ -287,7 +288,8 @@ def test_read_only_mode_runs_no_write_statement(conn: psycopg.Connection[Any],
     conn.execute("create role dashboard_reader login")
     conn.execute("alter role dashboard_reader set default_transaction_read_only = on")
     conn.execute("grant sqljobs_reader to dashboard_reader")
-    reader = f"postgresql://dashboard_reader@{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+    # (keywords, not a URL: under the embedded server the host is a socket directory)
+    reader = make_conninfo(db_dsn, user="dashboard_reader")
     try:
         with mounted(reader) as web:
             for path in ("/", "/live/overview", "/jobs", "/jobs?state=dead", "/dead", "/workers",
