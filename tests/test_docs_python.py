@@ -83,7 +83,9 @@ def signature(name: str, target: Any, keyword: str) -> str:
 
 
 def _doc(target: Any) -> str:
-    doc = inspect.getdoc(target)
+    # a class's own docstring only: an undocumented record must not show pydantic's
+    doc = inspect.cleandoc(target.__dict__.get("__doc__") or "") if inspect.isclass(target) \
+        else inspect.getdoc(target)
     return doc.strip() if doc else ""
 
 

@@ -115,6 +115,8 @@ class BulkMoved(_Record):
 
 
 class QueueStats(_Record):
+    """One queue's row of `jobs.queue_stats()`: jobs by state, and what holds the waiting back."""
+
     queue: str
     paused: bool
     ready: int
@@ -302,6 +304,8 @@ class RetentionPolicy(_Record):
 
 
 class OutboxStats(_Record):
+    """The outbox's backlog (`jobs.outbox_stats()`): rows to relay, held, lapsed, published."""
+
     pending: int
     held: int
     lapsed: int
@@ -435,6 +439,8 @@ class LeaseRecord(_Record):
 
 
 class LeaderRecord(_Record):
+    """One row of `jobs.leaders()`: who holds a role's leadership, and until when."""
+
     role: str
     holder: str | None
     token: int
