@@ -232,7 +232,10 @@ create table if not exists jobs.event (
   id         bigint generated always as identity primary key,
   name       text not null,
   payload    jsonb not null default '{}',
-  created_at timestamptz not null
+  created_at timestamptz not null,
+  -- the emitter's tenant (sql/15_tenancy.sql): it wakes only that tenant's waiters;
+  -- null (an unbound emitter) wakes every waiter
+  tenant     text
 );
 
 comment on table jobs.event is 'Private: emitted events; use jobs.emit_event.';
@@ -429,6 +432,19 @@ create table if not exists jobs.retention (
 
 comment on table jobs.retention is
   'Private: the retention policy of jobs.purge; use jobs.retention_put / retention_remove / retention_policy.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.tenant_binding: login roles bound to one tenant (sql/15_tenancy.sql). A session
+-- whose login role is role_name, or a member of it, acts only within the tenant.
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.tenant_binding (
+  role_name   text primary key,
+  tenant      text not null check (tenant <> ''),
+  updated_at  timestamptz not null
+);
+
+comment on table jobs.tenant_binding is
+  'Private: roles bound to a tenant; use jobs.tenant_bind / tenant_unbind / tenant_bindings.';
 
 -- ---------------------------------------------------------------------------
 -- Clock. Every function reads time through jobs.now(), so tests (and pgTAP, where

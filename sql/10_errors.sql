@@ -24,6 +24,7 @@
 --   SJ015     unknown_retention_key a retention policy names no final state (or awaited, events)
 --   SJ016     job_type_not_found    a job-type verb names a job type that is not registered
 --   SJ017     invalid_job_type      a job-type definition is refused (unknown field, bad path)
+--   SJ018     tenant_refused        a tenant-bound session named another tenant, its job, or a fleet-wide function
 --   SJ030     not_leader            a scheduler fire whose leader token is not the live lease's
 --   SJ031     schedule_not_found    a schedule verb names a schedule that does not exist
 
@@ -51,6 +52,7 @@ as $$
     ('SJ015', 'unknown_retention_key', 'a retention policy key is not succeeded, failed, dead, cancelled, awaited or events'),
     ('SJ016', 'job_type_not_found',  'no job type has that name'),
     ('SJ017', 'invalid_job_type',    'a job type definition is refused: unknown field, bad value or bad path'),
+    ('SJ018', 'tenant_refused',      'the session is bound to another tenant, or the function acts on every tenant'),
     ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
     ('SJ031', 'schedule_not_found',  'no schedule has that name')
 $$;

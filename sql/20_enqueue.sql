@@ -584,6 +584,7 @@ declare
 begin
   -- GUARD: every refusal happens here, before the first write.
   perform jobs.check_specs(p_specs);
+  p_specs := jobs.tenant_specs(p_specs);  -- a tenant-bound session's tenant (sql/15_tenancy.sql)
 
   -- Throttled jobs: make the claim enforce their rates (sql/35_limits.sql).
   if p_specs @? '$[*].throttle_n ? (@ != null)' then

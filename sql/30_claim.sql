@@ -91,6 +91,7 @@ declare
   v_buried        bigint[];  -- watched jobs lease recovery buried: notified
   v_limited boolean;
   v_ids     bigint[];  -- limited: the candidates
+  v_tenant  text := jobs.bound_tenant();  -- a bound session claims its tenant's jobs only
 begin
   -- GUARD
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
@@ -137,6 +138,7 @@ begin
         from jobs.job l
        where l.state = 'running' and l.lease_expires_at < v_now
          and l.queue = any (p_queues)
+         and (v_tenant is null or l.tenant = v_tenant)
        order by l.lease_expires_at
        limit 100
          for update skip locked
@@ -192,6 +194,7 @@ begin
       from (select p.id
               from jobs.job p
              where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
+               and (v_tenant is null or p.tenant = v_tenant)
              order by p.run_at
              limit 100
                for update skip locked) as due
@@ -229,6 +232,7 @@ begin
              and r.queue = q.name
              and r.run_at <= v_now
              and (v_names is null or r.name = any (v_names))
+             and (v_tenant is null or r.tenant = v_tenant)
            order by r.priority, r.run_at, r.id
            limit p_limit + 4
              for update skip locked) as c
@@ -248,6 +252,7 @@ begin
               and r.queue = q.name
               and r.run_at <= v_now
               and (v_names is null or r.name = any (v_names))
+              and (v_tenant is null or r.tenant = v_tenant)
             order by r.priority, r.run_at, r.id
             limit p_limit
               for update skip locked) as c

@@ -55,6 +55,7 @@ declare
   v_now   timestamptz := jobs.now();
   v_token bigint;
 begin
+  perform jobs.fleet_only('jobs.lease_acquire');  -- (sql/15_tenancy.sql)
   perform jobs.check_lease_args(p_name, p_holder, p_ttl_s);
   insert into jobs.lease as l (name, holder, token, lease_expires_at, acquired_at)
   values (p_name, p_holder, 1, v_now + pg_catalog.make_interval(secs => p_ttl_s), v_now)
@@ -84,6 +85,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.lease_renew');  -- (sql/15_tenancy.sql)
   perform jobs.check_lease_args(p_name, p_holder, p_ttl_s);
   update jobs.lease as l
      set lease_expires_at = jobs.now() + pg_catalog.make_interval(secs => p_ttl_s)
@@ -104,6 +106,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.lease_release');  -- (sql/15_tenancy.sql)
   update jobs.lease as l
      set holder = null, lease_expires_at = null
    where l.name = p_name and l.holder = p_holder and l.token = p_token;
@@ -126,6 +129,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.lease_holds');  -- (sql/15_tenancy.sql)
   return coalesce((select l.holder is not null and l.lease_expires_at > jobs.now()
                           and l.token = p_token
                      from jobs.lease l
@@ -145,6 +149,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.leases');  -- (sql/15_tenancy.sql)
   select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at,
          l.holder is not null and l.lease_expires_at > jobs.now()
     from jobs.lease l
@@ -277,6 +282,7 @@ declare
   v_problem text := jobs.limit_problem(p_name, p_def);
   v_new     boolean;
 begin
+  perform jobs.fleet_only('jobs.limit_put');  -- (sql/15_tenancy.sql)
   if v_problem is not null then
     perform jobs.raise_error('invalid_argument', v_problem);
   end if;
@@ -312,6 +318,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.limit_remove');  -- (sql/15_tenancy.sql)
   delete from jobs.limit l where l.name = p_name;
   if not found then
     perform jobs.raise_error('limit_not_found', pg_catalog.format('no limit named %L', p_name));
@@ -356,6 +363,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.limit_stats');  -- (sql/15_tenancy.sql)
   with used as (
     select s.grp, pg_catalog.count(*) as running from jobs.slot s group by s.grp
   ), waiting as (

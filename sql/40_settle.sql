@@ -110,6 +110,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.check_tenant(array[p_id]);
   update jobs.job as j set settle_watched = true
    where j.id = p_id and not j.settle_watched
      and j.state in ('ready', 'running', 'parked', 'interrupted');
@@ -140,6 +141,7 @@ declare
   v_now     timestamptz := jobs.now();
   v_done    bigint[];
   v_watched bigint[];
+  v_tenant  text := jobs.bound_tenant();
 begin
   perform jobs.check_batch(p_ids, p_claims, p_results);
   with input as (
@@ -159,6 +161,7 @@ begin
                              then j.last_error || '{"historical": true}' end
       from (select input.id, input.claim, input.result from input order by input.id) as i
      where j.id = i.id and j.claim = i.claim and j.state = 'running'
+       and (v_tenant is null or j.tenant = v_tenant)
     returning j.id, j.settle_watched
   )
   select pg_catalog.array_agg(done.id),
@@ -205,6 +208,7 @@ declare
   v_state jobs.job_state;
   v_claim bigint;
 begin
+  perform jobs.check_tenant(array[p_id]);  -- (another tenant's job: not described)
   select j.state, j.claim into v_state, v_claim from jobs.job j where j.id = p_id;
   perform jobs.raise_error('lease_lost',
     pg_catalog.format('job %s is no longer held by claim %s', p_id, p_claim),
@@ -298,6 +302,7 @@ declare
   v_done    bigint[];
   v_states  jobs.job_state[];
   v_watched bigint[];
+  v_tenant  text := jobs.bound_tenant();
 begin
   perform jobs.check_batch(p_ids, p_claims, p_errors);
   v_n := pg_catalog.cardinality(p_ids);
@@ -358,6 +363,7 @@ begin
              end as next_run_at
         from input i
         join jobs.job j on j.id = i.id and j.claim = i.claim and j.state = 'running'
+                       and (v_tenant is null or j.tenant = v_tenant)
        cross join lateral (select case
                                     when i.mode = 'fail' then 'failed'
                                     when i.mode = 'park' then 'parked'
@@ -460,7 +466,8 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_now timestamptz := jobs.now();
+  v_now    timestamptz := jobs.now();
+  v_tenant text := jobs.bound_tenant();
 begin
   perform jobs.check_batch(p_ids, p_claims, null::text[]);
   -- NaN and leases past the end of time (now + lease overflows) are refused too
@@ -478,6 +485,7 @@ begin
          set lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s)
         from (select input.id, input.claim from input order by input.id) as i
        where j.id = i.id and j.claim = i.claim and j.state = 'running'
+         and (v_tenant is null or j.tenant = v_tenant)
       returning j.id
     )
     select input.id, held.id is not null
@@ -509,10 +517,13 @@ language plpgsql
 volatile
 set search_path = ''
 as $$
+declare
+  v_tenant text := jobs.bound_tenant();
 begin
   update jobs.job as j
      set progress = p_progress
-   where j.id = p_id and j.claim = p_claim and j.state = 'running';
+   where j.id = p_id and j.claim = p_claim and j.state = 'running'
+     and (v_tenant is null or j.tenant = v_tenant);
   return found;
 end
 $$;

@@ -134,6 +134,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.workers');  -- (sql/15_tenancy.sql)
   select w.id, w.started_at, w.heartbeat_at, w.expires_at, w.queues, w.names,
          w.concurrency, w.host, w.pid,
          (select pg_catalog.count(*) from jobs.job j
@@ -159,6 +160,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.unserved_jobs');  -- (sql/15_tenancy.sql)
   select j.queue, j.name, pg_catalog.count(*) as waiting,
          extract(epoch from jobs.now() - pg_catalog.min(j.created_at))::double precision
            as oldest_s

@@ -39,7 +39,8 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_seq integer;
+  v_seq    integer;
+  v_tenant text := jobs.bound_tenant();
 begin
   if p_lease_s is not null and not (p_lease_s > 0 and p_lease_s <= 1e9) then
     perform jobs.raise_error('invalid_argument',
@@ -50,6 +51,7 @@ begin
          lease_expires_at = case when p_lease_s is null then j.lease_expires_at
                                  else jobs.now() + pg_catalog.make_interval(secs => p_lease_s) end
    where j.id = p_id and j.claim = p_claim and j.state = 'running'
+     and (v_tenant is null or j.tenant = v_tenant)
   returning j.step_seq into v_seq;
   if v_seq is null then
     perform jobs.lease_lost(p_id, p_claim);
@@ -226,6 +228,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.check_tenant(array[p_id]);
   select s.name, s.ordinal, s.kind, s.value, s.created_at
     from jobs.step s where s.job_id = p_id order by s.ordinal
 $$;
@@ -321,6 +324,8 @@ declare
   v_pending text[];
   v_specs   jsonb;
   v_ids     bigint[];
+  v_tenant  text;
+  v_ord     bigint;
 begin
   -- GUARD
   if p_names is null or pg_catalog.cardinality(p_names) = 0
@@ -340,6 +345,16 @@ begin
   end if;
   -- FENCE (locks the job row)
   v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
+  -- A child is of its parent's tenant: one naming another tenant is refused.
+  select j.tenant into v_tenant from jobs.job j where j.id = p_id;
+  if v_tenant is not null then
+    v_ord := jobs.foreign_tenant_spec(p_specs, v_tenant);
+    if v_ord is not null then
+      perform jobs.raise_error('tenant_refused',
+        pg_catalog.format('spec %s: a child of job %s is of its tenant %s, not %s', v_ord, p_id,
+                          v_tenant, p_specs -> (v_ord - 1)::integer -> 'tenant'));
+    end if;
+  end if;
 
   -- ENQUEUE the child of every step not stored yet (created, or found by its key).
   select pg_catalog.array_agg(u.n order by u.ord),
@@ -347,7 +362,10 @@ begin
                                    then p_specs->(u.ord::integer - 1)
                                    else p_specs->(u.ord::integer - 1)
                                         || pg_catalog.jsonb_build_object('key', p_id || ':' || u.n)
-                              end order by u.ord)
+                              end
+                              || case when v_tenant is null then '{}'::jsonb
+                                      else pg_catalog.jsonb_build_object('tenant', v_tenant) end
+                              order by u.ord)
     into v_pending, v_specs
     from pg_catalog.unnest(p_names) with ordinality as u(n, ord)
    where not exists (select 1 from jobs.step s where s.job_id = p_id and s.name = u.n);

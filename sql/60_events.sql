@@ -14,6 +14,8 @@
 -- before the wait was registered is therefore not lost.
 --
 -- Match: jsonb containment, `payload @> match` ({} matches every payload).
+-- Tenancy (sql/15_tenancy.sql): an event carries its emitter's bound tenant and is seen
+-- only by jobs of that tenant; an event of an unbound emitter (tenant null) by all.
 --
 -- Locks (why no event falls between a wait and an emit): both take a transaction-level
 -- advisory lock per event name — an emit SHARE (emits never block each other), a wait
@@ -52,6 +54,7 @@ as $$
 declare
   v_id     bigint;
   v_queues text[];
+  v_tenant text := jobs.bound_tenant();  -- wakes only this tenant's waiters (null: all)
 begin
   -- GUARD
   if p_name is null or p_name = '' then
@@ -67,8 +70,8 @@ begin
   -- LOCK (share: emits of one name run side by side; waits on it wait for us)
   perform pg_catalog.pg_advisory_xact_lock_shared(jobs.event_lock_key(p_name));
   -- WRITE
-  insert into jobs.event as e (name, payload, created_at)
-  values (p_name, p_payload, jobs.now())
+  insert into jobs.event as e (name, payload, created_at, tenant)
+  values (p_name, p_payload, jobs.now(), v_tenant)
   returning e.id into v_id;
   -- WAKE every parked job with a matching open wait.
   with woken as (
@@ -82,6 +85,7 @@ begin
                               and p_payload @> coalesce(x->'match', '{}'::jsonb))
              order by w.job_id) as m
      where j.id = m.job_id and j.state = 'parked'
+       and (v_tenant is null or j.tenant = v_tenant)
     returning j.queue
   )
   select array(select distinct woken.queue from woken) into v_queues;
@@ -131,6 +135,7 @@ declare
   v_cursor   timestamptz;
   v_deadline timestamptz;
   v_event    record;
+  v_tenant   text;  -- the job's
 begin
   -- GUARD
   perform jobs.check_step_name(p_name);
@@ -169,13 +174,15 @@ begin
   on conflict (job_id, step) do nothing;
   select w.deadline, w.specs into v_deadline, p_specs
     from jobs.event_wait w where w.job_id = p_id and w.step = p_name;
-  select coalesce(j.first_started_at, j.created_at) into v_cursor from jobs.job j where j.id = p_id;
+  select coalesce(j.first_started_at, j.created_at), j.tenant into v_cursor, v_tenant
+    from jobs.job j where j.id = p_id;
   -- LOOK BACK
   select e.id, e.name, e.payload into v_event
     from jobs.event e
    where e.name = any (v_names)
      and e.created_at >= v_cursor
      and e.created_at <= v_deadline
+     and (e.tenant is null or e.tenant = v_tenant)  -- another tenant's events are not seen
      and exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
                   where x->>'event' = e.name and e.payload @> coalesce(x->'match', '{}'::jsonb))
      and not exists (select 1 from jobs.step s where s.job_id = p_id and s.event_id = e.id)
@@ -220,6 +227,7 @@ as $$
 declare
   v_n integer;
 begin
+  perform jobs.fleet_only('jobs.purge_events');  -- (sql/15_tenancy.sql)
   if p_before is null or p_max is null or p_max not between 1 and 100000 then
     perform jobs.raise_error('invalid_argument', 'purge_events needs a time and 1 <= max <= 100000');
   end if;

@@ -86,6 +86,7 @@ begin
               case when pg_catalog.jsonb_typeof(e.spec) = 'object' then e.spec - 'ordering_key'
                    else e.spec end order by e.ord), '[]')
        from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)));
+  p_specs := jobs.tenant_specs(p_specs);  -- a tenant-bound session's tenant (sql/15_tenancy.sql)
 
   -- LOCK ACQUISITION: one advisory lock per ordering key, in a fixed order.
   perform pg_catalog.pg_advisory_xact_lock(
@@ -213,6 +214,7 @@ declare
   v_created   bigint[];
   v_wake      text[];
 begin
+  perform jobs.fleet_only('jobs.relay');  -- (sql/15_tenancy.sql)
   -- GUARD
   if p_batch is null or p_batch < 0 or p_batch > 10000 then
     perform jobs.raise_error('invalid_argument', 'batch must be between 0 and 10000');
@@ -342,6 +344,7 @@ declare
   v_before timestamptz;
   v_purged integer;
 begin
+  perform jobs.fleet_only('jobs.purge_outbox');  -- (sql/15_tenancy.sql)
   -- bounded (about 31 years): now - retention must stay a timestamp
   if p_retention_s is null or not (p_retention_s >= 0 and p_retention_s <= 1e9) then
     perform jobs.raise_error('invalid_argument',
@@ -381,6 +384,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.outbox_stats');  -- (sql/15_tenancy.sql)
   select pg_catalog.count(*) filter (where o.published_at is null),
          pg_catalog.count(*) filter (where o.published_at is null and o.claimed_by is not null
                                        and o.lease_expires_at > jobs.now()),

@@ -35,6 +35,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.leader_acquire');  -- (sql/15_tenancy.sql)
   return jobs.lease_acquire(p_role, p_holder, p_lease_s);
 end
 $$;
@@ -49,6 +50,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.leader_release');  -- (sql/15_tenancy.sql)
   return jobs.lease_release(p_role, p_holder, p_token);
 end
 $$;
@@ -63,6 +65,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.leaders');  -- (sql/15_tenancy.sql)
   select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at, l.live
     from jobs.leases() l
 $$;
@@ -157,6 +160,7 @@ declare
   v_problem text;
   v_new     boolean;
 begin
+  perform jobs.fleet_only('jobs.schedule_put');  -- (sql/15_tenancy.sql)
   if p_name is null or p_name = '' then
     perform jobs.raise_error('invalid_argument', 'a schedule needs a name');
   end if;
@@ -203,6 +207,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.schedule_pause');  -- (sql/15_tenancy.sql)
   update jobs.schedule s set paused = true, updated_at = jobs.now()
    where s.name = p_name and not s.paused;
   if not found and not exists (select 1 from jobs.schedule s where s.name = p_name) then
@@ -220,6 +225,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.schedule_resume');  -- (sql/15_tenancy.sql)
   update jobs.schedule s
      set paused = false, updated_at = jobs.now(), watermark = greatest(s.watermark, jobs.now())
    where s.name = p_name and s.paused;
@@ -239,6 +245,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.schedule_remove');  -- (sql/15_tenancy.sql)
   delete from jobs.schedule s where s.name = p_name;
   if not found then
     perform jobs.raise_error('schedule_not_found', pg_catalog.format('no schedule named %L', p_name));
@@ -261,6 +268,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.schedules');  -- (sql/15_tenancy.sql)
   select s.name, s.job_name, s.cron, s.timezone, s.catch_up, s.options, s.payload, s.paused,
          s.origin, s.watermark, s.last_fired_at, s.created_at, s.updated_at
     from jobs.schedule s
@@ -327,6 +335,7 @@ declare
   v_due     timestamptz[];
   v_specs   jsonb;
 begin
+  perform jobs.fleet_only('jobs.schedule_fire');  -- (sql/15_tenancy.sql)
   -- GUARD: the leader lease, held for share until commit.
   select l.holder is not null and l.lease_expires_at > v_now and l.token = p_token
     into v_live

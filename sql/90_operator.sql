@@ -62,6 +62,7 @@ as $$
 declare
   v_states jobs.job_state[];
 begin
+  p_filter := jobs.tenant_filter(p_filter);  -- a bound session: its tenant only
   if p_filter is null or pg_catalog.jsonb_typeof(p_filter) <> 'object'
      or exists (select 1 from pg_catalog.jsonb_object_keys(p_filter) k
                  where k not in ('queue', 'name', 'state', 'tenant')) then
@@ -104,12 +105,12 @@ stable
 set search_path = ''
 as $$
   select pg_catalog.count(*)
-    from jobs.job j
+    from jobs.job j, (select jobs.tenant_filter(p_filter) as f) t  -- a bound session: its tenant
    where j.state = any (p_states)
-     and (p_filter->'state' is null or j.state = any (jobs.filter_values(p_filter, 'state')::jobs.job_state[]))
-     and (p_filter->'queue' is null or j.queue = any (jobs.filter_values(p_filter, 'queue')))
-     and (p_filter->'name' is null or j.name = any (jobs.filter_values(p_filter, 'name')))
-     and (p_filter->'tenant' is null or j.tenant = any (jobs.filter_values(p_filter, 'tenant')))
+     and (t.f->'state' is null or j.state = any (jobs.filter_values(t.f, 'state')::jobs.job_state[]))
+     and (t.f->'queue' is null or j.queue = any (jobs.filter_values(t.f, 'queue')))
+     and (t.f->'name' is null or j.name = any (jobs.filter_values(t.f, 'name')))
+     and (t.f->'tenant' is null or j.tenant = any (jobs.filter_values(t.f, 'tenant')))
      and (not p_waiting or j.state = 'parked' or j.run_at > jobs.now())
 $$;
 
@@ -131,6 +132,7 @@ begin
   if v_state is null then
     perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', p_id));
   end if;
+  perform jobs.check_tenant(array[p_id]);
   if v_state = any (p_allowed) then
     return v_state;
   end if;
@@ -254,6 +256,7 @@ begin
   if v_id is not null then
     perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', v_id));
   end if;
+  perform jobs.check_tenant(p_ids);
   select j.id, j.state into v_id, v_state from jobs.job j
    where j.id = any (p_ids) and j.state = 'succeeded' order by j.id limit 1;
   if v_id is not null then
@@ -387,6 +390,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.pause_queue');  -- (sql/15_tenancy.sql)
   if p_queue is null or p_queue = '' then
     perform jobs.raise_error('invalid_argument', 'queue is required');
   end if;
@@ -402,6 +406,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.resume_queue');  -- (sql/15_tenancy.sql)
   if p_queue is null or p_queue = '' then
     perform jobs.raise_error('invalid_argument', 'queue is required');
   end if;
@@ -423,7 +428,10 @@ returns jsonb
 language sql
 stable
 set search_path = ''
-as $$ select j.payload from jobs.job j where j.id = p_id $$;
+as $$
+  select jobs.check_tenant(array[p_id]);
+  select j.payload from jobs.job j where j.id = p_id
+$$;
 
 comment on function jobs.job_payload(bigint) is
   'The payload of one job, NOT redacted (null when it does not exist): grant it only to whom may read secrets.';
@@ -453,6 +461,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.queue_stats');  -- (sql/15_tenancy.sql)
   with window_start as materialized (
     select jobs.now() - coalesce(nullif(pg_catalog.current_setting('jobs.queue_stats_window', true),
                                         ''), '24 hours')::interval as since

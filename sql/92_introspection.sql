@@ -389,6 +389,7 @@ declare
   v_problem text := jobs.job_type_problem(p_name, p_def);
   v_new     boolean;
 begin
+  perform jobs.fleet_only('jobs.job_type_put');  -- (sql/15_tenancy.sql)
   if v_problem is not null then
     perform jobs.raise_error('invalid_job_type', v_problem);
   end if;
@@ -423,6 +424,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.job_type_remove');  -- (sql/15_tenancy.sql)
   delete from jobs.job_type t where t.name = p_name;
   if not found then
     perform jobs.raise_error('job_type_not_found', pg_catalog.format('no job type named %L', p_name));
@@ -457,6 +459,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.personal_data');  -- (sql/15_tenancy.sql)
   select t.name, t.personal_paths,
          (select pg_catalog.count(*) from jobs.job j where j.name = t.name)
     from jobs.job_type t
@@ -481,10 +484,13 @@ create or replace view jobs.job_view as
          jobs.redact_payload(j.payload, t.sensitive_paths) as payload,
          j.parent_id, j.parent_step
     from jobs.job j
-    left join jobs.job_type t on t.name = j.name;
+    left join jobs.job_type t on t.name = j.name
+   -- a tenant-bound session sees its tenant's jobs only (sql/15_tenancy.sql); each
+   -- sub-select runs once per query
+   where (select jobs.bound_tenant()) is null or j.tenant = (select jobs.bound_tenant());
 
 comment on view jobs.job_view is
-  'Every job, redacted: sensitive payload paths "[redacted]", their values hidden in progress, last_error and result.';
+  'Every job (of the session''s tenant, when bound), redacted: sensitive payload paths "[redacted]", their values hidden in progress, last_error and result.';
 
 -- jobs.list_jobs(filter, after_id, limit): a page of jobs, newest first, redacted.
 -- Filter fields: state, queue, name, tenant, key (a string or an array of strings),
@@ -508,6 +514,7 @@ begin
   if p_filter is null or pg_catalog.jsonb_typeof(p_filter) <> 'object' then
     perform jobs.raise_error('invalid_argument', 'filter must be a JSON object');
   end if;
+  p_filter := jobs.tenant_filter(p_filter);  -- a bound session: its tenant only
   select k into v_field from pg_catalog.jsonb_object_keys(p_filter) k
    where k not in ('state', 'queue', 'name', 'tenant', 'key', 'created_after', 'created_before',
                    'finished_after', 'finished_before')
@@ -570,6 +577,7 @@ stable
 set search_path = ''
 as $$
 begin
+  perform jobs.check_tenant(array[p_id]);
   return (
   select pg_catalog.jsonb_build_object(
     'job', pg_catalog.to_jsonb(v),

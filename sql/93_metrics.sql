@@ -41,6 +41,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.queue_gauges');  -- (sql/15_tenancy.sql)
   with clock as materialized (  -- jobs.now() once, not once per row
     select jobs.now() as at
   ),
@@ -117,6 +118,7 @@ stable
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.limit_gauges');  -- (sql/15_tenancy.sql)
   return query
   with used as (
     select s.limit_name, pg_catalog.count(*) as groups, pg_catalog.sum(s.running) as running,
@@ -174,6 +176,7 @@ as $$
 declare
   v_now timestamptz := jobs.now();
 begin
+  perform jobs.fleet_only('jobs.stats');  -- (sql/15_tenancy.sql)
   -- (PostgreSQL orders NaN above every number, so this refuses it too; bounded so that
   -- now - window stays a timestamp)
   if not coalesce(p_window_s > 0 and p_window_s <= 1e9, false) then

@@ -144,6 +144,7 @@ as $$
 declare
   v_queue text := coalesce(nullif(p_queue, ''), '*');
 begin
+  perform jobs.fleet_only('jobs.retention_put');  -- (sql/15_tenancy.sql)
   -- GUARD
   perform jobs.retention_check(p_policy, false);
   if v_queue <> '*' and p_policy ? 'events' then
@@ -189,6 +190,7 @@ volatile
 set search_path = ''
 as $$
 begin
+  perform jobs.fleet_only('jobs.retention_remove');  -- (sql/15_tenancy.sql)
   delete from jobs.retention r where r.queue = coalesce(nullif(p_queue, ''), '*');
   return found;
 end
@@ -213,6 +215,7 @@ as $$
 declare
   v_p jsonb := coalesce(p_policy, '{}');
 begin
+  perform jobs.fleet_only('jobs.retention_policy');  -- (sql/15_tenancy.sql)
   perform jobs.retention_check(v_p, true);
   return query
     with qs as (
@@ -339,6 +342,7 @@ declare
   v_bound    bigint;
   v_cap      bigint;        -- a counted remainder stops here (dry runs count it all)
 begin
+  perform jobs.fleet_only('jobs.purge');  -- (sql/15_tenancy.sql)
   -- GUARD
   if p_max is null or p_max not between 1 and 100000 then
     perform jobs.raise_error('invalid_retention',

@@ -16,6 +16,7 @@ as $$
 declare
   v_end timestamptz := pg_catalog.date_trunc('minute', jobs.now()) + interval '1 minute';
 begin
+  perform jobs.fleet_only('jobs.finished_per_minute');  -- (sql/15_tenancy.sql)
   if p_minutes is null or p_minutes not between 1 and 1440 then
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('minutes must be between 1 and 1440, got %s', p_minutes));

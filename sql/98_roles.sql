@@ -105,6 +105,9 @@ as $$
       ('sqljobs_operator', 'jobs.purge_events(timestamp with time zone,integer)'),
       ('sqljobs_operator', 'jobs.lease_release(text,text,bigint)'),
       ('sqljobs_operator', 'jobs.worker_stop(text)'),
+      ('sqljobs_operator', 'jobs.tenant_bind(text,text)'),
+      ('sqljobs_operator', 'jobs.tenant_unbind(text)'),
+      ('sqljobs_operator', 'jobs.tenant_bindings()'),
       -- reader: views and read functions only (redacted: no raw payload)
       ('sqljobs_reader', 'jobs.queue_stats()'),
       ('sqljobs_reader', 'jobs.list_jobs(jsonb,bigint,integer)'),
@@ -127,8 +130,10 @@ as $$
       ('sqljobs_reader', 'jobs.finished_per_minute(integer)'),
       -- jobs.job_view calls these with its reader's privileges (a view's functions are
       -- checked against its caller), so whoever is granted SELECT on the view needs them;
-      -- they compute on their arguments only and read no table
+      -- they compute on their arguments only and read no table (bound_tenant: only the
+      -- caller's own binding)
       ('public', 'jobs.redact_payload(jsonb,text[])'),
+      ('public', 'jobs.bound_tenant()'),
       ('public', 'jobs.redact_job_output(jsonb,jsonb,text[])')
     ) as g(role_name, fn)
    -- a function another file drops or has not made yet is left out, not an error

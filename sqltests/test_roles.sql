@@ -102,7 +102,7 @@ select is_empty($$
           or exists (select from pg_catalog.aclexplode(p.proacl) a where a.grantee = 0))
   except
   select g.fn from jobs.role_grants() g where g.role_name = 'public' $$,
-  'PUBLIC executes no function but the two redaction functions of jobs.job_view');
+  'PUBLIC executes no function but the three jobs.job_view calls (redaction, bound_tenant)');
 select is_empty($$
   select p.oid::regprocedure from pg_catalog.pg_proc p
    where p.pronamespace = 'jobs'::regnamespace

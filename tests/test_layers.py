@@ -31,7 +31,7 @@ PUBLIC = {
     "QueueStats", "QueuesRequired", "Relay", "ReservedStepName", "ResultTimeout", "Retry",
     "RetryPolicy", "RunCancelled", "ScheduleNotFound", "Scheduler", "SchemaError", "Settled",
     "Snooze",
-    "SqljobsError", "Staged", "StepNameReused", "StepTimeout", "Steps",
+    "SqljobsError", "Staged", "StepNameReused", "StepTimeout", "Steps", "TenantRefused",
     "UnknownJob", "Worker", "fresh_key", "key", "queries",
     "InvalidJobType", "JobTypeNotFound", "PersonalData", "Sensitive",  # redaction
     "InvalidRetention", "UnknownRetentionKey",  # retention

@@ -5,9 +5,10 @@ Revises: sqljobs_0001
 Create Date: 2026-12-03
 
 Upgrades version 1 in place (0002_flow_control.sql): new columns on jobs.job (no
-rewrite), jobs.leader renamed jobs.lease, the tables jobs.limit and jobs.limit_start,
-new and changed functions. Locks: jobs.job briefly (ACCESS EXCLUSIVE, for the columns
-and the swap of job_claimable_idx). Workers: need not drain.
+rewrite), jobs.leader renamed jobs.lease, the tables jobs.limit, jobs.limit_start and
+jobs.tenant_binding, the column jobs.event.tenant, new and changed functions. Locks:
+jobs.job briefly (ACCESS EXCLUSIVE, for the columns and the swap of job_claimable_idx).
+Workers: need not drain.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 -- version 1 in place. Revision sqljobs_0002. The source of every function below is
 -- sql/: new are sql/35_limits.sql (limits; docs/design/limits.md says why it is built
 -- this way), 92_introspection.sql (job types, redaction, job_view), 93_metrics.sql
--- (gauges, stats) and 95_retention.sql (purge); 20_enqueue.sql, 30_claim.sql,
--- 40_settle.sql, 80_schedule.sql and 90_operator.sql changed.
+-- (gauges, stats), 95_retention.sql (purge) and 15_tenancy.sql (tenant-bound sessions);
+-- the engine's functions changed to honour limits and tenant bindings.
 --
 -- Locks: jobs.job takes an ACCESS EXCLUSIVE lock for the new columns (no rewrite: their
 -- defaults are constants) and the index swap; the new partial indexes cover columns
@@ -132,12 +132,22 @@ create table jobs.job_type (
   updated_at       timestamptz not null
 );
 
+-- jobs.event: the emitter's tenant; jobs.tenant_binding: login roles bound to one tenant
+-- (sql/15_tenancy.sql). Both start empty: no lock beyond the brief one of the column.
+alter table jobs.event add column tenant text;
+create table jobs.tenant_binding (
+  role_name   text primary key,
+  tenant      text not null check (tenant <> ''),
+  updated_at  timestamptz not null
+);
+
 -- jobs.queue_stats gains a column (limited): a new return type is a drop and a create.
 drop function jobs.queue_stats();
 
 -- ---------------------------------------------------------------------------
 -- Functions: new ones, then changed ones.
 -- ---------------------------------------------------------------------------
+
 -- new: jobs.admit(bigint[],integer,timestamp with time zone)
 CREATE OR REPLACE FUNCTION jobs.admit(p_ids bigint[], p_limit integer, p_now timestamp with time zone)
  RETURNS TABLE(id bigint, slots text[], at timestamp with time zone)
@@ -403,6 +413,43 @@ begin
 end
 $function$;
 
+-- new: jobs.bound_tenant()
+CREATE OR REPLACE FUNCTION jobs.bound_tenant()
+ RETURNS text
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_setting text := nullif(pg_catalog.current_setting('sqljobs.tenant', true), '');
+  v_role    text;
+  v_count   bigint;
+begin
+  if exists (select from jobs.tenant_binding) then  -- (nothing bound: one empty read)
+    select pg_catalog.min(b.tenant), pg_catalog.count(distinct b.tenant)
+      into v_role, v_count
+      from jobs.tenant_binding b
+      join pg_catalog.pg_roles r on r.rolname = b.role_name
+     where pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER')
+       and not (select s.rolsuper from pg_catalog.pg_roles s where s.rolname = session_user);
+    if v_count > 1 then
+      perform jobs.raise_error('tenant_refused',
+        pg_catalog.format('role %s is bound to %s tenants through its memberships', session_user,
+                          v_count), null, 'bind each login role to one tenant');
+    end if;
+    if v_role is not null then
+      if v_setting is not null and v_setting <> v_role then
+        perform jobs.raise_error('tenant_refused',
+          pg_catalog.format('sqljobs.tenant is %s, but role %s is bound to tenant %s',
+                            v_setting, session_user, v_role));
+      end if;
+      return v_role;
+    end if;
+  end if;
+  return v_setting;
+end
+$function$;
+
 -- new: jobs.check_lease_args(text,text,double precision)
 CREATE OR REPLACE FUNCTION jobs.check_lease_args(p_name text, p_holder text, p_ttl_s double precision)
  RETURNS void
@@ -419,6 +466,33 @@ begin
   -- bounded (about 31 years): now + ttl must stay a timestamp (NaN is refused too)
   if p_ttl_s is null or not (p_ttl_s > 0 and p_ttl_s <= 1e9) then
     perform jobs.raise_error('invalid_argument', 'ttl_s must be positive and at most 1e9 seconds');
+  end if;
+end
+$function$;
+
+-- new: jobs.check_tenant(bigint[])
+CREATE OR REPLACE FUNCTION jobs.check_tenant(p_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_tenant text := jobs.bound_tenant();
+  v_id     bigint;
+begin
+  if v_tenant is null then
+    return;
+  end if;
+  select j.id into v_id
+    from jobs.job j
+   where j.id = any (p_ids) and j.tenant is distinct from v_tenant
+   order by j.id
+   limit 1;
+  if v_id is not null then
+    perform jobs.raise_error('tenant_refused',
+      pg_catalog.format('job %s is not of tenant %s, to which this session is bound',
+                        v_id, v_tenant));
   end if;
 end
 $function$;
@@ -455,6 +529,7 @@ AS $function$
 declare
   v_end timestamptz := pg_catalog.date_trunc('minute', jobs.now()) + interval '1 minute';
 begin
+  perform jobs.fleet_only('jobs.finished_per_minute');  -- (sql/15_tenancy.sql)
   if p_minutes is null or p_minutes not between 1 and 1440 then
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('minutes must be between 1 and 1440, got %s', p_minutes));
@@ -477,6 +552,40 @@ begin
    group by m.minute
    order by m.minute;
 end
+$function$;
+
+-- new: jobs.fleet_only(text)
+CREATE OR REPLACE FUNCTION jobs.fleet_only(p_fn text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_tenant text := jobs.bound_tenant();
+begin
+  if v_tenant is not null then
+    perform jobs.raise_error('tenant_refused',
+      pg_catalog.format('%s acts on every tenant; this session is bound to tenant %s',
+                        p_fn, v_tenant),
+      null, 'call it from a role bound to no tenant');
+  end if;
+end
+$function$;
+
+-- new: jobs.foreign_tenant_spec(jsonb,text)
+CREATE OR REPLACE FUNCTION jobs.foreign_tenant_spec(p_specs jsonb, p_tenant text)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+  select e.ord
+    from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+   where pg_catalog.jsonb_typeof(e.spec->'tenant') is distinct from 'null'
+     and e.spec->'tenant' <> pg_catalog.to_jsonb(p_tenant)
+   order by e.ord
+   limit 1
 $function$;
 
 -- new: jobs.install_roles()
@@ -554,6 +663,7 @@ CREATE OR REPLACE FUNCTION jobs.job_detail(p_id bigint)
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.check_tenant(array[p_id]);
   return (
   select pg_catalog.jsonb_build_object(
     'job', pg_catalog.to_jsonb(v),
@@ -672,6 +782,7 @@ declare
   v_problem text := jobs.job_type_problem(p_name, p_def);
   v_new     boolean;
 begin
+  perform jobs.fleet_only('jobs.job_type_put');  -- (sql/15_tenancy.sql)
   if v_problem is not null then
     perform jobs.raise_error('invalid_job_type', v_problem);
   end if;
@@ -703,6 +814,7 @@ CREATE OR REPLACE FUNCTION jobs.job_type_remove(p_name text)
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.job_type_remove');  -- (sql/15_tenancy.sql)
   delete from jobs.job_type t where t.name = p_name;
   if not found then
     perform jobs.raise_error('job_type_not_found', pg_catalog.format('no job type named %L', p_name));
@@ -734,6 +846,7 @@ declare
   v_now   timestamptz := jobs.now();
   v_token bigint;
 begin
+  perform jobs.fleet_only('jobs.lease_acquire');  -- (sql/15_tenancy.sql)
   perform jobs.check_lease_args(p_name, p_holder, p_ttl_s);
   insert into jobs.lease as l (name, holder, token, lease_expires_at, acquired_at)
   values (p_name, p_holder, 1, v_now + pg_catalog.make_interval(secs => p_ttl_s), v_now)
@@ -757,6 +870,7 @@ CREATE OR REPLACE FUNCTION jobs.lease_holds(p_name text, p_token bigint)
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.lease_holds');  -- (sql/15_tenancy.sql)
   return coalesce((select l.holder is not null and l.lease_expires_at > jobs.now()
                           and l.token = p_token
                      from jobs.lease l
@@ -773,6 +887,7 @@ CREATE OR REPLACE FUNCTION jobs.lease_release(p_name text, p_holder text, p_toke
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.lease_release');  -- (sql/15_tenancy.sql)
   update jobs.lease as l
      set holder = null, lease_expires_at = null
    where l.name = p_name and l.holder = p_holder and l.token = p_token;
@@ -788,6 +903,7 @@ CREATE OR REPLACE FUNCTION jobs.lease_renew(p_name text, p_holder text, p_token 
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.lease_renew');  -- (sql/15_tenancy.sql)
   perform jobs.check_lease_args(p_name, p_holder, p_ttl_s);
   update jobs.lease as l
      set lease_expires_at = jobs.now() + pg_catalog.make_interval(secs => p_ttl_s)
@@ -803,6 +919,7 @@ CREATE OR REPLACE FUNCTION jobs.leases()
  STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
+  select jobs.fleet_only('jobs.leases');  -- (sql/15_tenancy.sql)
   select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at,
          l.holder is not null and l.lease_expires_at > jobs.now()
     from jobs.lease l
@@ -817,6 +934,7 @@ CREATE OR REPLACE FUNCTION jobs.limit_gauges()
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.limit_gauges');  -- (sql/15_tenancy.sql)
   return query
   with used as (
     select s.limit_name, pg_catalog.count(*) as groups, pg_catalog.sum(s.running) as running,
@@ -930,6 +1048,7 @@ declare
   v_problem text := jobs.limit_problem(p_name, p_def);
   v_new     boolean;
 begin
+  perform jobs.fleet_only('jobs.limit_put');  -- (sql/15_tenancy.sql)
   if v_problem is not null then
     perform jobs.raise_error('invalid_argument', v_problem);
   end if;
@@ -961,6 +1080,7 @@ CREATE OR REPLACE FUNCTION jobs.limit_remove(p_name text)
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.limit_remove');  -- (sql/15_tenancy.sql)
   delete from jobs.limit l where l.name = p_name;
   if not found then
     perform jobs.raise_error('limit_not_found', pg_catalog.format('no limit named %L', p_name));
@@ -979,6 +1099,7 @@ CREATE OR REPLACE FUNCTION jobs.limit_stats()
  STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
+  select jobs.fleet_only('jobs.limit_stats');  -- (sql/15_tenancy.sql)
   with used as (
     select s.grp, pg_catalog.count(*) as running from jobs.slot s group by s.grp
   ), waiting as (
@@ -1049,6 +1170,7 @@ begin
   if p_filter is null or pg_catalog.jsonb_typeof(p_filter) <> 'object' then
     perform jobs.raise_error('invalid_argument', 'filter must be a JSON object');
   end if;
+  p_filter := jobs.tenant_filter(p_filter);  -- a bound session: its tenant only
   select k into v_field from pg_catalog.jsonb_object_keys(p_filter) k
    where k not in ('state', 'queue', 'name', 'tenant', 'key', 'created_after', 'created_before',
                    'finished_after', 'finished_before')
@@ -1105,6 +1227,7 @@ CREATE OR REPLACE FUNCTION jobs.personal_data()
  STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
+  select jobs.fleet_only('jobs.personal_data');  -- (sql/15_tenancy.sql)
   select t.name, t.personal_paths,
          (select pg_catalog.count(*) from jobs.job j where j.name = t.name)
     from jobs.job_type t
@@ -1140,6 +1263,7 @@ declare
   v_bound    bigint;
   v_cap      bigint;        -- a counted remainder stops here (dry runs count it all)
 begin
+  perform jobs.fleet_only('jobs.purge');  -- (sql/15_tenancy.sql)
   -- GUARD
   if p_max is null or p_max not between 1 and 100000 then
     perform jobs.raise_error('invalid_retention',
@@ -1287,6 +1411,7 @@ CREATE OR REPLACE FUNCTION jobs.queue_gauges()
  STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
+  select jobs.fleet_only('jobs.queue_gauges');  -- (sql/15_tenancy.sql)
   with clock as materialized (  -- jobs.now() once, not once per row
     select jobs.now() as at
   ),
@@ -1666,6 +1791,7 @@ AS $function$
 declare
   v_p jsonb := coalesce(p_policy, '{}');
 begin
+  perform jobs.fleet_only('jobs.retention_policy');  -- (sql/15_tenancy.sql)
   perform jobs.retention_check(v_p, true);
   return query
     with qs as (
@@ -1710,6 +1836,7 @@ AS $function$
 declare
   v_queue text := coalesce(nullif(p_queue, ''), '*');
 begin
+  perform jobs.fleet_only('jobs.retention_put');  -- (sql/15_tenancy.sql)
   -- GUARD
   perform jobs.retention_check(p_policy, false);
   if v_queue <> '*' and p_policy ? 'events' then
@@ -1749,6 +1876,7 @@ CREATE OR REPLACE FUNCTION jobs.retention_remove(p_queue text)
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.retention_remove');  -- (sql/15_tenancy.sql)
   delete from jobs.retention r where r.queue = coalesce(nullif(p_queue, ''), '*');
   return found;
 end
@@ -1850,6 +1978,9 @@ AS $function$
       ('sqljobs_operator', 'jobs.purge_events(timestamp with time zone,integer)'),
       ('sqljobs_operator', 'jobs.lease_release(text,text,bigint)'),
       ('sqljobs_operator', 'jobs.worker_stop(text)'),
+      ('sqljobs_operator', 'jobs.tenant_bind(text,text)'),
+      ('sqljobs_operator', 'jobs.tenant_unbind(text)'),
+      ('sqljobs_operator', 'jobs.tenant_bindings()'),
       -- reader: views and read functions only (redacted: no raw payload)
       ('sqljobs_reader', 'jobs.queue_stats()'),
       ('sqljobs_reader', 'jobs.list_jobs(jsonb,bigint,integer)'),
@@ -1872,8 +2003,10 @@ AS $function$
       ('sqljobs_reader', 'jobs.finished_per_minute(integer)'),
       -- jobs.job_view calls these with its reader's privileges (a view's functions are
       -- checked against its caller), so whoever is granted SELECT on the view needs them;
-      -- they compute on their arguments only and read no table
+      -- they compute on their arguments only and read no table (bound_tenant: only the
+      -- caller's own binding)
       ('public', 'jobs.redact_payload(jsonb,text[])'),
+      ('public', 'jobs.bound_tenant()'),
       ('public', 'jobs.redact_job_output(jsonb,jsonb,text[])')
     ) as g(role_name, fn)
    -- a function another file drops or has not made yet is left out, not an error
@@ -1950,6 +2083,7 @@ AS $function$
 declare
   v_now timestamptz := jobs.now();
 begin
+  perform jobs.fleet_only('jobs.stats');  -- (sql/15_tenancy.sql)
   -- (PostgreSQL orders NaN above every number, so this refuses it too; bounded so that
   -- now - window stays a timestamp)
   if not coalesce(p_window_s > 0 and p_window_s <= 1e9, false) then
@@ -1982,6 +2116,116 @@ begin
     from recent r
    group by r.queue
    order by r.queue;
+end
+$function$;
+
+-- new: jobs.tenant_bind(text,text)
+CREATE OR REPLACE FUNCTION jobs.tenant_bind(p_role text, p_tenant text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_created boolean;
+begin
+  perform jobs.fleet_only('jobs.tenant_bind');
+  if p_role is null or not exists (select from pg_catalog.pg_roles r where r.rolname = p_role) then
+    perform jobs.raise_error('invalid_argument', pg_catalog.format('no role is named %s', p_role));
+  end if;
+  if p_tenant is null or p_tenant = '' or pg_catalog.length(p_tenant) > 200 then
+    perform jobs.raise_error('invalid_argument', 'tenant must be a non-empty string of at most 200 characters');
+  end if;
+  if (select r.rolsuper from pg_catalog.pg_roles r where r.rolname = p_role) then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('role %s is a superuser: a superuser is never bound', p_role));
+  end if;
+  insert into jobs.tenant_binding as b (role_name, tenant, updated_at)
+  values (p_role, p_tenant, jobs.now())
+  on conflict (role_name) do update set tenant = excluded.tenant, updated_at = excluded.updated_at
+  returning (b.xmax::text = '0') into v_created;
+  return v_created;
+end
+$function$;
+
+-- new: jobs.tenant_bindings()
+CREATE OR REPLACE FUNCTION jobs.tenant_bindings()
+ RETURNS TABLE(role_name text, tenant text, updated_at timestamp with time zone)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  perform jobs.fleet_only('jobs.tenant_bindings');
+  return query select b.role_name, b.tenant, b.updated_at from jobs.tenant_binding b
+                order by b.role_name;
+end
+$function$;
+
+-- new: jobs.tenant_filter(jsonb)
+CREATE OR REPLACE FUNCTION jobs.tenant_filter(p_filter jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_tenant text := jobs.bound_tenant();
+begin
+  if v_tenant is null or pg_catalog.jsonb_typeof(p_filter) is distinct from 'object' then
+    return p_filter;
+  end if;
+  if p_filter->'tenant' is not null
+     and p_filter->'tenant' not in (pg_catalog.to_jsonb(v_tenant),
+                                    pg_catalog.jsonb_build_array(v_tenant)) then
+    perform jobs.raise_error('tenant_refused',
+      pg_catalog.format('filter.tenant %s is not %s, to which this session is bound',
+                        p_filter->'tenant', v_tenant));
+  end if;
+  return p_filter || pg_catalog.jsonb_build_object('tenant', v_tenant);
+end
+$function$;
+
+-- new: jobs.tenant_specs(jsonb)
+CREATE OR REPLACE FUNCTION jobs.tenant_specs(p_specs jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+declare
+  v_tenant text := jobs.bound_tenant();
+  v_ord    bigint;
+begin
+  if v_tenant is null or pg_catalog.jsonb_typeof(p_specs) is distinct from 'array' then
+    return p_specs;
+  end if;
+  v_ord := jobs.foreign_tenant_spec(p_specs, v_tenant);
+  if v_ord is not null then
+    perform jobs.raise_error('tenant_refused',
+      pg_catalog.format('spec %s: tenant %s is not %s, to which this session is bound', v_ord,
+                        p_specs -> (v_ord - 1)::integer -> 'tenant', v_tenant));
+  end if;
+  return (select pg_catalog.jsonb_agg(
+                   case when pg_catalog.jsonb_typeof(e.spec) = 'object'
+                        then e.spec || pg_catalog.jsonb_build_object('tenant', v_tenant)
+                        else e.spec end
+                   order by e.ord)
+            from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord));
+end
+$function$;
+
+-- new: jobs.tenant_unbind(text)
+CREATE OR REPLACE FUNCTION jobs.tenant_unbind(p_role text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+AS $function$
+begin
+  perform jobs.fleet_only('jobs.tenant_unbind');
+  delete from jobs.tenant_binding b where b.role_name = p_role;
+  return found;
 end
 $function$;
 
@@ -2065,6 +2309,7 @@ declare
   v_now     timestamptz := jobs.now();
   v_done    bigint[];
   v_watched bigint[];
+  v_tenant  text := jobs.bound_tenant();
 begin
   perform jobs.check_batch(p_ids, p_claims, p_results);
   with input as (
@@ -2084,6 +2329,7 @@ begin
                              then j.last_error || '{"historical": true}' end
       from (select input.id, input.claim, input.result from input order by input.id) as i
      where j.id = i.id and j.claim = i.claim and j.state = 'running'
+       and (v_tenant is null or j.tenant = v_tenant)
     returning j.id, j.settle_watched
   )
   select pg_catalog.array_agg(done.id),
@@ -2368,6 +2614,7 @@ declare
   v_buried        bigint[];  -- watched jobs lease recovery buried: notified
   v_limited boolean;
   v_ids     bigint[];  -- limited: the candidates
+  v_tenant  text := jobs.bound_tenant();  -- a bound session claims its tenant's jobs only
 begin
   -- GUARD
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
@@ -2414,6 +2661,7 @@ begin
         from jobs.job l
        where l.state = 'running' and l.lease_expires_at < v_now
          and l.queue = any (p_queues)
+         and (v_tenant is null or l.tenant = v_tenant)
        order by l.lease_expires_at
        limit 100
          for update skip locked
@@ -2469,6 +2717,7 @@ begin
       from (select p.id
               from jobs.job p
              where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
+               and (v_tenant is null or p.tenant = v_tenant)
              order by p.run_at
              limit 100
                for update skip locked) as due
@@ -2506,6 +2755,7 @@ begin
              and r.queue = q.name
              and r.run_at <= v_now
              and (v_names is null or r.name = any (v_names))
+             and (v_tenant is null or r.tenant = v_tenant)
            order by r.priority, r.run_at, r.id
            limit p_limit + 4
              for update skip locked) as c
@@ -2525,6 +2775,7 @@ begin
               and r.queue = q.name
               and r.run_at <= v_now
               and (v_names is null or r.name = any (v_names))
+              and (v_tenant is null or r.tenant = v_tenant)
             order by r.priority, r.run_at, r.id
             limit p_limit
               for update skip locked) as c
@@ -2585,12 +2836,12 @@ CREATE OR REPLACE FUNCTION jobs.count_where(p_filter jsonb, p_states jobs.job_st
  SET search_path TO ''
 AS $function$
   select pg_catalog.count(*)
-    from jobs.job j
+    from jobs.job j, (select jobs.tenant_filter(p_filter) as f) t  -- a bound session: its tenant
    where j.state = any (p_states)
-     and (p_filter->'state' is null or j.state = any (jobs.filter_values(p_filter, 'state')::jobs.job_state[]))
-     and (p_filter->'queue' is null or j.queue = any (jobs.filter_values(p_filter, 'queue')))
-     and (p_filter->'name' is null or j.name = any (jobs.filter_values(p_filter, 'name')))
-     and (p_filter->'tenant' is null or j.tenant = any (jobs.filter_values(p_filter, 'tenant')))
+     and (t.f->'state' is null or j.state = any (jobs.filter_values(t.f, 'state')::jobs.job_state[]))
+     and (t.f->'queue' is null or j.queue = any (jobs.filter_values(t.f, 'queue')))
+     and (t.f->'name' is null or j.name = any (jobs.filter_values(t.f, 'name')))
+     and (t.f->'tenant' is null or j.tenant = any (jobs.filter_values(t.f, 'tenant')))
      and (not p_waiting or j.state = 'parked' or j.run_at > jobs.now())
 $function$;
 
@@ -2927,6 +3178,7 @@ AS $function$
 declare
   v_id     bigint;
   v_queues text[];
+  v_tenant text := jobs.bound_tenant();  -- wakes only this tenant's waiters (null: all)
 begin
   -- GUARD
   if p_name is null or p_name = '' then
@@ -2942,8 +3194,8 @@ begin
   -- LOCK (share: emits of one name run side by side; waits on it wait for us)
   perform pg_catalog.pg_advisory_xact_lock_shared(jobs.event_lock_key(p_name));
   -- WRITE
-  insert into jobs.event as e (name, payload, created_at)
-  values (p_name, p_payload, jobs.now())
+  insert into jobs.event as e (name, payload, created_at, tenant)
+  values (p_name, p_payload, jobs.now(), v_tenant)
   returning e.id into v_id;
   -- WAKE every parked job with a matching open wait.
   with woken as (
@@ -2957,6 +3209,7 @@ begin
                               and p_payload @> coalesce(x->'match', '{}'::jsonb))
              order by w.job_id) as m
      where j.id = m.job_id and j.state = 'parked'
+       and (v_tenant is null or j.tenant = v_tenant)
     returning j.queue
   )
   select array(select distinct woken.queue from woken) into v_queues;
@@ -3002,6 +3255,7 @@ declare
 begin
   -- GUARD: every refusal happens here, before the first write.
   perform jobs.check_specs(p_specs);
+  p_specs := jobs.tenant_specs(p_specs);  -- a tenant-bound session's tenant (sql/15_tenancy.sql)
 
   -- Throttled jobs: make the claim enforce their rates (sql/35_limits.sql).
   if p_specs @? '$[*].throttle_n ? (@ != null)' then
@@ -3167,6 +3421,7 @@ AS $function$
     ('SJ015', 'unknown_retention_key', 'a retention policy key is not succeeded, failed, dead, cancelled, awaited or events'),
     ('SJ016', 'job_type_not_found',  'no job type has that name'),
     ('SJ017', 'invalid_job_type',    'a job type definition is refused: unknown field, bad value or bad path'),
+    ('SJ018', 'tenant_refused',      'the session is bound to another tenant, or the function acts on every tenant'),
     ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
     ('SJ031', 'schedule_not_found',  'no schedule has that name')
 $function$;
@@ -3226,7 +3481,8 @@ CREATE OR REPLACE FUNCTION jobs.heartbeat_many(p_ids bigint[], p_claims bigint[]
  SET search_path TO ''
 AS $function$
 declare
-  v_now timestamptz := jobs.now();
+  v_now    timestamptz := jobs.now();
+  v_tenant text := jobs.bound_tenant();
 begin
   perform jobs.check_batch(p_ids, p_claims, null::text[]);
   -- NaN and leases past the end of time (now + lease overflows) are refused too
@@ -3244,6 +3500,7 @@ begin
          set lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s)
         from (select input.id, input.claim from input order by input.id) as i
        where j.id = i.id and j.claim = i.claim and j.state = 'running'
+         and (v_tenant is null or j.tenant = v_tenant)
       returning j.id
     )
     select input.id, held.id is not null
@@ -3260,7 +3517,8 @@ CREATE OR REPLACE FUNCTION jobs.hold_step(p_id bigint, p_claim bigint, p_lease_s
  SET search_path TO ''
 AS $function$
 declare
-  v_seq integer;
+  v_seq    integer;
+  v_tenant text := jobs.bound_tenant();
 begin
   if p_lease_s is not null and not (p_lease_s > 0 and p_lease_s <= 1e9) then
     perform jobs.raise_error('invalid_argument',
@@ -3271,6 +3529,7 @@ begin
          lease_expires_at = case when p_lease_s is null then j.lease_expires_at
                                  else jobs.now() + pg_catalog.make_interval(secs => p_lease_s) end
    where j.id = p_id and j.claim = p_claim and j.state = 'running'
+     and (v_tenant is null or j.tenant = v_tenant)
   returning j.step_seq into v_seq;
   if v_seq is null then
     perform jobs.lease_lost(p_id, p_claim);
@@ -3289,6 +3548,7 @@ AS $function$
 declare
   v_states jobs.job_state[];
 begin
+  p_filter := jobs.tenant_filter(p_filter);  -- a bound session: its tenant only
   if p_filter is null or pg_catalog.jsonb_typeof(p_filter) <> 'object'
      or exists (select 1 from pg_catalog.jsonb_object_keys(p_filter) k
                  where k not in ('queue', 'name', 'state', 'tenant')) then
@@ -3359,7 +3619,10 @@ CREATE OR REPLACE FUNCTION jobs.job_payload(p_id bigint)
  LANGUAGE sql
  STABLE SECURITY DEFINER
  SET search_path TO ''
-AS $function$ select j.payload from jobs.job j where j.id = p_id $function$;
+AS $function$
+  select jobs.check_tenant(array[p_id]);
+  select j.payload from jobs.job j where j.id = p_id
+$function$;
 
 -- changed: jobs.job_steps(bigint)
 CREATE OR REPLACE FUNCTION jobs.job_steps(p_id bigint)
@@ -3368,6 +3631,7 @@ CREATE OR REPLACE FUNCTION jobs.job_steps(p_id bigint)
  STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
+  select jobs.check_tenant(array[p_id]);
   select s.name, s.ordinal, s.kind, s.value, s.created_at
     from jobs.step s where s.job_id = p_id order by s.ordinal
 $function$;
@@ -3380,6 +3644,7 @@ CREATE OR REPLACE FUNCTION jobs.leader_acquire(p_role text, p_holder text, p_lea
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.leader_acquire');  -- (sql/15_tenancy.sql)
   return jobs.lease_acquire(p_role, p_holder, p_lease_s);
 end
 $function$;
@@ -3392,6 +3657,7 @@ CREATE OR REPLACE FUNCTION jobs.leader_release(p_role text, p_holder text, p_tok
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.leader_release');  -- (sql/15_tenancy.sql)
   return jobs.lease_release(p_role, p_holder, p_token);
 end
 $function$;
@@ -3403,6 +3669,7 @@ CREATE OR REPLACE FUNCTION jobs.leaders()
  STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
+  select jobs.fleet_only('jobs.leaders');  -- (sql/15_tenancy.sql)
   select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at, l.live
     from jobs.leases() l
 $function$;
@@ -3418,6 +3685,7 @@ declare
   v_state jobs.job_state;
   v_claim bigint;
 begin
+  perform jobs.check_tenant(array[p_id]);  -- (another tenant's job: not described)
   select j.state, j.claim into v_state, v_claim from jobs.job j where j.id = p_id;
   perform jobs.raise_error('lease_lost',
     pg_catalog.format('job %s is no longer held by claim %s', p_id, p_claim),
@@ -3441,6 +3709,7 @@ begin
   if v_state is null then
     perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', p_id));
   end if;
+  perform jobs.check_tenant(array[p_id]);
   if v_state = any (p_allowed) then
     return v_state;
   end if;
@@ -3503,6 +3772,7 @@ declare
   v_done    bigint[];
   v_states  jobs.job_state[];
   v_watched bigint[];
+  v_tenant  text := jobs.bound_tenant();
 begin
   perform jobs.check_batch(p_ids, p_claims, p_errors);
   v_n := pg_catalog.cardinality(p_ids);
@@ -3563,6 +3833,7 @@ begin
              end as next_run_at
         from input i
         join jobs.job j on j.id = i.id and j.claim = i.claim and j.state = 'running'
+                       and (v_tenant is null or j.tenant = v_tenant)
        cross join lateral (select case
                                     when i.mode = 'fail' then 'failed'
                                     when i.mode = 'park' then 'parked'
@@ -3695,6 +3966,7 @@ CREATE OR REPLACE FUNCTION jobs.outbox_stats()
  STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
+  select jobs.fleet_only('jobs.outbox_stats');  -- (sql/15_tenancy.sql)
   select pg_catalog.count(*) filter (where o.published_at is null),
          pg_catalog.count(*) filter (where o.published_at is null and o.claimed_by is not null
                                        and o.lease_expires_at > jobs.now()),
@@ -3714,6 +3986,7 @@ CREATE OR REPLACE FUNCTION jobs.pause_queue(p_queue text)
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.pause_queue');  -- (sql/15_tenancy.sql)
   if p_queue is null or p_queue = '' then
     perform jobs.raise_error('invalid_argument', 'queue is required');
   end if;
@@ -3729,10 +4002,13 @@ CREATE OR REPLACE FUNCTION jobs.progress(p_id bigint, p_claim bigint, p_progress
  SECURITY DEFINER
  SET search_path TO ''
 AS $function$
+declare
+  v_tenant text := jobs.bound_tenant();
 begin
   update jobs.job as j
      set progress = p_progress
-   where j.id = p_id and j.claim = p_claim and j.state = 'running';
+   where j.id = p_id and j.claim = p_claim and j.state = 'running'
+     and (v_tenant is null or j.tenant = v_tenant);
   return found;
 end
 $function$;
@@ -3776,6 +4052,7 @@ AS $function$
 declare
   v_n integer;
 begin
+  perform jobs.fleet_only('jobs.purge_events');  -- (sql/15_tenancy.sql)
   if p_before is null or p_max is null or p_max not between 1 and 100000 then
     perform jobs.raise_error('invalid_argument', 'purge_events needs a time and 1 <= max <= 100000');
   end if;
@@ -3798,6 +4075,7 @@ declare
   v_before timestamptz;
   v_purged integer;
 begin
+  perform jobs.fleet_only('jobs.purge_outbox');  -- (sql/15_tenancy.sql)
   -- bounded (about 31 years): now - retention must stay a timestamp
   if p_retention_s is null or not (p_retention_s >= 0 and p_retention_s <= 1e9) then
     perform jobs.raise_error('invalid_argument',
@@ -3830,6 +4108,7 @@ CREATE OR REPLACE FUNCTION jobs.queue_stats()
  STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
+  select jobs.fleet_only('jobs.queue_stats');  -- (sql/15_tenancy.sql)
   with window_start as materialized (
     select jobs.now() - coalesce(nullif(pg_catalog.current_setting('jobs.queue_stats_window', true),
                                         ''), '24 hours')::interval as since
@@ -3994,6 +4273,7 @@ declare
   v_created   bigint[];
   v_wake      text[];
 begin
+  perform jobs.fleet_only('jobs.relay');  -- (sql/15_tenancy.sql)
   -- GUARD
   if p_batch is null or p_batch < 0 or p_batch > 10000 then
     perform jobs.raise_error('invalid_argument', 'batch must be between 0 and 10000');
@@ -4152,6 +4432,7 @@ begin
   if v_id is not null then
     perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', v_id));
   end if;
+  perform jobs.check_tenant(p_ids);
   select j.id, j.state into v_id, v_state from jobs.job j
    where j.id = any (p_ids) and j.state = 'succeeded' order by j.id limit 1;
   if v_id is not null then
@@ -4195,6 +4476,7 @@ CREATE OR REPLACE FUNCTION jobs.resume_queue(p_queue text)
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.resume_queue');  -- (sql/15_tenancy.sql)
   if p_queue is null or p_queue = '' then
     perform jobs.raise_error('invalid_argument', 'queue is required');
   end if;
@@ -4290,6 +4572,7 @@ declare
   v_due     timestamptz[];
   v_specs   jsonb;
 begin
+  perform jobs.fleet_only('jobs.schedule_fire');  -- (sql/15_tenancy.sql)
   -- GUARD: the leader lease, held for share until commit.
   select l.holder is not null and l.lease_expires_at > v_now and l.token = p_token
     into v_live
@@ -4361,6 +4644,7 @@ CREATE OR REPLACE FUNCTION jobs.schedule_pause(p_name text)
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.schedule_pause');  -- (sql/15_tenancy.sql)
   update jobs.schedule s set paused = true, updated_at = jobs.now()
    where s.name = p_name and not s.paused;
   if not found and not exists (select 1 from jobs.schedule s where s.name = p_name) then
@@ -4381,6 +4665,7 @@ declare
   v_problem text;
   v_new     boolean;
 begin
+  perform jobs.fleet_only('jobs.schedule_put');  -- (sql/15_tenancy.sql)
   if p_name is null or p_name = '' then
     perform jobs.raise_error('invalid_argument', 'a schedule needs a name');
   end if;
@@ -4419,6 +4704,7 @@ CREATE OR REPLACE FUNCTION jobs.schedule_remove(p_name text)
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.schedule_remove');  -- (sql/15_tenancy.sql)
   delete from jobs.schedule s where s.name = p_name;
   if not found then
     perform jobs.raise_error('schedule_not_found', pg_catalog.format('no schedule named %L', p_name));
@@ -4434,6 +4720,7 @@ CREATE OR REPLACE FUNCTION jobs.schedule_resume(p_name text)
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.fleet_only('jobs.schedule_resume');  -- (sql/15_tenancy.sql)
   update jobs.schedule s
      set paused = false, updated_at = jobs.now(), watermark = greatest(s.watermark, jobs.now())
    where s.name = p_name and s.paused;
@@ -4450,6 +4737,7 @@ CREATE OR REPLACE FUNCTION jobs.schedules()
  STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
+  select jobs.fleet_only('jobs.schedules');  -- (sql/15_tenancy.sql)
   select s.name, s.job_name, s.cron, s.timezone, s.catch_up, s.options, s.payload, s.paused,
          s.origin, s.watermark, s.last_fired_at, s.created_at, s.updated_at
     from jobs.schedule s
@@ -4541,6 +4829,7 @@ begin
               case when pg_catalog.jsonb_typeof(e.spec) = 'object' then e.spec - 'ordering_key'
                    else e.spec end order by e.ord), '[]')
        from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)));
+  p_specs := jobs.tenant_specs(p_specs);  -- a tenant-bound session's tenant (sql/15_tenancy.sql)
 
   -- LOCK ACQUISITION: one advisory lock per ordering key, in a fixed order.
   perform pg_catalog.pg_advisory_xact_lock(
@@ -4610,6 +4899,8 @@ declare
   v_pending text[];
   v_specs   jsonb;
   v_ids     bigint[];
+  v_tenant  text;
+  v_ord     bigint;
 begin
   -- GUARD
   if p_names is null or pg_catalog.cardinality(p_names) = 0
@@ -4629,6 +4920,16 @@ begin
   end if;
   -- FENCE (locks the job row)
   v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
+  -- A child is of its parent's tenant: one naming another tenant is refused.
+  select j.tenant into v_tenant from jobs.job j where j.id = p_id;
+  if v_tenant is not null then
+    v_ord := jobs.foreign_tenant_spec(p_specs, v_tenant);
+    if v_ord is not null then
+      perform jobs.raise_error('tenant_refused',
+        pg_catalog.format('spec %s: a child of job %s is of its tenant %s, not %s', v_ord, p_id,
+                          v_tenant, p_specs -> (v_ord - 1)::integer -> 'tenant'));
+    end if;
+  end if;
 
   -- ENQUEUE the child of every step not stored yet (created, or found by its key).
   select pg_catalog.array_agg(u.n order by u.ord),
@@ -4636,7 +4937,10 @@ begin
                                    then p_specs->(u.ord::integer - 1)
                                    else p_specs->(u.ord::integer - 1)
                                         || pg_catalog.jsonb_build_object('key', p_id || ':' || u.n)
-                              end order by u.ord)
+                              end
+                              || case when v_tenant is null then '{}'::jsonb
+                                      else pg_catalog.jsonb_build_object('tenant', v_tenant) end
+                              order by u.ord)
     into v_pending, v_specs
     from pg_catalog.unnest(p_names) with ordinality as u(n, ord)
    where not exists (select 1 from jobs.step s where s.job_id = p_id and s.name = u.n);
@@ -4822,6 +5126,7 @@ declare
   v_cursor   timestamptz;
   v_deadline timestamptz;
   v_event    record;
+  v_tenant   text;  -- the job's
 begin
   -- GUARD
   perform jobs.check_step_name(p_name);
@@ -4860,13 +5165,15 @@ begin
   on conflict (job_id, step) do nothing;
   select w.deadline, w.specs into v_deadline, p_specs
     from jobs.event_wait w where w.job_id = p_id and w.step = p_name;
-  select coalesce(j.first_started_at, j.created_at) into v_cursor from jobs.job j where j.id = p_id;
+  select coalesce(j.first_started_at, j.created_at), j.tenant into v_cursor, v_tenant
+    from jobs.job j where j.id = p_id;
   -- LOOK BACK
   select e.id, e.name, e.payload into v_event
     from jobs.event e
    where e.name = any (v_names)
      and e.created_at >= v_cursor
      and e.created_at <= v_deadline
+     and (e.tenant is null or e.tenant = v_tenant)  -- another tenant's events are not seen
      and exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
                   where x->>'event' = e.name and e.payload @> coalesce(x->'match', '{}'::jsonb))
      and not exists (select 1 from jobs.step s where s.job_id = p_id and s.event_id = e.id)
@@ -4901,6 +5208,7 @@ CREATE OR REPLACE FUNCTION jobs.unserved_jobs()
  STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
+  select jobs.fleet_only('jobs.unserved_jobs');  -- (sql/15_tenancy.sql)
   select j.queue, j.name, pg_catalog.count(*) as waiting,
          extract(epoch from jobs.now() - pg_catalog.min(j.created_at))::double precision
            as oldest_s
@@ -4944,6 +5252,7 @@ CREATE OR REPLACE FUNCTION jobs.watch_outcome(p_id bigint)
  SET search_path TO ''
 AS $function$
 begin
+  perform jobs.check_tenant(array[p_id]);
   update jobs.job as j set settle_watched = true
    where j.id = p_id and not j.settle_watched
      and j.state in ('ready', 'running', 'parked', 'interrupted');
@@ -5030,6 +5339,7 @@ CREATE OR REPLACE FUNCTION jobs.workers()
  STABLE SECURITY DEFINER
  SET search_path TO ''
 AS $function$
+  select jobs.fleet_only('jobs.workers');  -- (sql/15_tenancy.sql)
   select w.id, w.started_at, w.heartbeat_at, w.expires_at, w.queues, w.names,
          w.concurrency, w.host, w.pid,
          (select pg_catalog.count(*) from jobs.job j
@@ -5063,10 +5373,15 @@ create or replace view jobs.job_view as
          jobs.redact_payload(j.payload, t.sensitive_paths) as payload,
          j.parent_id, j.parent_step
     from jobs.job j
-    left join jobs.job_type t on t.name = j.name;
+    left join jobs.job_type t on t.name = j.name
+   -- a tenant-bound session sees its tenant's jobs only (sql/15_tenancy.sql); each
+   -- sub-select runs once per query
+   where (select jobs.bound_tenant()) is null or j.tenant = (select jobs.bound_tenant());
 
 -- Least-privilege roles (sql/98_roles.sql): last, once every function exists.
 select jobs.install_roles();
+comment on function jobs.bound_tenant() is 'The tenant this session is bound to (by its login role, or the sqljobs.tenant setting), or null.';
+
 comment on function jobs.finished_per_minute(integer) is 'Per minute of the last N (1..1440, oldest first, zeros included): jobs that succeeded, and that failed or went dead.';
 
 comment on function jobs.install_roles() is 'Creates the four NOLOGIN roles (unless sqljobs.create_roles = off), makes every jobs function security definer, revokes PUBLIC and grants EXECUTE per jobs.role_grants().';
@@ -5155,6 +5470,12 @@ comment on function jobs.role_grants() is 'Which role may execute which function
 
 comment on function jobs.stats(double precision) is 'Per queue over the last window_s seconds: jobs finished by state, per second, and p50/p95 of enqueue-to-start and of run time; SJ001 for a bad window.';
 
+comment on function jobs.tenant_bind(text,text) is 'Bind a role (and the login roles that are its members) to one tenant; true when created.';
+
+comment on function jobs.tenant_bindings() is 'Every role bound to a tenant.';
+
+comment on function jobs.tenant_unbind(text) is 'Remove a role''s tenant binding; true when there was one.';
+
 comment on table jobs."limit" is 'Private: concurrency and rate limits; use jobs.limit_put / limit_remove / limits().';
 
 comment on table jobs.job_type is 'Private: job types and their redaction; use jobs.job_type_put / job_types().';
@@ -5167,784 +5488,6 @@ comment on table jobs.retention is 'Private: the retention policy of jobs.purge;
 
 comment on table jobs.slot is 'Private: the limit groups running jobs hold (sql/35_limits.sql).';
 
-comment on view jobs.job_view is 'Every job, redacted: sensitive payload paths "[redacted]", their values hidden in progress, last_error and result.';
+comment on table jobs.tenant_binding is 'Private: roles bound to a tenant; use jobs.tenant_bind / tenant_unbind / tenant_bindings.';
 
--- columns to add or change: ('job', 'r', 34, 'group_key', 'text', False, None, '{fillfactor=70}')
-
--- columns to add or change: ('job', 'r', 35, 'singleton', 'boolean', True, 'false', '{fillfactor=70}')
-
--- columns to add or change: ('job', 'r', 36, 'debounce_s', 'double precision', False, None, '{fillfactor=70}')
-
--- columns to add or change: ('job', 'r', 37, 'throttle_n', 'integer', False, None, '{fillfactor=70}')
-
--- columns to add or change: ('job', 'r', 38, 'throttle_per_s', 'double precision', False, None, '{fillfactor=70}')
-
--- columns to add or change: ('job', 'r', 39, 'slots', 'text[]', False, None, '{fillfactor=70}')
-
--- columns to add or change: ('job', 'r', 40, 'blocked_on', 'text', False, None, '{fillfactor=70}')
-
--- columns to add or change: ('job', 'r', 41, 'deferred_by', 'text', False, None, '{fillfactor=70}')
-
--- columns to add or change: ('job_spec', 'c', 1, 'delay_s', 'double precision', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 10, 'max_attempts', 'integer', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 11, 'retry_base_s', 'double precision', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 12, 'retry_cap_s', 'double precision', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 13, 'retry_jitter', 'text', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 14, 'dead_letter', 'boolean', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 17, 'group_key', 'text', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 18, 'singleton', 'boolean', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 19, 'debounce_s', 'double precision', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 2, 'on_conflict', 'text', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 20, 'throttle_n', 'integer', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 21, 'throttle_per_s', 'double precision', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 3, 'name', 'text', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 4, 'queue', 'text', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 5, 'tenant', 'text', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 6, 'key', 'text', False, None, '{}')
-
--- columns to add or change: ('job_spec', 'c', 9, 'run_at', 'timestamp with time zone', False, None, '{}')
-
--- columns to add or change: ('job_type', 'r', 1, 'name', 'text', True, None, '{}')
-
--- columns to add or change: ('job_type', 'r', 2, 'queue', 'text', False, None, '{}')
-
--- columns to add or change: ('job_type', 'r', 3, 'sensitive_paths', 'text[]', True, "'{}'::text[]", '{}')
-
--- columns to add or change: ('job_type', 'r', 4, 'personal_paths', 'text[]', True, "'{}'::text[]", '{}')
-
--- columns to add or change: ('job_type', 'r', 5, 'payload_schema', 'jsonb', False, None, '{}')
-
--- columns to add or change: ('job_type', 'r', 6, 'retry', 'jsonb', False, None, '{}')
-
--- columns to add or change: ('job_type', 'r', 7, 'timeout_s', 'double precision', False, None, '{}')
-
--- columns to add or change: ('job_type', 'r', 8, 'origin', 'text', True, "'api'::text", '{}')
-
--- columns to add or change: ('job_type', 'r', 9, 'updated_at', 'timestamp with time zone', True, None, '{}')
-
--- columns to add or change: ('job_view', 'v', 26, 'payload', 'jsonb', False, None, '{}')
-
--- columns to add or change: ('job_view', 'v', 27, 'parent_id', 'bigint', False, None, '{}')
-
--- columns to add or change: ('job_view', 'v', 28, 'parent_step', 'text', False, None, '{}')
-
--- columns to add or change: ('lease', 'r', 1, 'name', 'text', True, None, '{}')
-
--- columns to add or change: ('lease', 'r', 2, 'holder', 'text', False, None, '{}')
-
--- columns to add or change: ('lease', 'r', 3, 'token', 'bigint', True, '0', '{}')
-
--- columns to add or change: ('lease', 'r', 4, 'lease_expires_at', 'timestamp with time zone', False, None, '{}')
-
--- columns to add or change: ('lease', 'r', 5, 'acquired_at', 'timestamp with time zone', False, None, '{}')
-
--- columns to add or change: ('limit', 'r', 1, 'name', 'text', True, None, '{}')
-
--- columns to add or change: ('limit', 'r', 10, 'updated_at', 'timestamp with time zone', True, None, '{}')
-
--- columns to add or change: ('limit', 'r', 2, 'scope', 'text', True, None, '{}')
-
--- columns to add or change: ('limit', 'r', 3, 'target', 'text', False, None, '{}')
-
--- columns to add or change: ('limit', 'r', 4, 'key_path', 'text[]', False, None, '{}')
-
--- columns to add or change: ('limit', 'r', 5, 'concurrency', 'integer', False, None, '{}')
-
--- columns to add or change: ('limit', 'r', 6, 'rate_n', 'integer', False, None, '{}')
-
--- columns to add or change: ('limit', 'r', 7, 'rate_per_s', 'double precision', False, None, '{}')
-
--- columns to add or change: ('limit', 'r', 8, 'when_busy', 'text', True, "'wait'::text", '{}')
-
--- columns to add or change: ('limit', 'r', 9, 'origin', 'text', True, "'api'::text", '{}')
-
--- columns to add or change: ('limit_start', 'r', 1, 'grp', 'text', True, None, '{}')
-
--- columns to add or change: ('limit_start', 'r', 2, 'starts', 'timestamp with time zone[]', True, None, '{}')
-
--- columns to add or change: ('retention', 'r', 1, 'queue', 'text', True, None, '{}')
-
--- columns to add or change: ('retention', 'r', 2, 'succeeded_s', 'double precision', False, None, '{}')
-
--- columns to add or change: ('retention', 'r', 3, 'failed_s', 'double precision', False, None, '{}')
-
--- columns to add or change: ('retention', 'r', 4, 'dead_s', 'double precision', False, None, '{}')
-
--- columns to add or change: ('retention', 'r', 5, 'cancelled_s', 'double precision', False, None, '{}')
-
--- columns to add or change: ('retention', 'r', 6, 'awaited_s', 'double precision', False, None, '{}')
-
--- columns to add or change: ('retention', 'r', 7, 'events_s', 'double precision', False, None, '{}')
-
--- columns to add or change: ('retention', 'r', 8, 'updated_at', 'timestamp with time zone', True, None, '{}')
-
--- columns to add or change: ('slot', 'r', 1, 'grp', 'text', True, None, '{}')
-
--- columns to add or change: ('slot', 'r', 2, 'job_id', 'bigint', True, None, '{}')
-
--- columns only in the chain: ('job_spec', 'c', 1, 'dead_letter', 'boolean', False, None, '{}')
-
--- columns only in the chain: ('job_spec', 'c', 10, 'retry_base_s', 'double precision', False, None, '{}')
-
--- columns only in the chain: ('job_spec', 'c', 11, 'retry_cap_s', 'double precision', False, None, '{}')
-
--- columns only in the chain: ('job_spec', 'c', 12, 'retry_jitter', 'text', False, None, '{}')
-
--- columns only in the chain: ('job_spec', 'c', 13, 'run_at', 'timestamp with time zone', False, None, '{}')
-
--- columns only in the chain: ('job_spec', 'c', 14, 'tenant', 'text', False, None, '{}')
-
--- columns only in the chain: ('job_spec', 'c', 2, 'delay_s', 'double precision', False, None, '{}')
-
--- columns only in the chain: ('job_spec', 'c', 3, 'key', 'text', False, None, '{}')
-
--- columns only in the chain: ('job_spec', 'c', 4, 'max_attempts', 'integer', False, None, '{}')
-
--- columns only in the chain: ('job_spec', 'c', 5, 'name', 'text', False, None, '{}')
-
--- columns only in the chain: ('job_spec', 'c', 6, 'on_conflict', 'text', False, None, '{}')
-
--- columns only in the chain: ('job_spec', 'c', 9, 'queue', 'text', False, None, '{}')
-
--- columns only in the chain: ('leader', 'r', 1, 'role', 'text', True, None, '{}')
-
--- columns only in the chain: ('leader', 'r', 2, 'holder', 'text', False, None, '{}')
-
--- columns only in the chain: ('leader', 'r', 3, 'token', 'bigint', True, '0', '{}')
-
--- columns only in the chain: ('leader', 'r', 4, 'lease_expires_at', 'timestamp with time zone', False, None, '{}')
-
--- columns only in the chain: ('leader', 'r', 5, 'acquired_at', 'timestamp with time zone', False, None, '{}')
-
--- constraints to add or change: ('jobs."limit"', 'limit_pkey', 'PRIMARY KEY (name)')
-
--- constraints to add or change: ('jobs.job_type', 'job_type_pkey', 'PRIMARY KEY (name)')
-
--- constraints to add or change: ('jobs.lease', 'lease_pkey', 'PRIMARY KEY (name)')
-
--- constraints to add or change: ('jobs.limit_start', 'limit_start_pkey', 'PRIMARY KEY (grp)')
-
--- constraints to add or change: ('jobs.retention', 'retention_pkey', 'PRIMARY KEY (queue)')
-
--- constraints to add or change: ('jobs.slot', 'slot_pkey', 'PRIMARY KEY (grp, job_id)')
-
--- constraints only in the chain: ('jobs.leader', 'leader_pkey', 'PRIMARY KEY (role)')
-
--- indexes to add or change: ('jobs.job_blocked_idx', "CREATE INDEX job_blocked_idx ON jobs.job USING btree (blocked_on, priority, run_at, id) WHERE ((blocked_on IS NOT NULL) AND (state = ANY (ARRAY['ready'::jobs.job_state, 'interrupted'::jobs.job_state])))")
-
--- indexes to add or change: ('jobs.job_claimable_idx', "CREATE INDEX job_claimable_idx ON jobs.job USING btree (queue, priority, run_at, id) WHERE ((state = ANY (ARRAY['ready'::jobs.job_state, 'interrupted'::jobs.job_state])) AND (blocked_on IS NULL))")
-
--- indexes to add or change: ('jobs.job_dead_idx', "CREATE INDEX job_dead_idx ON jobs.job USING btree (queue) WHERE (state = 'dead'::jobs.job_state)")
-
--- indexes to add or change: ('jobs.job_debounce_idx', "CREATE UNIQUE INDEX job_debounce_idx ON jobs.job USING btree (name, COALESCE(tenant, ''::text), COALESCE(group_key, ''::text)) WHERE ((debounce_s IS NOT NULL) AND (state = 'ready'::jobs.job_state))")
-
--- indexes to add or change: ('jobs.job_deferred_idx', "CREATE INDEX job_deferred_idx ON jobs.job USING btree (deferred_by) WHERE ((deferred_by IS NOT NULL) AND (state = ANY (ARRAY['ready'::jobs.job_state, 'interrupted'::jobs.job_state])))")
-
--- indexes to add or change: ('jobs.job_retention_idx', 'CREATE INDEX job_retention_idx ON jobs.job USING btree (state, finished_at) WHERE (finished_at IS NOT NULL)')
-
--- indexes to add or change: ('jobs.job_singleton_idx', "CREATE UNIQUE INDEX job_singleton_idx ON jobs.job USING btree (name, COALESCE(tenant, ''::text), COALESCE(group_key, ''::text)) WHERE (singleton AND (state = ANY (ARRAY['ready'::jobs.job_state, 'running'::jobs.job_state, 'parked'::jobs.job_state, 'interrupted'::jobs.job_state])))")
-
--- indexes to add or change: ('jobs.job_type_pkey', 'CREATE UNIQUE INDEX job_type_pkey ON jobs.job_type USING btree (name)')
-
--- indexes to add or change: ('jobs.lease_pkey', 'CREATE UNIQUE INDEX lease_pkey ON jobs.lease USING btree (name)')
-
--- indexes to add or change: ('jobs.limit_pkey', 'CREATE UNIQUE INDEX limit_pkey ON jobs."limit" USING btree (name)')
-
--- indexes to add or change: ('jobs.limit_start_pkey', 'CREATE UNIQUE INDEX limit_start_pkey ON jobs.limit_start USING btree (grp)')
-
--- indexes to add or change: ('jobs.retention_pkey', 'CREATE UNIQUE INDEX retention_pkey ON jobs.retention USING btree (queue)')
-
--- indexes to add or change: ('jobs.slot_pkey', 'CREATE UNIQUE INDEX slot_pkey ON jobs.slot USING btree (grp, job_id)')
-
--- indexes only in the chain: ('jobs.job_claimable_idx', "CREATE INDEX job_claimable_idx ON jobs.job USING btree (queue, priority, run_at, id) WHERE (state = ANY (ARRAY['ready'::jobs.job_state, 'interrupted'::jobs.job_state]))")
-
--- indexes only in the chain: ('jobs.leader_pkey', 'CREATE UNIQUE INDEX leader_pkey ON jobs.leader USING btree (role)')
-
--- types to add or change: ('_job_type', 'b', '{}')
-
--- types to add or change: ('_lease', 'b', '{}')
-
--- types to add or change: ('_limit', 'b', '{}')
-
--- types to add or change: ('_limit_start', 'b', '{}')
-
--- types to add or change: ('_retention', 'b', '{}')
-
--- types to add or change: ('_slot', 'b', '{}')
-
--- types to add or change: ('job_type', 'c', '{}')
-
--- types to add or change: ('lease', 'c', '{}')
-
--- types to add or change: ('limit', 'c', '{}')
-
--- types to add or change: ('limit_start', 'c', '{}')
-
--- types to add or change: ('retention', 'c', '{}')
-
--- types to add or change: ('slot', 'c', '{}')
-
--- types only in the chain: ('_leader', 'b', '{}')
-
--- types only in the chain: ('leader', 'c', '{}')
-
--- views to add or change: ('job_view', ' SELECT j.id,\n    j.name,\n    j.queue,\n    j.tenant,\n    j.key,\n    j.state,\n    j.priority,\n    j.run_at,\n    j.attempt,\n    j.max_attempts,\n    j.retry_base_s,\n    j.retry_cap_s,\n    j.retry_jitter,\n    j.dead_letter,\n    j.timeout_s,\n    j.claim,\n    j.lease_expires_at,\n    j.worker,\n    jobs.redact_job_output(j.progress, j.payload, t.sensitive_paths) AS progress,\n    jobs.redact_job_output(j.last_error, j.payload, t.sensitive_paths) AS last_error,\n    jobs.redact_job_output(j.result, j.payload, t.sensitive_paths) AS result,\n    j.traceparent,\n    j.created_at,\n    j.started_at,\n    j.finished_at,\n    jobs.redact_payload(j.payload, t.sensitive_paths) AS payload,\n    j.parent_id,\n    j.parent_step\n   FROM (jobs.job j\n     LEFT JOIN jobs.job_type t ON ((t.name = j.name)));')
-
--- views only in the chain: ('job_view', ' SELECT j.id,\n    j.name,\n    j.queue,\n    j.tenant,\n    j.key,\n    j.state,\n    j.priority,\n    j.run_at,\n    j.attempt,\n    j.max_attempts,\n    j.retry_base_s,\n    j.retry_cap_s,\n    j.retry_jitter,\n    j.dead_letter,\n    j.timeout_s,\n    j.claim,\n    j.lease_expires_at,\n    j.worker,\n    j.progress,\n    j.last_error,\n    j.result,\n    j.traceparent,\n    j.created_at,\n    j.started_at,\n    j.finished_at\n   FROM jobs.job j;')
-
--- acls to add or change: ('event', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls to add or change: ('event_id_seq', 'S', '{postgres=rwU/postgres}')
-
--- acls to add or change: ('event_wait', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls to add or change: ('job', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls to add or change: ('job_blocked_idx', 'i', '')
-
--- acls to add or change: ('job_dead_idx', 'i', '')
-
--- acls to add or change: ('job_debounce_idx', 'i', '')
-
--- acls to add or change: ('job_deferred_idx', 'i', '')
-
--- acls to add or change: ('job_id_seq', 'S', '{postgres=rwU/postgres}')
-
--- acls to add or change: ('job_retention_idx', 'i', '')
-
--- acls to add or change: ('job_singleton_idx', 'i', '')
-
--- acls to add or change: ('job_type', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls to add or change: ('job_type_pkey', 'i', '')
-
--- acls to add or change: ('job_view', 'v', '{postgres=arwdDxt/postgres,sqljobs_reader=r/postgres}')
-
--- acls to add or change: ('jobs', 'schema', '{postgres=UC/postgres,sqljobs_producer=U/postgres,sqljobs_worker=U/postgres,sqljobs_operator=U/postgres,sqljobs_reader=U/postgres}')
-
--- acls to add or change: ('jobs.ack(bigint,bigint,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.ack_many(bigint[],bigint[],jsonb[])', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.admit(bigint[],integer,timestamp with time zone)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.apply_cancel(bigint[])', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.apply_promote(bigint[])', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.apply_remove(bigint[])', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.apply_requeue(bigint[])', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.backoff_s(integer,double precision,double precision,text)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.cancel(bigint)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.cancel_unwinds()', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.cancel_where(jsonb,integer)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.check_batch(bigint[],bigint[],anyarray)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.check_lease_args(text,text,double precision)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.check_specs(jsonb)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.check_step_name(text)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.child_settled()', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.claim(text[],text,integer,double precision,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.count_where(jsonb,jobs.job_state[],boolean)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.debounce(jsonb,timestamp with time zone)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.define_spec()', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.emit_event(text,jsonb)', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.enqueue(text,text,jsonb,jsonb)', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.enqueue_many(jsonb)', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.error_codes()', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.event_lock_key(text)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.filter_values(jsonb,text)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.finished_per_minute(integer)', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.heartbeat(bigint,bigint,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.heartbeat_many(bigint[],bigint[],double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.hold_step(bigint,bigint,double precision)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.ids_where(jsonb,jobs.job_state[],integer,boolean)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.insert_jobs(jsonb,timestamp with time zone,bigint[])', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.install_roles()', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.is_time(text)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.job_detail(bigint)', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.job_of_group(jsonb)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.job_of_key(text,text,text)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.job_payload(bigint)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.job_steps(bigint)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.job_type_problem(text,jsonb)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.job_type_put(text,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.job_type_remove(text)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.job_types()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.leader_acquire(text,text,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.leader_release(text,text,bigint)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.leaders()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.lease_acquire(text,text,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.lease_holds(text,bigint)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.lease_lost(bigint,bigint)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.lease_release(text,text,bigint)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.lease_renew(text,text,bigint,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.leases()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.limit_gauges()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.limit_problem(text,jsonb)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.limit_put(text,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.limit_remove(text)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.limit_stats()', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.limits()', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.list_jobs(jsonb,bigint,integer)', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.lock_for_verb(bigint,text,jobs.job_state[])', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.max_payload_bytes()', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.nack(bigint,bigint,jsonb,text,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.nack_many(bigint[],bigint[],jsonb[],text[],double precisio', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.notify_settled(bigint[])', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.now()', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.occurrence_key(text,timestamp with time zone)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.one_spec(text,text,jsonb,jsonb)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.outbox_stats()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.pause_queue(text)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.personal_data()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.progress(bigint,bigint,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.promote(bigint)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.promote_where(jsonb,integer)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.purge(integer,boolean,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.purge_cutoff(timestamp with time zone,double precision)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.purge_events(timestamp with time zone,integer)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.purge_outbox(double precision,integer)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.purge_unreferenced(bigint,bigint)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.queue_gauges()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.queue_stats()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.raise_error(text,text,text,text)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.record_unwinds(bigint[],integer[],jobs.job_state[],jsonb[]', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.redact(text,jsonb)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.redact_at(jsonb,text[])', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.redact_job_output(jsonb,jsonb,text[])', 'function', '{postgres=X/postgres,=X/postgres}')
-
--- acls to add or change: ('jobs.redact_output(text,jsonb,jsonb)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.redact_payload(jsonb,text[])', 'function', '{postgres=X/postgres,=X/postgres}')
-
--- acls to add or change: ('jobs.redact_strings(jsonb,text[])', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.redact_text(text,text[])', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.redaction_jsonpath(text)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.redaction_path_problem(text)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.redaction_path_steps(text)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.redaction_secrets(jsonb,text[])', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.refuse_duplicate(bigint,bigint,text)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.relay(integer,text,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.remove(bigint)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.remove_where(jsonb,integer)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.requeue(bigint[])', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.requeue_where(jsonb,integer)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.resume_queue(text)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.retention_age(jsonb,text)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.retention_check(jsonb,boolean)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.retention_defaults()', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.retention_policy(jsonb)', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.retention_put(text,jsonb)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.retention_remove(text)', 'function', '{postgres=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.retry_state(integer,integer,boolean)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.role_grants()', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.schedule_definition_problem(jsonb)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.schedule_fire(text,timestamp with time zone[],timestamp wi', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.schedule_pause(text)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.schedule_put(text,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.schedule_remove(text)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.schedule_resume(text)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.schedules()', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.schema_version()', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.slots_freed()', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.spec_defaults()', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.spec_fields()', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.spec_given(jsonb)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.spec_problem(jsonb)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.spec_problem_of(jsonb)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.stage(text,text,jsonb,jsonb)', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres}')
-
--- acls to add or change: ('jobs.stage_many(jsonb)', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.stats(double precision)', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.step_invoke(bigint,bigint,text[],jsonb,double precision)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.step_put(bigint,bigint,text,jsonb,double precision,jsonb)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.step_sleep(bigint,bigint,text,timestamp with time zone,dou', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.step_unwound(bigint,bigint)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.step_wait(bigint,bigint,text,jsonb,double precision,double', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.unblock(bigint[])', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.unblock_free(integer)', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.unserved_jobs()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('jobs.wake(text[])', 'function', '{postgres=X/postgres}')
-
--- acls to add or change: ('jobs.watch_outcome(bigint)', 'function', '{postgres=X/postgres,sqljobs_producer=X/postgres}')
-
--- acls to add or change: ('jobs.worker_heartbeat(text,text[],text[],integer,double precisi', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres}')
-
--- acls to add or change: ('jobs.worker_stop(text)', 'function', '{postgres=X/postgres,sqljobs_worker=X/postgres,sqljobs_operator=X/postgres}')
-
--- acls to add or change: ('jobs.workers()', 'function', '{postgres=X/postgres,sqljobs_reader=X/postgres}')
-
--- acls to add or change: ('lease', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls to add or change: ('lease_pkey', 'i', '')
-
--- acls to add or change: ('limit', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls to add or change: ('limit_pkey', 'i', '')
-
--- acls to add or change: ('limit_start', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls to add or change: ('limit_start_pkey', 'i', '')
-
--- acls to add or change: ('outbox', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls to add or change: ('queue', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls to add or change: ('retention', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls to add or change: ('retention_pkey', 'i', '')
-
--- acls to add or change: ('schedule', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls to add or change: ('slot', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls to add or change: ('slot_pkey', 'i', '')
-
--- acls to add or change: ('step', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls to add or change: ('worker', 'r', '{postgres=arwdDxt/postgres}')
-
--- acls only in the chain: ('event', 'r', '')
-
--- acls only in the chain: ('event_id_seq', 'S', '')
-
--- acls only in the chain: ('event_wait', 'r', '')
-
--- acls only in the chain: ('job', 'r', '')
-
--- acls only in the chain: ('job_id_seq', 'S', '')
-
--- acls only in the chain: ('job_view', 'v', '')
-
--- acls only in the chain: ('jobs', 'schema', '')
-
--- acls only in the chain: ('jobs.ack(bigint,bigint,jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.ack_many(bigint[],bigint[],jsonb[])', 'function', '')
-
--- acls only in the chain: ('jobs.apply_cancel(bigint[])', 'function', '')
-
--- acls only in the chain: ('jobs.apply_promote(bigint[])', 'function', '')
-
--- acls only in the chain: ('jobs.apply_remove(bigint[])', 'function', '')
-
--- acls only in the chain: ('jobs.apply_requeue(bigint[])', 'function', '')
-
--- acls only in the chain: ('jobs.backoff_s(integer,double precision,double precision,text)', 'function', '')
-
--- acls only in the chain: ('jobs.cancel(bigint)', 'function', '')
-
--- acls only in the chain: ('jobs.cancel_unwinds()', 'function', '')
-
--- acls only in the chain: ('jobs.cancel_where(jsonb,integer)', 'function', '')
-
--- acls only in the chain: ('jobs.check_batch(bigint[],bigint[],anyarray)', 'function', '')
-
--- acls only in the chain: ('jobs.check_specs(jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.check_step_name(text)', 'function', '')
-
--- acls only in the chain: ('jobs.child_settled()', 'function', '')
-
--- acls only in the chain: ('jobs.claim(text[],text,integer,double precision,jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.count_where(jsonb,jobs.job_state[],boolean)', 'function', '')
-
--- acls only in the chain: ('jobs.define_spec()', 'function', '')
-
--- acls only in the chain: ('jobs.emit_event(text,jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.enqueue(text,text,jsonb,jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.enqueue_many(jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.error_codes()', 'function', '')
-
--- acls only in the chain: ('jobs.event_lock_key(text)', 'function', '')
-
--- acls only in the chain: ('jobs.filter_values(jsonb,text)', 'function', '')
-
--- acls only in the chain: ('jobs.heartbeat(bigint,bigint,double precision)', 'function', '')
-
--- acls only in the chain: ('jobs.heartbeat_many(bigint[],bigint[],double precision)', 'function', '')
-
--- acls only in the chain: ('jobs.hold_step(bigint,bigint,double precision)', 'function', '')
-
--- acls only in the chain: ('jobs.ids_where(jsonb,jobs.job_state[],integer,boolean)', 'function', '')
-
--- acls only in the chain: ('jobs.insert_jobs(jsonb,timestamp with time zone,bigint[])', 'function', '')
-
--- acls only in the chain: ('jobs.is_time(text)', 'function', '')
-
--- acls only in the chain: ('jobs.job_of_key(text,text,text)', 'function', '')
-
--- acls only in the chain: ('jobs.job_payload(bigint)', 'function', '')
-
--- acls only in the chain: ('jobs.job_steps(bigint)', 'function', '')
-
--- acls only in the chain: ('jobs.leader_acquire(text,text,double precision)', 'function', '')
-
--- acls only in the chain: ('jobs.leader_release(text,text,bigint)', 'function', '')
-
--- acls only in the chain: ('jobs.leaders()', 'function', '')
-
--- acls only in the chain: ('jobs.lease_lost(bigint,bigint)', 'function', '')
-
--- acls only in the chain: ('jobs.lock_for_verb(bigint,text,jobs.job_state[])', 'function', '')
-
--- acls only in the chain: ('jobs.max_payload_bytes()', 'function', '')
-
--- acls only in the chain: ('jobs.nack(bigint,bigint,jsonb,text,double precision)', 'function', '')
-
--- acls only in the chain: ('jobs.nack_many(bigint[],bigint[],jsonb[],text[],double precisio', 'function', '')
-
--- acls only in the chain: ('jobs.notify_settled(bigint[])', 'function', '')
-
--- acls only in the chain: ('jobs.now()', 'function', '')
-
--- acls only in the chain: ('jobs.occurrence_key(text,timestamp with time zone)', 'function', '')
-
--- acls only in the chain: ('jobs.one_spec(text,text,jsonb,jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.outbox_stats()', 'function', '')
-
--- acls only in the chain: ('jobs.pause_queue(text)', 'function', '')
-
--- acls only in the chain: ('jobs.progress(bigint,bigint,jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.promote(bigint)', 'function', '')
-
--- acls only in the chain: ('jobs.promote_where(jsonb,integer)', 'function', '')
-
--- acls only in the chain: ('jobs.purge_events(timestamp with time zone,integer)', 'function', '')
-
--- acls only in the chain: ('jobs.purge_outbox(double precision,integer)', 'function', '')
-
--- acls only in the chain: ('jobs.queue_stats()', 'function', '')
-
--- acls only in the chain: ('jobs.raise_error(text,text,text,text)', 'function', '')
-
--- acls only in the chain: ('jobs.record_unwinds(bigint[],integer[],jobs.job_state[],jsonb[]', 'function', '')
-
--- acls only in the chain: ('jobs.refuse_duplicate(bigint,bigint,text)', 'function', '')
-
--- acls only in the chain: ('jobs.relay(integer,text,double precision)', 'function', '')
-
--- acls only in the chain: ('jobs.remove(bigint)', 'function', '')
-
--- acls only in the chain: ('jobs.remove_where(jsonb,integer)', 'function', '')
-
--- acls only in the chain: ('jobs.requeue(bigint[])', 'function', '')
-
--- acls only in the chain: ('jobs.requeue_where(jsonb,integer)', 'function', '')
-
--- acls only in the chain: ('jobs.resume_queue(text)', 'function', '')
-
--- acls only in the chain: ('jobs.retry_state(integer,integer,boolean)', 'function', '')
-
--- acls only in the chain: ('jobs.schedule_definition_problem(jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.schedule_fire(text,timestamp with time zone[],timestamp wi', 'function', '')
-
--- acls only in the chain: ('jobs.schedule_pause(text)', 'function', '')
-
--- acls only in the chain: ('jobs.schedule_put(text,jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.schedule_remove(text)', 'function', '')
-
--- acls only in the chain: ('jobs.schedule_resume(text)', 'function', '')
-
--- acls only in the chain: ('jobs.schedules()', 'function', '')
-
--- acls only in the chain: ('jobs.schema_version()', 'function', '')
-
--- acls only in the chain: ('jobs.spec_defaults()', 'function', '')
-
--- acls only in the chain: ('jobs.spec_fields()', 'function', '')
-
--- acls only in the chain: ('jobs.spec_given(jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.spec_problem(jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.spec_problem_of(jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.stage(text,text,jsonb,jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.stage_many(jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.step_invoke(bigint,bigint,text[],jsonb,double precision)', 'function', '')
-
--- acls only in the chain: ('jobs.step_put(bigint,bigint,text,jsonb,double precision,jsonb)', 'function', '')
-
--- acls only in the chain: ('jobs.step_sleep(bigint,bigint,text,timestamp with time zone,dou', 'function', '')
-
--- acls only in the chain: ('jobs.step_unwound(bigint,bigint)', 'function', '')
-
--- acls only in the chain: ('jobs.step_wait(bigint,bigint,text,jsonb,double precision,double', 'function', '')
-
--- acls only in the chain: ('jobs.unserved_jobs()', 'function', '')
-
--- acls only in the chain: ('jobs.wake(text[])', 'function', '')
-
--- acls only in the chain: ('jobs.watch_outcome(bigint)', 'function', '')
-
--- acls only in the chain: ('jobs.worker_heartbeat(text,text[],text[],integer,double precisi', 'function', '')
-
--- acls only in the chain: ('jobs.worker_stop(text)', 'function', '')
-
--- acls only in the chain: ('jobs.workers()', 'function', '')
-
--- acls only in the chain: ('leader', 'r', '')
-
--- acls only in the chain: ('leader_pkey', 'i', '')
-
--- acls only in the chain: ('outbox', 'r', '')
-
--- acls only in the chain: ('queue', 'r', '')
-
--- acls only in the chain: ('schedule', 'r', '')
-
--- acls only in the chain: ('step', 'r', '')
-
--- acls only in the chain: ('worker', 'r', '')
-
--- comment only in the chain: table jobs.leader
+comment on view jobs.job_view is 'Every job (of the session''s tenant, when bound), redacted: sensitive payload paths "[redacted]", their values hidden in progress, last_error and result.';

@@ -49,6 +49,7 @@ from sqljobs.client.errors import (
     ScheduleNotFound,
     SchemaError,
     SqljobsError,
+    TenantRefused,
     UnknownJob,
     UnknownRetentionKey,
 )
@@ -182,6 +183,7 @@ __all__ = [
     "StepNameReused",
     "StepTimeout",
     "Steps",
+    "TenantRefused",
     "UnknownJob",
     "UnknownRetentionKey",
     "Worker",

@@ -18,6 +18,7 @@ from sqljobs.cli.dev import dev_app
 from sqljobs.cli.enqueue import enqueue
 from sqljobs.cli.limits import leases, limits_app
 from sqljobs.cli.schedules import schedules_app
+from sqljobs.cli.tenants import tenants_app
 
 _display_type = typer.core.TyperOption.display_type_rich
 
@@ -76,6 +77,7 @@ app.command()(metrics.stats)
 app.command()(dashboard)
 app.command()(retention.purge)
 app.add_typer(retention.retention_app, name="retention")
+app.add_typer(tenants_app, name="tenants")
 
 
 def main() -> None:

@@ -147,6 +147,11 @@ class InvalidJobType(DatabaseError, ValueError, sqlstate="SJ017", name="invalid_
     """A job type definition is refused: an unknown field, a bad value or a bad path."""
 
 
+class TenantRefused(DatabaseError, PermissionError, sqlstate="SJ018", name="tenant_refused"):
+    """The session is bound to a tenant (its login role, or `sqljobs.tenant`) and the call
+    named another tenant, another tenant's job, or a function that acts on every tenant."""
+
+
 class NotLeader(DatabaseError, sqlstate="SJ030", name="not_leader"):
     """A scheduler fire whose leader token no longer holds the live lease: stop dispatching."""
 

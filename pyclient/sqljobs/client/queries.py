@@ -43,6 +43,7 @@ from sqljobs.client.records import (
     StepRecord,
     StepSleep,
     StepWait,
+    TenantBinding,
     UnservedJobs,
     WorkerRecord,
 )
@@ -637,6 +638,23 @@ def limit_stats() -> Call[list[LimitUse]]:
         (),
         lambda rows: [LimitUse.model_validate(row) for row in rows],
     )
+
+
+# -- tenancy (sql/15_tenancy.sql) ------------------------------------------------------
+
+def tenant_bind(role: str, tenant: str) -> Call[bool]:
+    """Bind a role (and its members' sessions) to one tenant; True when the binding is new."""
+    return Call("select jobs.tenant_bind(%s, %s) as created", (role, tenant), _one("created"))
+
+
+def tenant_unbind(role: str) -> Call[bool]:
+    """Remove a role's binding; True when there was one."""
+    return Call("select jobs.tenant_unbind(%s) as removed", (role,), _one("removed"))
+
+
+def tenant_bindings() -> Call[list[TenantBinding]]:
+    return Call("select role_name, tenant, updated_at from jobs.tenant_bindings()", (),
+                lambda rows: [TenantBinding.model_validate(row) for row in rows])
 
 
 # -- metrics (sql/93_metrics.sql) ------------------------------------------------------

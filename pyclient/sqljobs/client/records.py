@@ -438,6 +438,14 @@ class LeaseRecord(_Record):
     live: bool
 
 
+class TenantBinding(_Record):
+    """One row of `jobs.tenant_bindings()`: a role whose sessions act within one tenant."""
+
+    role_name: str
+    tenant: str
+    updated_at: datetime
+
+
 class LeaderRecord(_Record):
     """One row of `jobs.leaders()`: who holds a role's leadership, and until when."""
 

@@ -44,7 +44,7 @@ from psycopg_pool import AsyncConnectionPool
 from sqljobs.client import introspection, queries
 from sqljobs.client.connection import AsyncClient
 from sqljobs.client.database import check_schema_version
-from sqljobs.client.errors import ConfigurationError
+from sqljobs.client.errors import ConfigurationError, TenantRefused
 from sqljobs.client.records import ClaimedJob
 from sqljobs.declare.catalog import declared_job_type_writes
 from sqljobs.declare.limits import declared_writes
@@ -205,13 +205,7 @@ class Worker(Role):
             if self._default_queue_too:
                 default = (await client.run(queries.spec_defaults()))["queue"]
                 self.queues = sorted({*self.queues, default})
-            # the limits declared in code hold from this worker's first claim on
-            await client.run_all(declared_writes(self.app.declared_limits.values(),
-                                                 await client.run(queries.limits())))
-            # and the job types, so every viewer redacts what their models mark sensitive
-            await client.run_all(declared_job_type_writes(
-                [h.definition for h in self.app.jobs.values()],
-                await client.run(introspection.job_types())))
+            await self._write_declarations(client)
             await self._register()
             self._wire(client, dsn)
             assert self._settler is not None and self._claims is not None
@@ -273,6 +267,23 @@ class Worker(Role):
                 accept=queues.__contains__, retry_s=self.listen_retry_s,
                 poll_interval=self.poll_interval, holder=self.id, log=logger,
                 log_extra=self._log_extra)
+
+    async def _write_declarations(self, client: AsyncClient) -> None:
+        """The limits declared in code hold from this worker's first claim on, and the job
+        types are registered so every viewer redacts what their models mark sensitive.
+        Both act on every tenant: a tenant-bound worker may not write them, and runs with
+        those an unbound deploy (any unbound worker) wrote."""
+        writes = declared_writes(self.app.declared_limits.values(),
+                                 await client.run(queries.limits()))
+        writes += declared_job_type_writes([h.definition for h in self.app.jobs.values()],
+                                           await client.run(introspection.job_types()))
+        try:
+            await client.run_all(writes)
+        except TenantRefused as error:
+            logger.warning("the declared limits and job types differ from the stored ones, and "
+                           "this tenant-bound worker may not write them (%s); start one unbound "
+                           "worker, or deploy them from an unbound role", error,
+                           extra=self._log_extra)
 
     async def _register(self) -> None:
         assert self._client is not None
