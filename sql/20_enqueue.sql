@@ -353,6 +353,54 @@ begin
                       from pg_catalog.unnest(v_columns) c));
   comment on function jobs.insert_jobs(jsonb, timestamp with time zone, bigint[]) is
     'Private: the one insert of jobs (made by jobs.define_spec()).';
+
+  -- jobs.insert_batch(spec, keys, payloads, now) -> (ord, id, queue, run_at) per job it
+  -- created: the insert of jobs.insert_jobs for jobs that share one spec (already
+  -- checked), each with its own key and payload (null: {}). The shared fields are read
+  -- once, not once per job. In key order (one name and tenant), as insert_jobs locks.
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
+    create or replace function jobs.insert_batch(p_spec jsonb, p_keys text[],
+                                                 p_payloads jsonb, p_now timestamptz)
+    returns table (ord integer, id bigint, queue text, run_at timestamptz)
+    language plpgsql volatile set search_path = ''
+    set plan_cache_mode = force_generic_plan
+    as $b$
+    declare
+      v_r      jobs.job_spec := pg_catalog.jsonb_populate_record(
+                  pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults}),
+                  jobs.spec_given(p_spec));
+      v_run_at timestamptz := coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
+                  secs => coalesce(v_r.delay_s, v_r.debounce_s, 0)));
+    begin
+      return query
+      with sorted as materialized (
+        -- in lock order, the ids drawn in that order too
+        select o.ord, pg_catalog.nextval('jobs.job_id_seq') as id, o.key, o.payload
+          from (select k.ord::integer as ord, k.key,
+                       coalesce(nullif(p.payload, 'null'), '{}') as payload
+                  from pg_catalog.unnest(p_keys) with ordinality as k(key, ord)
+                  left join pg_catalog.jsonb_array_elements(p_payloads)
+                            with ordinality as p(payload, ord) on p.ord = k.ord
+                 order by k.key, k.ord) o
+      ), ins as (
+        insert into jobs.job as j (id, {columns}, run_at, created_at)
+        select s.id, {values}, v_run_at, p_now
+          from sorted s
+        on conflict do nothing  -- the key, or a singleton's group
+        returning j.id, j.queue, j.run_at
+      )
+      select s.ord, ins.id, ins.queue, ins.run_at from ins join sorted s on s.id = ins.id;
+    end
+    $b$ $f$, '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
+      '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
+                      from pg_catalog.unnest(v_columns) c)),
+      '{values}', (select pg_catalog.string_agg(case c when 'key' then 's.key'
+                                                       when 'payload' then 's.payload'
+                                                       else 'v_r.' || pg_catalog.quote_ident(c) end,
+                                                  ', ')
+                     from pg_catalog.unnest(v_columns) c));
+  comment on function jobs.insert_batch(jsonb, text[], jsonb, timestamp with time zone) is
+    'Private: the insert of jobs sharing one spec (made by jobs.define_spec()).';
 end
 $define$;
 
@@ -727,6 +775,109 @@ $$;
 
 comment on function jobs.enqueue_many(jsonb) is
   'Enqueue a jsonb array of job specs; one (ord, id, outcome) per spec in input order.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.enqueue_batch(spec, keys, payloads) -> (ord, id, outcome), one row per key, in
+-- input order.
+--
+-- Jobs that share one spec: `spec` holds every field but key and payload (name, queue,
+-- retry policy, ...), `keys` the jobs' keys and `payloads` (a jsonb array, or null) their
+-- payloads, one per key. It is jobs.enqueue_many over the specs `spec + {key, payload}`:
+-- the same refusals (spec N: ...), answers, locks and wake-up. The shared fields are
+-- read and checked once, not once per job, which is most of enqueue_many's cost; a
+-- batch the shared path does not take (a debounced or strict or throttled spec, a
+-- tenant-bound session, any key or payload enqueue_many would refuse) goes through
+-- jobs.enqueue_many itself. What client libraries send for a batch of one job type.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.enqueue_batch(
+  p_spec     jsonb,
+  p_keys     text[],
+  p_payloads jsonb default null
+)
+returns table (ord integer, id bigint, outcome text)
+language plpgsql
+volatile
+set search_path = ''
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_now     timestamptz := jobs.now();
+  v_n       integer := coalesce(pg_catalog.cardinality(p_keys), 0);
+  v_max     integer := jobs.max_payload_bytes();
+  v_ids     bigint[];
+  v_created boolean[];
+  v_wake    text[];
+begin
+  -- GUARD: the shapes of the three arguments
+  if p_spec is null or pg_catalog.jsonb_typeof(p_spec) <> 'object' then
+    perform jobs.raise_error('invalid_argument', 'spec must be a JSON object');
+  end if;
+  if p_spec ?| array['key', 'payload'] then
+    perform jobs.raise_error('invalid_argument',
+      'spec must not carry key or payload: pass them as keys and payloads');
+  end if;
+  if p_payloads is not null and (pg_catalog.jsonb_typeof(p_payloads) <> 'array'
+                                 or pg_catalog.jsonb_array_length(p_payloads) <> v_n) then
+    perform jobs.raise_error('invalid_argument',
+      'payloads must be a JSON array holding one payload per key (or null)');
+  end if;
+  if v_n = 0 then
+    return;
+  end if;
+
+  -- What the shared path does not take goes through enqueue_many, spec by spec, which
+  -- refuses or answers it exactly as it would.
+  if jobs.spec_problem_of(p_spec || '{"key": "k"}') is not null
+     or p_spec->>'debounce_s' is not null or p_spec->>'on_conflict' = 'error'
+     or p_spec->>'throttle_n' is not null or jobs.bound_tenant() is not null
+     or pg_catalog.array_position(p_keys, null) is not null or '' = any (p_keys)
+     or (p_payloads is not null and exists (
+           select from pg_catalog.jsonb_array_elements(p_payloads) as p(payload)
+            where pg_catalog.jsonb_typeof(p.payload) not in ('object', 'null')
+               or pg_catalog.octet_length(p.payload::text) > v_max)) then
+    return query
+      select m.ord, m.id, m.outcome
+        from jobs.enqueue_many((
+          select pg_catalog.jsonb_agg(
+                   p_spec || pg_catalog.jsonb_build_object(
+                     'key', k.key, 'payload', coalesce(p_payloads -> (k.ord::integer - 1), '{}'))
+                   order by k.ord)
+            from pg_catalog.unnest(p_keys) with ordinality as k(key, ord))) m;
+    return;
+  end if;
+
+  -- WRITE: one insert for the whole batch (a key repeated in it: its first spec).
+  with created as (
+    select c.ord, c.id, c.queue, c.run_at from jobs.insert_batch(p_spec, p_keys, p_payloads, v_now) c)
+  select pg_catalog.array_agg(c.id order by u.ord),
+         pg_catalog.array_agg(c.id is not null order by u.ord),
+         (select pg_catalog.array_agg(distinct w.queue) from created w where w.run_at <= v_now)
+    into v_ids, v_created, v_wake
+    from pg_catalog.generate_series(1, v_n) as u(ord)
+    left join created c on c.ord = u.ord;
+
+  -- Keys the insert did not take: answer the job that holds each (or its singleton's).
+  if pg_catalog.array_position(v_created, false) is not null then
+    v_ids := array(
+      select coalesce(e.id, jobs.job_of_key(p_spec->>'name', p_spec->>'tenant', e.key),
+                      jobs.job_of_group(p_spec))
+        from rows from (pg_catalog.unnest(p_keys), pg_catalog.unnest(v_ids))
+             with ordinality as e(key, id, ord)
+       order by e.ord);
+  end if;
+
+  perform jobs.wake(v_wake);
+
+  return query
+    select u.ord::integer, u.id, case when u.created then 'created' else 'deduped' end
+      from rows from (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_created))
+           with ordinality as u(id, created, ord)
+     order by u.ord;
+end
+$$;
+
+comment on function jobs.enqueue_batch(jsonb, text[], jsonb) is
+  'Enqueue jobs sharing one spec, a key and a payload each: enqueue_many over those specs, the shared fields read once.';
 
 -- ---------------------------------------------------------------------------
 -- jobs.one_spec(name, key, payload, options) -> a one-spec jsonb array, for the

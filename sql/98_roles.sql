@@ -32,6 +32,7 @@ as $$
       -- producer: puts jobs and events in, reads the outcome of what it put in
       ('sqljobs_producer', 'jobs.enqueue(text,text,jsonb,jsonb)'),
       ('sqljobs_producer', 'jobs.enqueue_many(jsonb)'),
+      ('sqljobs_producer', 'jobs.enqueue_batch(jsonb,text[],jsonb)'),
       ('sqljobs_producer', 'jobs.stage(text,text,jsonb,jsonb)'),
       ('sqljobs_producer', 'jobs.stage_many(jsonb)'),
       ('sqljobs_producer', 'jobs.emit_event(text,jsonb)'),
@@ -55,6 +56,7 @@ as $$
       ('sqljobs_worker', 'jobs.emit_event(text,jsonb)'),
       ('sqljobs_worker', 'jobs.enqueue(text,text,jsonb,jsonb)'),
       ('sqljobs_worker', 'jobs.enqueue_many(jsonb)'),
+      ('sqljobs_worker', 'jobs.enqueue_batch(jsonb,text[],jsonb)'),
       ('sqljobs_worker', 'jobs.stage_many(jsonb)'),
       ('sqljobs_worker', 'jobs.relay(integer,text,double precision)'),
       ('sqljobs_worker', 'jobs.purge_outbox(double precision,integer)'),

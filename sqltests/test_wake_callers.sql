@@ -1,13 +1,13 @@
--- Which queues each call wakes through jobs.wake(queues): enqueue / enqueue_many wake
--- each queue that got a job runnable now, once per call; requeue, promote and
--- resume_queue wake the queues they made runnable.
+-- Which queues each call wakes through jobs.wake(queues): enqueue / enqueue_many /
+-- enqueue_batch wake each queue that got a job runnable now, once per call; requeue,
+-- promote and resume_queue wake the queues they made runnable.
 --
 -- NOTIFY is delivered only at commit and a pgTAP file never commits, so this file
 -- replaces jobs.wake, inside its own transaction (rolled back with it), with a recorder
 -- of its calls. What jobs.wake itself sends (pg_notify per queue, nothing under
 -- jobs.notify = off) is pinned by the pytest suite across two real sessions.
 begin;
-select plan(12);
+select plan(18);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
@@ -34,6 +34,21 @@ select lives_ok($$ select * from jobs.enqueue_many('[
 ]') $$, 'enqueue_many: jobs in three queues, those of q_wake_c in the future');
 select is(jobs_test.woken((select c from mark)), array['q_wake_a', 'q_wake_b'],
           'each queue with a job runnable now is woken once; a queue with only future jobs is not');
+
+update mark set c = jobs_test.last_call();
+select lives_ok($$ select * from jobs.enqueue_batch('{"name": "wake.batch", "queue": "q_wake_e"}',
+                                                   array['e1', 'e2', 'e3']) $$,
+                'enqueue_batch: three jobs runnable now in one queue');
+select is(jobs_test.woken((select c from mark)), array['q_wake_e'], 'wake their queue once');
+update mark set c = jobs_test.last_call();
+select lives_ok($$ select * from jobs.enqueue_batch('{"name": "wake.batch", "queue": "q_wake_f", "delay_s": 60}',
+                                                   array['f1']) $$,
+                'enqueue_batch: a job in the future');
+select is(jobs_test.woken((select c from mark)), '{}'::text[], 'wakes no queue');
+update mark set c = jobs_test.last_call();
+select lives_ok($$ select * from jobs.enqueue_batch('{"name": "wake.batch", "queue": "q_wake_e"}',
+                                                   array['e1']) $$, 'a deduped enqueue_batch');
+select is(jobs_test.woken((select c from mark)), '{}'::text[], 'wakes no queue');
 
 update mark set c = jobs_test.last_call();
 select lives_ok($$ select * from jobs.enqueue('wake.job', 'a1', '{}', '{"queue": "q_wake_a"}') $$, 'a deduped enqueue');

@@ -1882,7 +1882,7 @@ begin
 end
 $function$;
 
--- new: jobs.role_grants()
+-- changed: jobs.role_grants()
 CREATE OR REPLACE FUNCTION jobs.role_grants()
  RETURNS TABLE(role_name text, fn regprocedure)
  LANGUAGE sql
@@ -1905,6 +1905,7 @@ AS $function$
       -- producer: puts jobs and events in, reads the outcome of what it put in
       ('sqljobs_producer', 'jobs.enqueue(text,text,jsonb,jsonb)'),
       ('sqljobs_producer', 'jobs.enqueue_many(jsonb)'),
+      ('sqljobs_producer', 'jobs.enqueue_batch(jsonb,text[],jsonb)'),
       ('sqljobs_producer', 'jobs.stage(text,text,jsonb,jsonb)'),
       ('sqljobs_producer', 'jobs.stage_many(jsonb)'),
       ('sqljobs_producer', 'jobs.emit_event(text,jsonb)'),
@@ -1928,6 +1929,7 @@ AS $function$
       ('sqljobs_worker', 'jobs.emit_event(text,jsonb)'),
       ('sqljobs_worker', 'jobs.enqueue(text,text,jsonb,jsonb)'),
       ('sqljobs_worker', 'jobs.enqueue_many(jsonb)'),
+      ('sqljobs_worker', 'jobs.enqueue_batch(jsonb,text[],jsonb)'),
       ('sqljobs_worker', 'jobs.stage_many(jsonb)'),
       ('sqljobs_worker', 'jobs.relay(integer,text,double precision)'),
       ('sqljobs_worker', 'jobs.purge_outbox(double precision,integer)'),
@@ -3165,6 +3167,54 @@ begin
                       from pg_catalog.unnest(v_columns) c));
   comment on function jobs.insert_jobs(jsonb, timestamp with time zone, bigint[]) is
     'Private: the one insert of jobs (made by jobs.define_spec()).';
+
+  -- jobs.insert_batch(spec, keys, payloads, now) -> (ord, id, queue, run_at) per job it
+  -- created: the insert of jobs.insert_jobs for jobs that share one spec (already
+  -- checked), each with its own key and payload (null: {}). The shared fields are read
+  -- once, not once per job. In key order (one name and tenant), as insert_jobs locks.
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
+    create or replace function jobs.insert_batch(p_spec jsonb, p_keys text[],
+                                                 p_payloads jsonb, p_now timestamptz)
+    returns table (ord integer, id bigint, queue text, run_at timestamptz)
+    language plpgsql volatile set search_path = ''
+    set plan_cache_mode = force_generic_plan
+    as $b$
+    declare
+      v_r      jobs.job_spec := pg_catalog.jsonb_populate_record(
+                  pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults}),
+                  jobs.spec_given(p_spec));
+      v_run_at timestamptz := coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
+                  secs => coalesce(v_r.delay_s, v_r.debounce_s, 0)));
+    begin
+      return query
+      with sorted as materialized (
+        -- in lock order, the ids drawn in that order too
+        select o.ord, pg_catalog.nextval('jobs.job_id_seq') as id, o.key, o.payload
+          from (select k.ord::integer as ord, k.key,
+                       coalesce(nullif(p.payload, 'null'), '{}') as payload
+                  from pg_catalog.unnest(p_keys) with ordinality as k(key, ord)
+                  left join pg_catalog.jsonb_array_elements(p_payloads)
+                            with ordinality as p(payload, ord) on p.ord = k.ord
+                 order by k.key, k.ord) o
+      ), ins as (
+        insert into jobs.job as j (id, {columns}, run_at, created_at)
+        select s.id, {values}, v_run_at, p_now
+          from sorted s
+        on conflict do nothing  -- the key, or a singleton's group
+        returning j.id, j.queue, j.run_at
+      )
+      select s.ord, ins.id, ins.queue, ins.run_at from ins join sorted s on s.id = ins.id;
+    end
+    $b$ $f$, '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
+      '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
+                      from pg_catalog.unnest(v_columns) c)),
+      '{values}', (select pg_catalog.string_agg(case c when 'key' then 's.key'
+                                                       when 'payload' then 's.payload'
+                                                       else 'v_r.' || pg_catalog.quote_ident(c) end,
+                                                  ', ')
+                     from pg_catalog.unnest(v_columns) c));
+  comment on function jobs.insert_batch(jsonb, text[], jsonb, timestamp with time zone) is
+    'Private: the insert of jobs sharing one spec (made by jobs.define_spec()).';
 end
 $function$;
 
@@ -3231,6 +3281,92 @@ begin
       from jobs.enqueue_many(jobs.one_spec(p_name, p_key, p_payload, p_options)) m;
 end
 $function$;
+
+-- new: jobs.enqueue_batch(jsonb,text[],jsonb)
+CREATE OR REPLACE FUNCTION jobs.enqueue_batch(p_spec jsonb, p_keys text[], p_payloads jsonb DEFAULT NULL::jsonb)
+ RETURNS TABLE(ord integer, id bigint, outcome text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO ''
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+declare
+  v_now     timestamptz := jobs.now();
+  v_n       integer := coalesce(pg_catalog.cardinality(p_keys), 0);
+  v_max     integer := jobs.max_payload_bytes();
+  v_ids     bigint[];
+  v_created boolean[];
+  v_wake    text[];
+begin
+  -- GUARD: the shapes of the three arguments
+  if p_spec is null or pg_catalog.jsonb_typeof(p_spec) <> 'object' then
+    perform jobs.raise_error('invalid_argument', 'spec must be a JSON object');
+  end if;
+  if p_spec ?| array['key', 'payload'] then
+    perform jobs.raise_error('invalid_argument',
+      'spec must not carry key or payload: pass them as keys and payloads');
+  end if;
+  if p_payloads is not null and (pg_catalog.jsonb_typeof(p_payloads) <> 'array'
+                                 or pg_catalog.jsonb_array_length(p_payloads) <> v_n) then
+    perform jobs.raise_error('invalid_argument',
+      'payloads must be a JSON array holding one payload per key (or null)');
+  end if;
+  if v_n = 0 then
+    return;
+  end if;
+
+  -- What the shared path does not take goes through enqueue_many, spec by spec, which
+  -- refuses or answers it exactly as it would.
+  if jobs.spec_problem_of(p_spec || '{"key": "k"}') is not null
+     or p_spec->>'debounce_s' is not null or p_spec->>'on_conflict' = 'error'
+     or p_spec->>'throttle_n' is not null or jobs.bound_tenant() is not null
+     or pg_catalog.array_position(p_keys, null) is not null or '' = any (p_keys)
+     or (p_payloads is not null and exists (
+           select from pg_catalog.jsonb_array_elements(p_payloads) as p(payload)
+            where pg_catalog.jsonb_typeof(p.payload) not in ('object', 'null')
+               or pg_catalog.octet_length(p.payload::text) > v_max)) then
+    return query
+      select m.ord, m.id, m.outcome
+        from jobs.enqueue_many((
+          select pg_catalog.jsonb_agg(
+                   p_spec || pg_catalog.jsonb_build_object(
+                     'key', k.key, 'payload', coalesce(p_payloads -> (k.ord::integer - 1), '{}'))
+                   order by k.ord)
+            from pg_catalog.unnest(p_keys) with ordinality as k(key, ord))) m;
+    return;
+  end if;
+
+  -- WRITE: one insert for the whole batch (a key repeated in it: its first spec).
+  with created as (
+    select c.ord, c.id, c.queue, c.run_at from jobs.insert_batch(p_spec, p_keys, p_payloads, v_now) c)
+  select pg_catalog.array_agg(c.id order by u.ord),
+         pg_catalog.array_agg(c.id is not null order by u.ord),
+         (select pg_catalog.array_agg(distinct w.queue) from created w where w.run_at <= v_now)
+    into v_ids, v_created, v_wake
+    from pg_catalog.generate_series(1, v_n) as u(ord)
+    left join created c on c.ord = u.ord;
+
+  -- Keys the insert did not take: answer the job that holds each (or its singleton's).
+  if pg_catalog.array_position(v_created, false) is not null then
+    v_ids := array(
+      select coalesce(e.id, jobs.job_of_key(p_spec->>'name', p_spec->>'tenant', e.key),
+                      jobs.job_of_group(p_spec))
+        from rows from (pg_catalog.unnest(p_keys), pg_catalog.unnest(v_ids))
+             with ordinality as e(key, id, ord)
+       order by e.ord);
+  end if;
+
+  perform jobs.wake(v_wake);
+
+  return query
+    select u.ord::integer, u.id, case when u.created then 'created' else 'deduped' end
+      from rows from (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_created))
+           with ordinality as u(id, created, ord)
+     order by u.ord;
+end
+$function$;
+
+-- changed: jobs.insert_batch(jsonb,text[],jsonb,timestamp with time zone): made by `select jobs.define_spec();`
 
 -- changed: jobs.enqueue_many(jsonb)
 CREATE OR REPLACE FUNCTION jobs.enqueue_many(p_specs jsonb)
@@ -5465,6 +5601,10 @@ comment on function jobs.retention_policy(jsonb) is 'The retention ages in effec
 comment on function jobs.retention_put(text,jsonb) is 'Store retention ages for a queue (or ''*'', every queue); keys not given are kept.';
 
 comment on function jobs.retention_remove(text) is 'Remove a queue''s stored retention row (or ''*''); answers whether one existed.';
+
+comment on function jobs.enqueue_batch(jsonb,text[],jsonb) is 'Enqueue jobs sharing one spec, a key and a payload each: enqueue_many over those specs, the shared fields read once.';
+
+comment on function jobs.insert_batch(jsonb,text[],jsonb,timestamp with time zone) is 'Private: the insert of jobs sharing one spec (made by jobs.define_spec()).';
 
 comment on function jobs.role_grants() is 'Which role may execute which function: the whole EXECUTE grant list of the four sqljobs roles, and the two redaction functions jobs.job_view needs granted to public (docs/design/roles.md).';
 

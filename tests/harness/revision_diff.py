@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MADE_BY_DEFINE_SPEC = {
     "jobs.spec_fields()", "jobs.spec_defaults()", "jobs.spec_problem_of(jsonb)",
     "jobs.spec_problem(jsonb)", "jobs.insert_jobs(jsonb,timestamp with time zone,bigint[])",
+    "jobs.insert_batch(jsonb,text[],jsonb,timestamp with time zone)",
 }
 
 

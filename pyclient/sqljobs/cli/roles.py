@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -27,8 +27,13 @@ def worker(
     poll_interval: Annotated[float, typer.Option(help="Claim at least this often, seconds.")] = 1.0,
     prefetch: Annotated[int | None, typer.Option(
         min=0, help="Jobs claimed ahead into a local queue, beyond the free slots "
-                    "(default: as many as --concurrency; 0: claim only for free slots).")
+                    "(default: auto, sized to the jobs' run time, 1 to 500; 0: claim only "
+                    "for free slots).")
     ] = None,
+    processes: Annotated[int, typer.Option(
+        min=1, help="Worker processes to run under one supervisor (one per core, less one "
+                    "for PostgreSQL when it shares the host); each gets --concurrency "
+                    "slots and the id <id>/<n>.")] = 1,
     drain_timeout: Annotated[float, typer.Option(
         help="On SIGTERM, seconds running jobs get to finish before going back "
              "interrupted.")] = 30.0,
@@ -63,9 +68,17 @@ def worker(
                       "many seconds.")] = 30.0,
 ) -> None:
     """Run the jobs an app declares until SIGTERM (drain) or a second signal (stop now)."""
+    from sqljobs.runtime.supervisor import watch_parent
     from sqljobs.runtime.worker import Worker
 
     setup_logs(log_level, log_format)
+    if processes > 1:
+        raise typer.Exit(_supervise(processes, target, dsn, worker_id, dict(
+            queue=queue, concurrency=concurrency, lease=lease, poll_interval=poll_interval,
+            prefetch=prefetch, drain_timeout=drain_timeout, listen=listen,
+            listen_retry=listen_retry, log_level=log_level, log_format=log_format,
+            with_relay=with_relay, with_scheduler=with_scheduler, tracing=tracing,
+            metrics_port=metrics_port, health_port=health_port, health_stall=health_stall)))
     observers: list[RunObserver] = []
     if tracing:
         observers.append(_tracing_observer())
@@ -87,6 +100,7 @@ def worker(
                         listen=listen, listen_retry_s=listen_retry, worker_id=worker_id,
                         install_signals=not (with_relay or with_scheduler),
                         observers=observers)
+        watch_parent(runner.stop)  # under `--processes`: drain if the supervisor dies
         if health_port is not None:
             from sqljobs.runtime.health import WorkerHealth
 
@@ -116,6 +130,54 @@ def worker(
         if health is not None:
             health.close()
     raise typer.Exit(code)
+
+
+def _supervise(processes: int, target: str, dsn: str | None, worker_id: str | None,
+               options: dict[str, Any]) -> int:
+    """`--processes N`: the supervisor (sqljobs.runtime.supervisor) of N `sqljobs worker`
+    processes with these options. Process n is `<id>/<n>`; its metrics and health ports
+    (when given) are the given ones plus n - 1; only the first runs --with-relay and
+    --with-scheduler (they lead or fence themselves: one process of them is enough)."""
+    import os
+    import socket
+
+    from sqljobs.runtime.supervisor import Supervisor, worker_command
+
+    family = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+    commands = []
+    for n in range(1, processes + 1):
+        argv = ["worker", target, "--id", f"{family}/{n}"]
+        if dsn is not None:  # given on this command line already
+            argv += ["--dsn", dsn]
+        for queue in options["queue"] or ():
+            argv += ["--queue", queue]
+        argv += ["--concurrency", str(options["concurrency"]), "--lease", str(options["lease"]),
+                 "--poll-interval", str(options["poll_interval"]),
+                 "--drain-timeout", str(options["drain_timeout"]),
+                 "--listen" if options["listen"] else "--no-listen",
+                 "--listen-retry", str(options["listen_retry"]),
+                 "--log-level", options["log_level"], "--log-format", options["log_format"],
+                 "--health-stall", str(options["health_stall"])]
+        if options["prefetch"] is not None:
+            argv += ["--prefetch", str(options["prefetch"])]
+        for port in ("metrics_port", "health_port"):
+            if options[port] is not None:
+                argv += [f"--{port.replace('_', '-')}", str(options[port] + n - 1)]
+        if options["tracing"]:
+            argv.append("--tracing")
+        if n == 1 and options["with_relay"]:
+            argv.append("--with-relay")
+        if n == 1 and options["with_scheduler"]:
+            argv.append("--with-scheduler")
+        commands.append(worker_command(argv))
+    # Without --dsn the processes find the database as this one would: the app's own
+    # DSN, else this one (from the environment, or the embedded server it started).
+    env = dict(os.environ)
+    if dsn is None:
+        env["SQLJOBS_DSN"] = dsn_of(load_app(target)._dsn)
+    logging.getLogger("sqljobs.supervisor").info(
+        "sqljobs supervisor %s: %d worker processes", family, processes)
+    return Supervisor(commands, env).run()
 
 
 def _tracing_observer() -> RunObserver:

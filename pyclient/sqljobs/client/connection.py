@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from sqljobs.client.errors import TRANSIENT_ERRORS, translate
@@ -42,7 +42,7 @@ class Client:
     def run(self, call: Call[T]) -> T:
         with self._connection() as conn:
             try:
-                with conn.cursor(row_factory=dict_row) as cur:
+                with conn.cursor(row_factory=tuple_row if call.tuples else dict_row) as cur:
                     cur.execute(call.sql, call.params, prepare=True)
                     rows = cur.fetchall() if cur.description else []
             except psycopg.Error as error:
@@ -80,7 +80,7 @@ class AsyncClient:
     async def run(self, call: Call[T]) -> T:
         async with self._connection() as conn:
             try:
-                async with conn.cursor(row_factory=dict_row) as cur:
+                async with conn.cursor(row_factory=tuple_row if call.tuples else dict_row) as cur:
                     await cur.execute(call.sql, call.params, prepare=True)
                     rows = await cur.fetchall() if cur.description else []
             except psycopg.Error as error:

@@ -18,6 +18,9 @@ class ResultNotJSON(TypeError):
 
 def json_result(value: Any) -> Any:
     """The value as jsonb will store it; raises ResultNotJSON with the reason."""
+    kind = type(value)
+    if value is None or kind is bool or kind is int or (kind is str and "\x00" not in value):
+        return value  # what most handlers return: nothing to check
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     try:

@@ -22,6 +22,7 @@ from sqljobs.client.records import (
     JobOutcome,
     JobRecord,
     JobSpec,
+    JobState,
     LeaderRecord,
     LeaseRecord,
     LimitGauges,
@@ -57,11 +58,12 @@ ENQUEUE_CHUNK = 1000
 
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
-    """One statement and the decoding of its rows."""
+    """One statement and the decoding of its rows (dicts, or tuples for the hot paths)."""
 
     sql: LiteralString
     params: Sequence[Any]
-    decode: Callable[[list[Row]], T]
+    decode: Callable[[list[Any]], T]
+    tuples: bool = False  # rows as tuples, not dicts: what the hot paths decode
 
 
 def _one(field: str) -> Callable[[list[Row]], Any]:
@@ -101,11 +103,19 @@ def spec_defaults() -> Call[dict[str, Any]]:
     return Call("select jobs.spec_defaults() as defaults", (), _one("defaults"))
 
 
+def _enqueued(rows: list[tuple[Any, ...]]) -> Enqueued:
+    return Enqueued._make(rows[0])
+
+
+def _enqueued_many(rows: list[tuple[Any, ...]]) -> list[Enqueued]:
+    return [Enqueued(row[1], row[2]) for row in rows]
+
+
 def enqueue(name: str, key: str, payload: Any, options: Mapping[str, Any]) -> Call[Enqueued]:
     return Call(
         "select id, outcome from jobs.enqueue(%s, %s, %s, %s)",
         (name, key, Jsonb(payload if payload is not None else {}), Jsonb(dict(options))),
-        lambda rows: Enqueued.model_validate(rows[0]),
+        _enqueued, tuples=True,
     )
 
 
@@ -123,7 +133,21 @@ def enqueue_many(specs: Sequence[JobSpec]) -> Call[list[Enqueued]]:
     return Call(
         "select ord, id, outcome from jobs.enqueue_many(%s)",
         (Jsonb([spec.to_sql() for spec in specs]),),
-        lambda rows: [Enqueued.model_validate(row) for row in rows],
+        _enqueued_many, tuples=True,
+    )
+
+
+def enqueue_batch(spec: Mapping[str, Any], keys: Sequence[str],
+                  payloads: str | None = None) -> Call[list[Enqueued]]:
+    """Jobs that share `spec` (a spec's wire form without key and payload), one per key
+    (at most ENQUEUE_CHUNK); `payloads` is the JSON text of an array holding one payload
+    per key, None for every payload {} (jobs.enqueue_batch)."""
+    if len(keys) > ENQUEUE_CHUNK:
+        raise ValueError(f"enqueue_batch takes at most {ENQUEUE_CHUNK} keys per call")
+    return Call(  # the keys go in binary: no quoting of each
+        "select ord, id, outcome from jobs.enqueue_batch(%s, %b, %s::jsonb)",
+        (Jsonb(dict(spec)), list(keys), payloads),
+        _enqueued_many, tuples=True,
     )
 
 
@@ -157,8 +181,22 @@ def claim(
     return Call(
         "select " + _CLAIMED_COLUMNS + " from jobs.claim(%s, %s, %s, %s, %s)",
         (list(queues), worker, limit, lease_s, Jsonb(options)),
-        lambda rows: [ClaimedJob.model_validate(row) for row in rows],
+        _claimed, tuples=True,
     )
+
+
+def _claimed(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:
+    make = ClaimedJob._make
+    return [make(row) for row in rows]
+
+
+def _settled(rows: list[tuple[Any, ...]]) -> list[Settled]:
+    return [Settled(row[0], row[1]) for row in rows]
+
+
+def _settled_in(rows: list[tuple[Any, ...]]) -> list[Settled]:
+    return [Settled(row[0], row[1], None if row[2] is None else JobState(row[2]))
+            for row in rows]
 
 
 def ack(job_id: int, claim: int, result: Any = None) -> Call[None]:
@@ -171,7 +209,7 @@ def ack_many(
     return Call(
         "select id, ok from jobs.ack_many(%s, %s, %s::jsonb[])",
         (list(ids), list(claims), None if results is None else [_json(r) for r in results]),
-        lambda rows: [Settled.model_validate(row) for row in rows],
+        _settled, tuples=True,
     )
 
 
@@ -206,7 +244,7 @@ def nack_many(
             None if modes is None else list(modes),
             None if delays_s is None else list(delays_s),
         ),
-        lambda rows: [Settled.model_validate(row) for row in rows],
+        _settled_in, tuples=True,
     )
 
 
@@ -220,7 +258,7 @@ def heartbeat_many(
     return Call(
         "select id, ok from jobs.heartbeat_many(%s, %s, %s)",
         (list(ids), list(claims), lease_s),
-        lambda rows: [Settled.model_validate(row) for row in rows],
+        _settled, tuples=True,
     )
 
 

@@ -10,17 +10,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import json
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from sqljobs.client import queries
 from sqljobs.client.errors import ConfigurationError, InvalidPayload
-from sqljobs.client.producing import Sending, producing
+from sqljobs.client.producing import Sending, installed, producing
 from sqljobs.client.records import Enqueued, Jitter, JobSpec, Staged
 from sqljobs.client.redaction import Redaction
 from sqljobs.client.transactions import run_in, run_in_async
@@ -88,6 +89,24 @@ class JobDefinition(Generic[P]):
     def redaction(self) -> Redaction:
         """The payload's sensitive and personal paths (sqljobs.declare.redaction)."""
         return redaction_of(self.payload_model)
+
+    @functools.cached_property
+    def _payload_list(self) -> TypeAdapter[list[P]]:
+        return TypeAdapter(list[self.payload_model])  # type: ignore[name-defined]
+
+    def parse_payloads(self, payloads: Sequence[Any]) -> list[P]:
+        """`parse_payload` of each, in one pass; raises InvalidPayload for the first
+        payload that does not validate, as `parse_payload` would."""
+        try:
+            return self._payload_list.validate_python(payloads)
+        except ValidationError:
+            return [self.parse_payload(payload) for payload in payloads]
+
+    def payloads_json(self, models: Sequence[P]) -> str:
+        """The payloads as stored (`payload_json` of each), as the text of one JSON array."""
+        if self.redaction.sensitive:  # their SecretStr values, revealed
+            return json.dumps([payload_json(model) for model in models])
+        return self._payload_list.dump_json(list(models)).decode()
 
     def parse_payload(self, payload: Any) -> P:
         """The payload as the declared model; raises InvalidPayload."""
@@ -201,12 +220,32 @@ class JobHandle(Generic[P]):
                      conn: Any = None, **options: Any) -> list[Enqueued]:
         """Enqueue many `(payload, key)` pairs: all validated first, then written in
         chunks of 1,000 inside one transaction (all or nothing)."""
+        if not items:
+            return []
+        if installed() is None:
+            return [e for chunk in run_in(self.app, conn, self._batches(items, options))
+                    for e in chunk]
         specs = [self.spec(payload, key=key, **options) for payload, key in items]
         with producing("enqueue", specs) as sending:
             answers = [e for chunk in run_in(self.app, conn, queries.enqueue_chunks(
                 sending.specs)) for e in chunk]
             sending.enqueued([e.id for e in answers])
         return answers
+
+    def _batches(self, items: Sequence[tuple[P | Mapping[str, Any], str]],
+                 options: Mapping[str, Any]) -> list[queries.Call[list[Enqueued]]]:
+        """The items as jobs.enqueue_batch calls of ENQUEUE_CHUNK jobs: the spec they
+        share (what `spec` makes of their options), then their keys and their payloads,
+        validated and serialised in one pass each. A producer hook (tracing) sees every
+        spec, so with one installed the items go as specs (jobs.enqueue_many) instead."""
+        payloads = self.definition.parse_payloads([payload for payload, _ in items])
+        keys = [key for _, key in items]
+        shared = self.spec(payloads[0], key=keys[0], **options).to_sql()
+        del shared["key"], shared["payload"]
+        chunk = queries.ENQUEUE_CHUNK
+        return [queries.enqueue_batch(shared, keys[i:i + chunk],
+                                      self.definition.payloads_json(payloads[i:i + chunk]))
+                for i in range(0, len(keys), chunk)]
 
     async def enqueue_async(self, payload: P | Mapping[str, Any], *, key: str,
                             conn: Any = None, **options: Any) -> Enqueued:
@@ -219,6 +258,12 @@ class JobHandle(Generic[P]):
 
     async def enqueue_many_async(self, items: Sequence[tuple[P | Mapping[str, Any], str]], *,
                                  conn: Any = None, **options: Any) -> list[Enqueued]:
+        """`enqueue_many` for asyncio code."""
+        if not items:
+            return []
+        if installed() is None:
+            return [e for chunk in await run_in_async(self.app, conn, self._batches(items, options))
+                    for e in chunk]
         specs = [self.spec(payload, key=key, **options) for payload, key in items]
         with producing("enqueue", specs) as sending:
             chunks = await run_in_async(self.app, conn, queries.enqueue_chunks(sending.specs))

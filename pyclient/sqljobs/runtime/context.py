@@ -24,6 +24,8 @@ from typing import Any
 from sqljobs.runtime.steps import Steps
 from sqljobs.runtime.stopping import RunCancelled, StopReason
 
+_MAKING = threading.Lock()  # guards the lazy `cancelled` event against `_stop`
+
 
 class JobContext:
     """The running job, as its handler sees it."""
@@ -40,10 +42,12 @@ class JobContext:
         max_attempts: int,
         claim: int,
         worker_id: str,
-        logger: logging.LoggerAdapter[logging.Logger],
+        logger: logging.LoggerAdapter[logging.Logger] | None = None,
         loop: asyncio.AbstractEventLoop,
         report_progress: Callable[[Any], Coroutine[Any, Any, bool]],
         saved_progress: Any = None,
+        make_logger: Callable[[], logging.LoggerAdapter[logging.Logger]] | None = None,
+        make_steps: Callable[[JobContext], Steps] | None = None,
     ) -> None:
         self.job_id = job_id
         self.name = name
@@ -57,19 +61,47 @@ class JobContext:
         # The progress stored when this attempt was claimed (e.g. where a previous,
         # interrupted run got to); `progress()` writes a new value.
         self.saved_progress = saved_progress
-        self.logger = logger
-        self.cancelled = threading.Event()
+        # The logger, the cancelled flag and the steps are made when first used: most
+        # runs touch none of them, and making them cost more than the rest of a no-op run.
+        self._logger = logger
+        self._make_logger = make_logger
+        self._cancelled: threading.Event | None = None
+        self._stopped = False
         self.cancel_reason: StopReason | None = None
         self._loop = loop
         self._report_progress = report_progress
-        self._steps: Steps | None = None  # set by the worker (sqljobs.runtime.steps)
+        self._make_steps = make_steps
+        self._steps: Steps | None = None  # sqljobs.runtime.steps, made by make_steps
+
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger whose records carry the job's fields (job_id, job_name, queue, ...)."""
+        if self._logger is None:
+            self._logger = (self._make_logger() if self._make_logger is not None
+                            else logging.LoggerAdapter(logging.getLogger("sqljobs.job"), {}))
+        return self._logger
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set once the run must stop: its lease was lost or the job was cancelled, its
+        timeout passed, or a drain cut it off. A sync handler checks it in its loops."""
+        if self._cancelled is None:
+            with _MAKING:  # a sync handler's thread and the loop may both get here first
+                if self._cancelled is None:
+                    event = threading.Event()
+                    if self._stopped:
+                        event.set()
+                    self._cancelled = event
+        return self._cancelled
 
     @property
     def step(self) -> Steps:
         """Durable steps: `await ctx.step.run_async("name", fn)` in an async handler,
         `ctx.step.run("name", fn)` in a sync one (sqljobs.runtime.steps)."""
         if self._steps is None:
-            raise RuntimeError("durable steps are only available in a worker's run")
+            if self._make_steps is None:
+                raise RuntimeError("durable steps are only available in a worker's run")
+            self._steps = self._make_steps(self)
         return self._steps
 
     @property
@@ -82,7 +114,7 @@ class JobContext:
 
     def raise_if_cancelled(self) -> None:
         """Raise RunCancelled when the worker has told this run to stop."""
-        if self.cancelled.is_set():
+        if self._stopped:
             raise RunCancelled(f"job {self.job_id} run stopped: {self.cancel_reason}")
 
     async def progress_async(self, value: Any) -> bool:
@@ -90,7 +122,7 @@ class JobContext:
 
         Answers False, writing nothing, once the run was told to stop or lost its lease.
         """
-        if self.cancelled.is_set():
+        if self._stopped:
             return False
         return await self._report_progress(value)
 
@@ -102,7 +134,7 @@ class JobContext:
             running = None
         if running is self._loop:
             raise RuntimeError("on the event loop, use `await ctx.progress_async(value)`")
-        if self.cancelled.is_set():
+        if self._stopped:
             return False
         future = asyncio.run_coroutine_threadsafe(self._report_progress(value), self._loop)
         return bool(future.result())
@@ -110,7 +142,10 @@ class JobContext:
     def _stop(self, reason: StopReason) -> None:
         if self.cancel_reason is None:
             self.cancel_reason = reason
-        self.cancelled.set()
+        with _MAKING:
+            self._stopped = True
+            if self._cancelled is not None:
+                self._cancelled.set()
 
     def __repr__(self) -> str:
         return (f"JobContext(job_id={self.job_id}, name={self.name!r}, queue={self.queue!r}, "

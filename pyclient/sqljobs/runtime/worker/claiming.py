@@ -1,7 +1,8 @@
 """Claiming: when the worker asks `jobs.claim` for jobs, and how many.
 
-Claims come in batches sized to the free slots plus `prefetch`, filtered to the job
-names the app declares (a job only newer code knows waits for a worker that knows it).
+Claims come in batches sized to the free slots plus the prefetch (fixed, or sized to
+the work: prefetching.py), filtered to the job names the app declares (a job only
+newer code knows waits for a worker that knows it).
 Claimed jobs beyond the free slots wait in the local queue (`Slots.waiting`), their
 leases renewed like running ones, and start as slots free: a slot that frees starts
 the next job at once while the next claim is in flight.
@@ -37,12 +38,12 @@ MAX_CLAIM = 1000  # jobs.claim's limit
 
 
 class ClaimLoop:
-    """Claims for `slots` until `stopping()`; hands each claimed job to `claimed`."""
+    """Claims for `slots` until `stopping()`; hands each claim's jobs to `claimed`."""
 
     def __init__(self, *, client: AsyncClient, slots: Slots, worker_id: str,
                  queues: Sequence[str], names: Sequence[str], lease_s: float,
                  poll_interval: float, wake: asyncio.Event,
-                 claimed: Callable[[ClaimedJob, float], None],
+                 claimed: Callable[[list[ClaimedJob], float], None],
                  stopping: Callable[[], bool], sleep: Callable[[float], Awaitable[None]],
                  log_extra: Mapping[str, Any], observer: RunObserver) -> None:
         self._client = client
@@ -98,9 +99,11 @@ class ClaimLoop:
                     await self._sleep(pause)
                     continue
                 failures = 0
-                self._observer.claimed(len(jobs), time.monotonic() - sent)
-                for job in jobs:
-                    self._claimed(job, sent)
+                took = time.monotonic() - sent
+                slots.prefetch.claimed(took)
+                self._observer.claimed(len(jobs), took)
+                if jobs:
+                    self._claimed(jobs, sent)
                 if len(jobs) == min(free, MAX_CLAIM):
                     self._wanted = True  # maybe more waiting: claim again when a slot frees
                 if self._wanted and slots.claimable() > 0 and not slots.waiting:

@@ -45,7 +45,7 @@ class Drain:
 
     async def run(self) -> None:
         await self.hand_back_waiting()
-        waiting = [r.settled.wait() for r in self._slots.runs.values()]
+        waiting = [r.wait_settled() for r in self._slots.runs.values()]
         if waiting and not self._forced:
             gather: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*waiting))
             force: asyncio.Future[Any] = asyncio.ensure_future(self._force_requested.wait())
@@ -53,7 +53,7 @@ class Drain:
                                return_when=asyncio.FIRST_COMPLETED)
             force.cancel()
             gather.cancel()
-        left = [r for r in self._slots.runs.values() if not r.settled.is_set()]
+        left = [r for r in self._slots.runs.values() if not r.is_settled]
         if not left:
             return
         logger.warning("drain cut-off: %d job(s) go back as interrupted", len(left),
@@ -61,7 +61,7 @@ class Drain:
         for run in left:
             run.stop("interrupt")
         _, pending = await asyncio.wait(
-            [asyncio.ensure_future(r.settled.wait()) for r in left],
+            [asyncio.ensure_future(r.wait_settled()) for r in left],
             timeout=self._send_back_s())
         for task in pending:
             task.cancel()
@@ -78,15 +78,14 @@ class Drain:
         back = Settlement(ack=False, mode="interrupt", error=error_record(
             "interrupted", message="the worker stopped before the job started; not an attempt"))
 
-        async def hand_back(run: Run) -> None:
-            run.settling = True
-            try:
-                await self._settler.settle(run, back)
-            finally:
-                run.settled.set()
-                self._slots.runs.pop(run.job.id, None)
+        def handed_back(run: Run, _settlement: Settlement, _state: object) -> None:
+            run.mark_settled()
+            self._slots.runs.pop(run.job.id, None)
 
-        await asyncio.wait([asyncio.ensure_future(hand_back(r)) for r in runs],
+        for run in runs:
+            run.settling = True
+            self._settler.submit(run, back, handed_back)
+        await asyncio.wait([asyncio.ensure_future(r.wait_settled()) for r in runs],
                            timeout=self._send_back_s())
 
 

@@ -1,11 +1,12 @@
 """Settling: writing each finished run's outcome, many per statement.
 
-A finished run hands its `Settlement` to the `Settler` and frees its slot at once. The
-settler writes every outcome waiting when a write starts in one `jobs.ack_many` /
-`jobs.nack_many` statement (group commit): nothing waits on a timer, and under load one
-round trip settles a whole batch. What a crash can lose or repeat: a written outcome is
-never lost; an outcome not yet committed is lost with the process, so that job's lease
-lapses and another worker runs it again (at-least-once).
+A finished run hands its `Settlement` to the `Settler` (`submit`, with what to call
+once it is written) and frees its slot at once. The settler writes every outcome
+waiting when a write starts in one `jobs.ack_many` / `jobs.nack_many` statement (group
+commit): nothing waits on a timer, and under load one round trip settles a whole batch.
+What a crash can lose or repeat: a written outcome is never lost; an outcome not yet
+committed is lost with the process, so that job's lease lapses and another worker runs
+it again (at-least-once).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,15 +75,21 @@ class Settlement:
         return state.value
 
 
-_Pending = tuple[Run, Settlement, "asyncio.Future[JobState | None]"]
+ACK = Settlement(ack=True)  # a handler that returned None (most do): one shared record
+
+# Called once an outcome is written: with the state the job is in now, or None when the
+# fence refused it (the job was no longer ours) or the worker gave up writing it.
+Written = Callable[[Run, Settlement, "JobState | None"], None]
+_Pending = tuple[Run, Settlement, Written]
 
 
 class Settler:
     """Writes outcomes in batches: every outcome waiting when a write starts goes into it.
 
-    `settle()` returns once the outcome is committed, with the state the job is in now,
-    or once the fence refused it (None: the job was no longer ours). Transient database
-    errors are retried with backoff until the worker gives up at a forced exit.
+    Each outcome's `written` callback is called once it is committed, with the state the
+    job is in now, or once the fence refused it (None: the job was no longer ours).
+    Transient database errors are retried with backoff until the worker gives up at a
+    forced exit.
     """
 
     def __init__(self, client: AsyncClient, worker_id: str) -> None:
@@ -91,11 +99,10 @@ class Settler:
         self._ready = asyncio.Event()
         self.batches = 0
 
-    async def settle(self, run: Run, settlement: Settlement) -> JobState | None:
-        future: asyncio.Future[JobState | None] = asyncio.get_running_loop().create_future()
-        self._pending.append((run, settlement, future))
+    def submit(self, run: Run, settlement: Settlement, written: Written) -> None:
+        """Write this outcome with the next batch; then call `written`."""
+        self._pending.append((run, settlement, written))
         self._ready.set()
-        return await future
 
     async def serve(self) -> None:
         while True:
@@ -115,11 +122,19 @@ class Settler:
                                      len(batch), extra={"worker_id": self._worker_id})
                     self._give_up(batch)
 
-    @staticmethod
-    def _give_up(batch: list[_Pending]) -> None:
-        for _, _, future in batch:
-            if not future.done():
-                future.set_result(None)
+    def _give_up(self, batch: list[_Pending]) -> None:
+        for pending in batch:
+            self._answer(pending, None)
+
+    def _answer(self, pending: _Pending, state: JobState | None) -> None:
+        run, settlement, written = pending
+        if run.is_settled:
+            return  # answered already: acked before a retried partial batch
+        try:
+            written(run, settlement, state)
+        except Exception:  # never let the settler die of what a callback does
+            logger.exception("job %s: after its settle", run.job.id,
+                             extra={"worker_id": self._worker_id})
 
     async def _write(self, batch: list[_Pending]) -> None:
         acks = [p for p in batch if p[1].ack]
@@ -154,14 +169,13 @@ class Settler:
                 for pending in acks:
                     await self._acks([pending])
                 return []
-            run, _, future = acks[0]
+            run, _, written = acks[0]
             retry = Settlement(ack=False, error=error_record("result_not_json", error))
-            await self._nacks([(run, retry, future)])
+            await self._nacks([(run, retry, written)])
             return []
         self.batches += 1
-        for (_, _, future), answer in zip(acks, answers, strict=True):
-            if not future.done():  # done: acked before a retried partial batch
-                future.set_result(JobState.SUCCEEDED if answer.ok else None)
+        for pending, answer in zip(acks, answers, strict=True):
+            self._answer(pending, JobState.SUCCEEDED if answer.ok else None)
         return []
 
     async def _nacks(self, nacks: list[_Pending]) -> None:
@@ -170,9 +184,8 @@ class Settler:
             [p[1].error for p in nacks], [p[1].mode for p in nacks],
             [p[1].delay_s for p in nacks]))
         self.batches += 1
-        for (_, _, future), answer in zip(nacks, answers, strict=True):
-            if not future.done():
-                future.set_result(answer.state if answer.ok else None)
+        for pending, answer in zip(nacks, answers, strict=True):
+            self._answer(pending, answer.state if answer.ok else None)
 
 
 def clean_text(text: str, limit: int = _MESSAGE_LIMIT) -> str:
@@ -196,4 +209,4 @@ def error_record(kind: str, error: BaseException | None = None, message: str | N
     return record
 
 
-__all__ = ["Settlement", "Settler", "clean_text", "error_record"]
+__all__ = ["ACK", "Settlement", "Settler", "Written", "clean_text", "error_record"]

@@ -9,13 +9,19 @@ heartbeat and progress, plus one LISTEN connection), never one connection per jo
 `Worker` wires the parts together and follows each job along its path, one file per
 step of it (package `sqljobs.runtime.worker`):
 
-    claiming.py   the claim loop: when to claim, how many (free slots + prefetch)
-    runs.py       a held job (`Run`) and the slots: waiting -> running -> settling
-    running.py    one handler run, from payload to the outcome to write; sagas
-    settling.py   outcomes written many per statement (group commit); error records
-    leases.py     every held lease renewed on a timer, lost runs stopped
-    draining.py   SIGTERM: hand back what waits, let what runs finish, cut off
-    (runtime/listening.py: the LISTEN connection that wakes the claim loop)
+    claiming.py     the claim loop: when to claim, how many (free slots + prefetch)
+    prefetching.py  how many to claim ahead: fixed, or sized to the work
+    runs.py         a held job (`Run`) and the slots: waiting -> running -> settling
+    running.py      one handler run, from payload to the outcome to write; sagas
+    settling.py     outcomes written many per statement (group commit); error records
+    leases.py       every held lease renewed on a timer, lost runs stopped
+    draining.py     SIGTERM: hand back what waits, let what runs finish, cut off
+    (runtime/listening.py: the LISTEN connection that wakes the claim loop;
+     runtime/supervisor.py: `--processes N`, several workers under one supervisor)
+
+The path of a job, here: a claim holds it (`_hold`); one of `concurrency` runner tasks
+takes it from the local queue and runs it in place (`_serve_runs`, `_execute`), so no
+task is made per job; its outcome goes to the settler, whose callback ends it (`_done`).
 
 What a crash can lose or repeat: no written outcome is lost; a run that finished but
 whose settle had not committed runs again elsewhere once its lease lapses
@@ -45,25 +51,28 @@ from sqljobs.client import introspection, queries
 from sqljobs.client.connection import AsyncClient
 from sqljobs.client.database import check_schema_version
 from sqljobs.client.errors import ConfigurationError, TenantRefused
-from sqljobs.client.records import ClaimedJob
+from sqljobs.client.records import ClaimedJob, JobState
 from sqljobs.declare.catalog import declared_job_type_writes
 from sqljobs.declare.limits import declared_writes
 from sqljobs.runtime.lifecycle import Role
 from sqljobs.runtime.listening import WAKE_CHANNEL, Listener
-from sqljobs.runtime.observing import Observers, RunObserver
+from sqljobs.runtime.observing import NO_WATCH, Observers, RunObserver
 from sqljobs.runtime.threads import DaemonThreadPool
 from sqljobs.runtime.worker.claiming import ClaimLoop
 from sqljobs.runtime.worker.draining import Drain
 from sqljobs.runtime.worker.leases import LeaseKeeper
+from sqljobs.runtime.worker.prefetching import Prefetch
 from sqljobs.runtime.worker.running import Runner
 from sqljobs.runtime.worker.runs import Run, Slots
-from sqljobs.runtime.worker.settling import Settler
+from sqljobs.runtime.worker.settling import Settlement, Settler
 
 if TYPE_CHECKING:
     from sqljobs.declare.app import App
     from sqljobs.declare.jobs import JobDefinition
 
 logger = logging.getLogger("sqljobs.worker")
+
+_YIELD_S = 0.002  # a runner gives the loop a turn at least this often (see _serve_runs)
 
 
 class Worker(Role):
@@ -109,7 +118,7 @@ class Worker(Role):
             d.queue is None for d in definitions.values())
         self.names = sorted(definitions)
         self.concurrency = concurrency
-        self.prefetch = concurrency if prefetch is None else prefetch
+        self.prefetch = Prefetch(prefetch, concurrency)  # None: auto (prefetching.py)
         self.lease_s = float(lease_s)
         self.heartbeat_s = float(heartbeat_s) if heartbeat_s else self.lease_s / 3
         if self.heartbeat_s >= self.lease_s:
@@ -124,6 +133,7 @@ class Worker(Role):
         self.id = worker_id or f"{self.host}:{self.pid}:{secrets.token_hex(3)}"
         self._definitions: dict[str, JobDefinition[Any]] = definitions
         self._slots = Slots(concurrency, self.prefetch)
+        self._work = asyncio.Event()  # runs wait, or a slot may have freed: runners look
         self._stop_requested: asyncio.Event | None = None
         self._force_requested: asyncio.Event | None = None
         self._client: AsyncClient | None = None
@@ -210,6 +220,8 @@ class Worker(Role):
             self._wire(client, dsn)
             assert self._settler is not None and self._claims is not None
             background.append(asyncio.create_task(self._settler.serve(), name="settler"))
+            background += [asyncio.create_task(self._serve_runs(), name=f"runner-{i}")
+                           for i in range(self.concurrency)]
             leases = LeaseKeeper(client=client, slots=self._slots, lease_s=self.lease_s,
                                  heartbeat_s=self.heartbeat_s, register=self._register,
                                  log_extra=self._log_extra)
@@ -218,7 +230,7 @@ class Worker(Role):
                 background.append(asyncio.create_task(self._listener.serve(), name="listen"))
             signals = self._install_signals(loop)
             logger.info(
-                "sqljobs worker %s started: queues=%s concurrency=%d prefetch=%d jobs=%d "
+                "sqljobs worker %s started: queues=%s concurrency=%d prefetch=%s jobs=%d "
                 "lease=%gs poll=%gs listen=%s", self.id, ",".join(self.queues),
                 self.concurrency, self.prefetch, len(self.names), self.lease_s,
                 self.poll_interval,
@@ -234,9 +246,6 @@ class Worker(Role):
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
-            for run in list(self._slots.runs.values()):
-                if run.task is not None and not run.task.done():
-                    run.task.cancel()
             try:
                 await asyncio.wait_for(client.run(queries.worker_stop(self.id)), 5.0)
             except Exception as error:  # the row expires on its own
@@ -300,85 +309,118 @@ class Worker(Role):
 
     # -- the path of a job: held, started, run, settled, released ----------------------
 
-    def _hold(self, job: ClaimedJob, sent: float) -> None:
-        """A claimed job: its lease counts from when the claim was sent."""
-        self._slots.hold(Run(job, lease_deadline=sent + self.lease_s))
-        self._start_waiting()
+    def _hold(self, jobs: list[ClaimedJob], sent: float) -> None:
+        """Claimed jobs: each lease counts from when the claim was sent."""
+        deadline = sent + self.lease_s
+        hold = self._slots.hold
+        for job in jobs:
+            hold(Run(job, deadline))
+        self._work.set()
 
-    def _start_waiting(self) -> None:
-        """Start waiting runs while slots are free and the settler keeps up."""
-        if self._stopping:
-            return
-        started, dropped = self._slots.startable()
-        if dropped:
-            self.counts["lost"] = self.counts.get("lost", 0) + dropped
-        for run in started:
-            run.task = asyncio.create_task(self._execute(run), name=f"job-{run.job.id}")
-
-    def _free_slot(self, run: Run) -> None:
-        if self._slots.free(run):
-            self._start_waiting()
-            self._wake.set()
+    async def _serve_runs(self) -> None:
+        """One runner: starts waiting runs one after another while a slot is free
+        (`concurrency` runners, so at most that many handlers at once)."""
+        slots, work = self._slots, self._work
+        last_yield = time.monotonic()
+        while True:
+            run = None
+            if not self._stopping:
+                run, dropped = slots.take()
+                if dropped:
+                    self.counts["lost"] = self.counts.get("lost", 0) + dropped
+            if run is None:
+                work.clear()
+                await work.wait()
+                last_yield = time.monotonic()
+                continue
+            await self._execute(run)
+            self.prefetch.ran(time.monotonic() - run.started)
+            # Handlers that never wait would keep this loop to themselves: let the
+            # settler and the claim loop in at least every couple of milliseconds.
+            if time.monotonic() - last_yield > _YIELD_S:
+                await asyncio.sleep(0)
+                last_yield = time.monotonic()
 
     async def _execute(self, run: Run) -> None:
-        job = run.job
-        fields = {**self._log_extra, **run.log_fields}
         assert self._runner is not None and self._settler is not None
         try:
             settlement = await self._runner.outcome(run)
-            if settlement is not None and not settlement.written:
+            if settlement is not None and not settlement.written and run.ctx is not None \
+                    and run.ctx._steps is not None:
                 settlement = await self._runner.saga(run, settlement)
-            if settlement is None:
-                self._ended(run, "lost", None)
-                logger.warning("job %s stopped: no longer held by this worker (%s); "
-                               "nothing written", job.id, run.stop_reason,
-                               extra={**fields, "outcome": "lost"})
-                return
-            run.settling = True
-            if run.thread is None or run.thread.done():
-                self._free_slot(run)  # the slot is free; the outcome waits for the settler
-            if settlement.written:  # a durable step parked the job, or a saga settled it
-                self._ended(run, settlement.outcome(None), settlement.error)
-                logger.info("job %s %s %s", job.id, job.name, settlement.label,
-                            extra={**fields, "outcome": settlement.label})
-                return
-            state = await self._settler.settle(run, settlement)
-            duration_ms = round((time.monotonic() - run.started) * 1000, 1)
-            if state is not None:
-                self._ended(run, settlement.outcome(state), settlement.error)
-                level = logging.INFO if settlement.ack or settlement.mode in (
-                    "shed", "interrupt") else logging.WARNING
-                error = settlement.error or {}
-                reason = f" ({error.get('kind')}: {error.get('message')})" if error else ""
-                logger.log(level, "job %s %s %s%s", job.id, job.name, settlement.label, reason,
-                           extra={**fields, "outcome": settlement.label,
-                                  "duration_ms": duration_ms,
-                                  "error_kind": error.get("kind")})
-            else:
-                self._ended(run, "lost", None)
-                logger.warning("job %s %s: settle refused, the lease was lost (another "
-                               "worker may run it again)", job.id, settlement.label,
-                               extra={**fields, "outcome": "lost"})
         except asyncio.CancelledError:
+            self._done(run, None, None)  # the worker stops: nothing written, the lease lapses
             raise
         except Exception:
-            logger.exception("job %s: worker error", job.id, extra=fields)
-        finally:
-            if run.ended is None:  # a worker error: nothing written, the lease will lapse
-                self._ended(run, "lost", None)
-            run.settled.set()
-            if run.thread is not None and not run.thread.done():
-                # A sync handler Python cannot interrupt: its slot stays taken until
-                # its thread returns (its outcome is already written or discarded).
-                await asyncio.wrap_future(run.thread)
+            logger.exception("job %s: worker error", run.job.id,
+                             extra={**self._log_extra, **run.log_fields})
+            settlement = None
+        if settlement is None or settlement.written:
+            self._done(run, settlement, None)
+        else:
+            run.settling = True
+            self._settler.submit(run, settlement, self._done)
+        if run.thread is not None and not run.thread.done():
+            # A sync handler Python cannot interrupt: its slot stays taken until its
+            # thread returns (its outcome is already written or discarded).
+            await asyncio.wrap_future(run.thread)
+        self._slots.free(run)
+        if run.is_settled:
             self._slots.release(run)
-            self._start_waiting()
+        self._wake.set()
+
+    def _done(self, run: Run, settlement: Settlement | None, state: JobState | None) -> None:
+        """The run is over: its outcome is written (`state` is the job's now), was
+        written by the run itself (a park, a saga), or nothing will be (lost)."""
+        if settlement is None:
+            label, error = "lost", None
+        elif settlement.written:
+            label, error = settlement.outcome(None), settlement.error
+        else:
+            label = settlement.outcome(state) if state is not None else "lost"
+            error = settlement.error if state is not None else None
+        self._ended(run, label, error)
+        run.mark_settled()
+        if not run.holds_slot:
+            self._slots.release(run)
+            # room for the runners (a settler that was behind) and for the next claim
+            self._work.set()
             self._wake.set()
+        self._log_outcome(run, settlement, state, label)
+
+    def _log_outcome(self, run: Run, settlement: Settlement | None, state: JobState | None,
+                     label: str) -> None:
+        job = run.job
+        if settlement is None:
+            if logger.isEnabledFor(logging.WARNING):
+                logger.warning("job %s stopped: no longer held by this worker (%s); nothing "
+                               "written", job.id, run.stop_reason,
+                               extra={**self._log_extra, **run.log_fields, "outcome": "lost"})
+            return
+        if not settlement.written and state is None:
+            if logger.isEnabledFor(logging.WARNING):
+                logger.warning("job %s %s: settle refused, the lease was lost (another "
+                               "worker may run it again)", job.id, settlement.label,
+                               extra={**self._log_extra, **run.log_fields, "outcome": "lost"})
+            return
+        level = logging.INFO if settlement.ack or settlement.written or settlement.mode in (
+            "shed", "interrupt") else logging.WARNING
+        if not logger.isEnabledFor(level):
+            return
+        error = settlement.error or {}
+        reason = f" ({error.get('kind')}: {error.get('message')})" if error else ""
+        logger.log(level, "job %s %s %s%s", job.id, job.name, settlement.label, reason,
+                   extra={**self._log_extra, **run.log_fields, "outcome": settlement.label,
+                          "duration_ms": round((time.monotonic() - run.started) * 1000, 1),
+                          "error_kind": error.get("kind")})
 
     def _ended(self, run: Run, label: str, error: Mapping[str, Any] | None) -> None:
+        if run.ended is not None:
+            return
         run.ended = label
         self.counts[label] = self.counts.get(label, 0) + 1
-        run.watch.ended(label, error, time.monotonic() - run.started)
+        if run.watch is not NO_WATCH:
+            run.watch.ended(label, error, time.monotonic() - run.started)
 
 
 def run_worker(app: App, queues: Sequence[str] | None = None, concurrency: int = 10,

@@ -1,0 +1,5 @@
+"""`python -m sqljobs ...`: the command line, as the `sqljobs` script runs it."""
+
+from sqljobs.cli import main
+
+main()

@@ -1,0 +1,119 @@
+-- jobs.enqueue_batch(spec, keys, payloads): jobs sharing one spec answer exactly as
+-- jobs.enqueue_many over the specs they stand for: order, dedupe, stored fields,
+-- refusals (the same codes and messages, nothing written), singletons. Its wake-ups:
+-- test_wake_callers.sql.
+begin;
+select plan(24);
+
+set local jobs.fake_now = '2030-01-01 00:00:00+00';
+create schema jobs_test;
+create function jobs_test.jid(p_name text, p_key text) returns bigint language sql as $$
+  select j.id from jobs.job j where j.name = p_name and j.key = p_key
+$$;
+create function jobs_test.jobs() returns bigint language sql as $$
+  select pg_catalog.count(*) from jobs.job
+$$;
+
+-- ---------------------------------------------------------------- answers and fields
+create temp table b1 as
+  select pg_catalog.row_number() over () as pos, r.*
+    from jobs.enqueue_batch('{"name": "eb.job", "queue": "q_eb", "priority": 3, "max_attempts": 7}',
+                            array['c', 'a', 'b', 'a'],
+                            '[{"n": 1}, {"n": 2}, null, {"n": 4}]') r;
+select results_eq($$ select pos::int, ord from b1 order by pos $$,
+                  $$ values (1, 1), (2, 2), (3, 3), (4, 4) $$,
+                  'one answer per key, in input order');
+select results_eq($$ select ord, id, outcome from b1 order by ord $$,
+                  $$ values (1, jobs_test.jid('eb.job', 'c'), 'created'),
+                            (2, jobs_test.jid('eb.job', 'a'), 'created'),
+                            (3, jobs_test.jid('eb.job', 'b'), 'created'),
+                            (4, jobs_test.jid('eb.job', 'a'), 'deduped') $$,
+                  'each key answers its job; a key repeated in the batch is deduped');
+select results_eq($$ select key, payload, queue, priority::int, max_attempts, state::text
+                       from jobs.job where name = 'eb.job' order by key $$,
+                  $$ values ('a', '{"n": 2}'::jsonb, 'q_eb', 3, 7, 'ready'),
+                            ('b', '{}'::jsonb, 'q_eb', 3, 7, 'ready'),
+                            ('c', '{"n": 1}'::jsonb, 'q_eb', 3, 7, 'ready') $$,
+                  'the shared fields and each own key and payload are stored; a null payload is {}');
+select is((select pg_catalog.count(distinct created_at)::int from jobs.job where name = 'eb.job'),
+          1, 'one enqueue time for the batch');
+select is((select run_at from jobs.job where id = jobs_test.jid('eb.job', 'a')),
+          '2030-01-01 00:00:00+00'::timestamptz, 'runnable now');
+
+-- the same batch through enqueue_many stores the same rows
+do $$ begin perform jobs.enqueue_many('[{"name": "em.job", "queue": "q_eb", "priority": 3, "max_attempts": 7, "key": "c", "payload": {"n": 1}},
+                           {"name": "em.job", "queue": "q_eb", "priority": 3, "max_attempts": 7, "key": "a", "payload": {"n": 2}},
+                           {"name": "em.job", "queue": "q_eb", "priority": 3, "max_attempts": 7, "key": "b"}]');
+end $$;
+select results_eq(
+  $$ select key, payload, queue, priority, max_attempts, retry_base_s, retry_cap_s, retry_jitter,
+            dead_letter, timeout_s, run_at, state from jobs.job where name = 'eb.job' order by key $$,
+  $$ select key, payload, queue, priority, max_attempts, retry_base_s, retry_cap_s, retry_jitter,
+            dead_letter, timeout_s, run_at, state from jobs.job where name = 'em.job' order by key $$,
+  'enqueue_batch stores what enqueue_many stores for the same specs');
+
+-- ---------------------------------------------------------------- existing keys
+create temp table b2 as
+  select * from jobs.enqueue_batch('{"name": "eb.job", "queue": "q_eb"}', array['d', 'a']);
+select results_eq($$ select ord, id, outcome from b2 order by ord $$,
+                  $$ values (1, jobs_test.jid('eb.job', 'd'), 'created'),
+                            (2, jobs_test.jid('eb.job', 'a'), 'deduped') $$,
+                  'a key that has a job answers it, deduped; payloads may be left out');
+
+-- ---------------------------------------------------------------- delayed and tenant
+do $$ begin perform jobs.enqueue_batch('{"name": "eb.later", "delay_s": 60, "tenant": "acme"}', array['x']); end $$;
+select is((select run_at from jobs.job where name = 'eb.later'),
+          '2030-01-01 00:01:00+00'::timestamptz, 'delay_s is read once for the batch');
+select is((select tenant from jobs.job where name = 'eb.later'), 'acme', 'so is the tenant');
+select results_eq($$ select outcome from jobs.enqueue_batch('{"name": "eb.later", "tenant": "acme"}', array['x']) $$,
+                  $$ values ('deduped') $$, 'a key is looked up within its tenant');
+
+-- ---------------------------------------------------------------- singleton group
+do $$ begin perform jobs.enqueue_batch('{"name": "eb.single", "singleton": true}', array['s1', 's2']); end $$;
+select results_eq($$ select ord, outcome from jobs.enqueue_batch('{"name": "eb.single", "singleton": true}', array['s3']) $$,
+                  $$ values (1, 'deduped') $$, 'a singleton group answers its live job');
+select is((select pg_catalog.count(*)::int from jobs.job where name = 'eb.single'), 1,
+          'one singleton job was made');
+
+-- ---------------------------------------------------------------- empty
+select is((select pg_catalog.count(*)::int from jobs.enqueue_batch('{"name": "eb.job"}', '{}')), 0,
+          'no keys: no answer');
+
+-- ---------------------------------------------------------------- refusals (nothing written)
+create temp table before as select jobs_test.jobs() as n;
+select throws_ok($$ select jobs.enqueue_batch('[]', array['k']) $$, 'SJ001',
+                 'sqljobs.invalid_argument: spec must be a JSON object', 'a spec that is not an object');
+select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job", "key": "k"}', array['k']) $$, 'SJ001',
+                 'sqljobs.invalid_argument: spec must not carry key or payload: pass them as keys and payloads',
+                 'a spec carrying a key');
+select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job"}', array['k1', 'k2'], '[{}]') $$, 'SJ001',
+                 'sqljobs.invalid_argument: payloads must be a JSON array holding one payload per key (or null)',
+                 'fewer payloads than keys');
+select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job", "max_attempts": 0}', array['k1', 'k2']) $$, 'SJ001',
+                 'sqljobs.invalid_argument: spec 1: max_attempts must be at least 1',
+                 'a bad shared field: enqueue_many''s refusal of the first spec');
+select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job"}', array['k1', '']) $$, 'SJ001',
+                 'sqljobs.invalid_argument: spec 2: key is required (the idempotency key)',
+                 'an empty key: refused by its position');
+select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job"}', array['k1', null]) $$, 'SJ001',
+                 'sqljobs.invalid_argument: spec 2: key is required (the idempotency key)',
+                 'a null key: refused by its position');
+select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job"}', array['k1', 'k2'], '[{}, [1]]') $$, 'SJ001',
+                 'sqljobs.invalid_argument: spec 2: payload must be a JSON object',
+                 'a payload that is not an object');
+set local jobs.max_payload_bytes = 20;
+select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job"}', array['k1', 'k2'],
+                                              '[{}, {"big": "0123456789012345678901234567890"}]') $$, 'SJ002',
+                 null, 'a payload over the limit');
+reset jobs.max_payload_bytes;
+select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job", "on_conflict": "error"}', array['zz', 'a']) $$,
+                 'SJ003', null, 'on_conflict error: a key that has a job is refused');
+select is(jobs_test.jobs(), (select n from before), 'no refused call wrote a job');
+
+-- ---------------------------------------------------------------- debounce goes through enqueue_many
+select results_eq($$ select outcome from jobs.enqueue_batch('{"name": "eb.deb", "debounce_s": 5}', array['d1', 'd2']) $$,
+                  $$ values ('created'), ('debounced') $$,
+                  'debounced specs collapse as enqueue_many collapses them');
+
+select * from finish();
+rollback;
