@@ -15,10 +15,14 @@ the checks read the truth from the database, not from the processes that were ki
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
+from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
 
 from sqljobs import App, JobContext
@@ -63,14 +67,33 @@ class SagaFailed(Exception):
 app = App()
 
 
+_side: AsyncConnectionPool[Any] | None = None
+
+
+@contextlib.asynccontextmanager
+async def _side_connection() -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A connection for the side tables, from a small pool of this process's own: two
+    connections, however many handlers run (the exhaust scenario starves the fleet of
+    connection slots on purpose; what it tests is the worker, not these writes)."""
+    global _side
+    if _side is None:
+        _side = AsyncConnectionPool(app.dsn, min_size=1, max_size=2, open=False,
+                                    kwargs={"autocommit": True}, name="chaos-side")
+        await _side.open()
+    # Past this the handler fails, and its job is retried soon (prepare() gives every
+    # chaos job a short backoff) rather than held by a process starved of connections.
+    async with _side.connection(timeout=10) as conn:
+        yield conn
+
+
 async def _record_run(ctx: JobContext, kind: str) -> None:
-    async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
+    async with _side_connection() as conn:
         await conn.execute("insert into public.chaos_exec (job_id, claim, kind, pid) "
                            "values (%s, %s, %s, %s)", (ctx.job_id, ctx.claim, kind, os.getpid()))
 
 
 async def _step_body(job_id: int, name: str, ms: int) -> int:
-    async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
+    async with _side_connection() as conn:
         await conn.execute(
             "insert into public.chaos_step_exec (job_id, step, reexecuted) values (%s, %s, "
             "exists (select 1 from jobs.step s where s.job_id = %s and s.name = %s))",

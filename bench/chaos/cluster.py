@@ -35,7 +35,9 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, max_connections: int = 200) -> None:
+    MAX_CONNECTIONS = 200
+
+    def __init__(self, max_connections: int = MAX_CONNECTIONS) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="sqljobs-chaos-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -50,14 +52,28 @@ class Cluster:
         if not self.data.exists():
             subprocess.run([*_as_owner(), _bin("initdb"), "-D", str(self.data), "-U", "postgres",
                             "-A", "trust", "--no-sync"], check=True, capture_output=True)
-        self._ctl("start", "-w", "-l", str(self.root / "server.log"), "-o",
-                  f"-p {self.port} -c listen_addresses=127.0.0.1 -c fsync=off "
-                  f"-c unix_socket_directories={self.root} "
-                  f"-c max_connections={self.max_connections}")
+        self._ctl("start", "-w", "-l", str(self.root / "server.log"), "-o", self._options())
 
-    def restart(self) -> None:
-        """Fast shutdown (every session cut), then start: a crash, as clients see it."""
-        self._ctl("restart", "-w", "-m", "fast", "-l", str(self.root / "server.log"))
+    def restart(self, max_connections: int | None = None) -> None:
+        """Fast shutdown (every session cut), then start: a crash, as clients see it;
+        with `max_connections`, the server comes back with that many slots."""
+        if max_connections is not None:
+            self.max_connections = max_connections
+        self._ctl("restart", "-w", "-m", "fast", "-l", str(self.root / "server.log"),
+                  "-o", self._options())
+
+    def refused_connections(self) -> int:
+        """Connections the server refused for want of a slot so far (its log says so)."""
+        log = self.root / "server.log"
+        if not log.exists():
+            return 0
+        text = log.read_text(errors="replace")
+        return text.count("too many clients already") + text.count("remaining connection slots")
+
+    def _options(self) -> str:
+        return (f"-p {self.port} -c listen_addresses=127.0.0.1 -c fsync=off "
+                f"-c unix_socket_directories={self.root} "
+                f"-c max_connections={self.max_connections}")
 
     def stop(self) -> None:
         if self.data.exists():

@@ -23,10 +23,15 @@ from bench.chaos.app import QUEUE, SIDE_TABLES
 from bench.chaos.cluster import Cluster
 from psycopg import sql
 
-SCENARIOS = ("sigkill", "sigterm", "terminate", "restart", "idle_lock", "leader")
+SCENARIOS = ("sigkill", "sigterm", "terminate", "restart", "idle_lock", "leader", "exhaust")
 FINAL = ("succeeded", "failed", "dead", "cancelled")
 LEASE_S = 2.0
 POLL_S = 0.2
+# exhaust: the server's connection slots, fewer than the fleet asks for: twice the
+# workers (8 with the default profiles), each wanting a pool of 2 to 4 and a LISTEN
+# connection plus up to 2 for the handlers' side tables, and the schedulers and relays
+# theirs: about 50 to start, 70 at full use
+EXHAUST_CONNECTIONS = 40
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -115,6 +120,7 @@ class Outcome:
     staged: int
     faults: int = 0
     kills: list[Kill] = field(default_factory=list)
+    restarts: int = 0  # workers started again after they exited on their own (exhaust)
     seconds: float = 0.0
     figures: dict[str, Any] = field(default_factory=dict)
 
@@ -139,7 +145,8 @@ def _connect(dsn: str, deadline_s: float = 60.0) -> psycopg.Connection[Any]:
 def prepare(cluster: Cluster, scenario: str, jobs: int) -> tuple[str, int]:
     """A fresh database with the schema, the side tables and the jobs: plain (60 %),
     stepped with 3 steps (30 %), sagas (10 %, half of them failing to unwind); and a
-    tenth as many rows staged in the outbox (ordering keys over 8 accounts)."""
+    tenth as many rows staged in the outbox (ordering keys over 8 accounts). Every job
+    retries within 2 s: a fault costs an attempt, not minutes of backoff."""
     from sqljobs.schema import migrate
 
     name = f"chaos_{scenario}"
@@ -157,12 +164,14 @@ def prepare(cluster: Cluster, scenario: str, jobs: int) -> tuple[str, int]:
             "select count(*) from jobs.enqueue_many((select jsonb_agg(jsonb_build_object("
             "'name', case when i %% 10 < 6 then 'chaos.plain' "
             "  when i %% 10 < 9 then 'chaos.stepped' else 'chaos.saga' end, "
-            "'key', 'k' || i, 'queue', %s::text, 'max_attempts', 100,"
+            "'key', 'k' || i, 'queue', %s::text, 'max_attempts', 100, 'retry_base_s', 0.1, "
+            "'retry_cap_s', 2,"
             "'payload', jsonb_build_object('ms', 50, 'steps', 3, 'fail', i %% 20 = 9)) order by i)"
             " from generate_series(1, %s) i))", (QUEUE, jobs))
         conn.execute(
             "select count(*) from jobs.stage_many((select jsonb_agg(jsonb_build_object("
             "'name', 'chaos.plain', 'key', 'o' || i, 'queue', %s::text, 'max_attempts', 100, "
+            "'retry_base_s', 0.1, 'retry_cap_s', 2, "
             "'ordering_key', 'acct' || (i %% 8), 'payload', '{\"ms\": 5}'::jsonb) order by i)"
             " from generate_series(1, %s) i))", (QUEUE, staged))
     return dsn, staged
@@ -257,7 +266,11 @@ def run_scenario(cluster: Cluster, scenario: str, profile: Profile, jobs: int,
     scenario_logs = logs / scenario
     scenario_logs.mkdir(parents=True, exist_ok=True)
     fleet = Fleet(dsn, scenario_logs, profile)
-    for _ in range(profile.workers):
+    exhausting = scenario == "exhaust"
+    refused_before = cluster.refused_connections()
+    if exhausting:
+        cluster.restart(max_connections=EXHAUST_CONNECTIONS)
+    for _ in range(profile.workers * (2 if exhausting else 1)):
         fleet.worker()
     fleet.scheduler(), fleet.scheduler(), fleet.relay(), fleet.relay()
     planned = {"sigkill": profile.kills, "sigterm": max(profile.kills // 5, 1)}.get(scenario, 0)
@@ -295,6 +308,13 @@ def run_scenario(cluster: Cluster, scenario: str, profile: Profile, jobs: int,
                     lock_threads.append(_hold_locks(dsn, profile.lock_hold_s, outcome))
                 elif scenario == "leader":
                     _kill_leaders(conn, fleet, outcome)
+                elif scenario == "exhaust":
+                    # as a platform would: start again a worker that gave up (one that
+                    # found no connection within its pool's timeout exits)
+                    for gone in [p for p in fleet.workers if p.poll() is not None]:
+                        fleet.workers.remove(gone)
+                        fleet.worker()
+                        outcome.restarts += 1
                 time.sleep(pause)
             except psycopg.OperationalError:
                 conn.close()
@@ -305,6 +325,9 @@ def run_scenario(cluster: Cluster, scenario: str, profile: Profile, jobs: int,
         fleet.stop()
         for thread in lock_threads:
             thread.join(profile.lock_hold_s + 5)
+        if exhausting:
+            outcome.faults = cluster.refused_connections() - refused_before
+            cluster.restart(max_connections=Cluster.MAX_CONNECTIONS)
     with _connect(dsn) as check:
         outcome.figures = checks(check, outcome)
     return outcome
@@ -355,6 +378,7 @@ def checks(conn: psycopg.Connection[Any], outcome: Outcome) -> dict[str, Any]:
             elif q("select state::text from jobs.job where id = %s", job_id) not in FINAL:
                 delays.append(float("inf"))
     figures["kills"] = len(outcome.kills)
+    figures["worker_restarts"] = outcome.restarts
     figures["jobs_held_at_kills"] = sum(len(k.held) for k in outcome.kills)
     if delays:
         ordered = sorted(delays)
