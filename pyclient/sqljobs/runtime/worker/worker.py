@@ -333,7 +333,11 @@ class Worker(Role):
                 await work.wait()
                 last_yield = time.monotonic()
                 continue
-            await self._execute(run)
+            try:
+                await self._execute(run)
+            except Exception:  # a bug here must not cost the worker a runner
+                logger.exception("job %s: worker error after its run", run.job.id,
+                                 extra=self._log_extra)
             self.prefetch.ran(time.monotonic() - run.started)
             # Handlers that never wait would keep this loop to themselves: let the
             # settler and the claim loop in at least every couple of milliseconds.
