@@ -2615,6 +2615,7 @@ declare
   v_unwind_errors jsonb[];
   v_buried        bigint[];  -- watched jobs lease recovery buried: notified
   v_limited boolean;
+  v_rooms   integer[];  -- limited: per queue of v_queues, what its concurrency limits leave
   v_ids     bigint[];  -- limited: the candidates
   v_tenant  text := jobs.bound_tenant();  -- a bound session claims its tenant's jobs only
 begin
@@ -2736,20 +2737,26 @@ begin
   -- than asked for, and claim those jobs.admit lets run (below).
   v_limited := exists (select from jobs.limit);
   if v_limited then
-    -- A full global limit admits nothing, a full queue limit nothing of its queue: then
-    -- there is nothing to pick (read without the limits' locks, this only saves work;
-    -- jobs.admit decides under them).
-    v_queues := array(
-      select q.name from pg_catalog.unnest(v_queues) as q(name)
-       where not exists (
-         select from jobs.limit l
-          where l.concurrency is not null
-            and (l.scope = 'global' or (l.scope = 'queue' and l.target = q.name))
-            and l.concurrency <= (select pg_catalog.count(*) from jobs.slot s
-                                   where s.grp = l.name || '|')));
+    -- What the concurrency limits leave, per queue: the least room of the global limits
+    -- and of its queue's. A full limit leaves nothing to pick, and a nearly full one few
+    -- candidates to lock (a worker that claims ahead asks for hundreds). Read without
+    -- the limits' locks, this only saves work: jobs.admit decides under them.
+    select coalesce(pg_catalog.array_agg(r.name), '{}'), pg_catalog.array_agg(r.room)
+      into v_queues, v_rooms
+      from (select q.name,
+                   least(p_limit, (select pg_catalog.min(l.concurrency - (
+                                            select pg_catalog.count(*) from jobs.slot s
+                                             where s.grp = l.name || '|'))
+                                     from jobs.limit l
+                                    where l.concurrency is not null
+                                      and (l.scope = 'global'
+                                           or (l.scope = 'queue' and l.target = q.name))))
+                     as room
+              from pg_catalog.unnest(v_queues) as q(name)) r
+     where r.room > 0;
     v_ids := array(
       select c.id
-        from pg_catalog.unnest(v_queues) as q(name)
+        from rows from (pg_catalog.unnest(v_queues), pg_catalog.unnest(v_rooms)) as q(name, room)
         cross join lateral (
           select r.id, r.priority, r.run_at
             from jobs.job r
@@ -2759,7 +2766,7 @@ begin
              and (v_names is null or r.name = any (v_names))
              and (v_tenant is null or r.tenant = v_tenant)
            order by r.priority, r.run_at, r.id
-           limit p_limit + 4
+           limit q.room + 4
              for update skip locked) as c
        order by c.priority, c.run_at, c.id
        limit p_limit + 4);
