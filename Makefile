@@ -24,7 +24,7 @@ test-limits: ## the fleet races of tests/test_limits_processes.py at full size (
 test-stalls: ## tests/test_stalls_processes.py with crash recovery under a 20,000-job backlog
 	SQLJOBS_STALL_BACKLOG=20000 $(PYTEST) -s tests/test_stalls_processes.py
 
-chaos: ## the chaos suite's full profile: 100,000 jobs, ~1,000 SIGKILLs, every scenario (hours; docs/howto-chaos.md)
+chaos: ## the chaos suite's full profile: 100,000 jobs, 1,000 SIGKILLs, every scenario (about an hour; docs/howto-chaos.md)
 	$(PYTHON) -m bench.chaos --profile full --json bench/chaos-results.json --report bench/CHAOS.md
 
 fuzz: ## tests/test_fuzz_sql.py's longer profile: 500 examples per SQL function (FUZZ_EXAMPLES=N)

@@ -32,8 +32,9 @@ def main(argv: list[str] | None = None) -> int:
                             help=f"skip the {name} scenario")
     parser.add_argument("--json", type=Path, default=Path("bench/chaos-results.json"))
     parser.add_argument("--report", type=Path, help="write the markdown report here")
-    parser.add_argument("--deadline", type=float, default=1800.0,
-                        help="seconds one scenario may take before what is left counts as lost")
+    parser.add_argument("--deadline", type=float,
+                        help="seconds one scenario may take before what is left counts as "
+                             "lost (default: the profile's: 300 short, 1800 medium, 4800 full)")
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
     if args.jobs:
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                  (0.5 if len(rest) < len(chosen) else 1.0) / len(rest) for name in chosen}
         for name in chosen:
             jobs = max(int(profile.jobs * share[name]), 100)
-            outcome = run_scenario(cluster, name, profile, jobs, logs, args.deadline)
+            outcome = run_scenario(cluster, name, profile, jobs, logs,
+                                   args.deadline or profile.deadline_s)
             outcomes.append(outcome)
             problems = failures(outcome.figures)
             bad += [f"{name}: {p}" for p in problems]

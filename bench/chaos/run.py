@@ -44,12 +44,19 @@ class Profile:
     concurrency: int = 8
     lock_hold_s: float = 10.0
     interval: tuple[float, float] = (0.5, 2.0)
+    ms: int = 50       # sigkill and sigterm: a handler's (and a step's) sleep, so that the
+                       # jobs keep the fleet busy while the signals come (others: 50)
+    deadline_s: float = 1800.0  # per scenario; what is left then counts as lost
 
 
 PROFILES = {
-    "short": Profile("short", jobs=3000, kills=24, lock_hold_s=5.0, interval=(0.5, 1.0)),
+    "short": Profile("short", jobs=3000, kills=24, lock_hold_s=5.0, interval=(0.5, 1.0),
+                     deadline_s=300.0),
     "medium": Profile("medium", jobs=20_000, kills=100),
-    "full": Profile("full", jobs=100_000, kills=1000, lock_hold_s=60.0),
+    # 1,000 kills 0.5-2 s apart take 30 to 40 minutes: the sigkill scenario's 50,000 jobs
+    # last about as long (about 1 s of handler time each on 32 slots)
+    "full": Profile("full", jobs=100_000, kills=1000, lock_hold_s=60.0, ms=600,
+                    deadline_s=4800.0),
 }
 
 
@@ -142,7 +149,7 @@ def _connect(dsn: str, deadline_s: float = 60.0) -> psycopg.Connection[Any]:
             time.sleep(0.2)
 
 
-def prepare(cluster: Cluster, scenario: str, jobs: int) -> tuple[str, int]:
+def prepare(cluster: Cluster, scenario: str, jobs: int, ms: int) -> tuple[str, int]:
     """A fresh database with the schema, the side tables and the jobs: plain (60 %),
     stepped with 3 steps (30 %), sagas (10 %, half of them failing to unwind); and a
     tenth as many rows staged in the outbox (ordering keys over 8 accounts). Every job
@@ -166,8 +173,8 @@ def prepare(cluster: Cluster, scenario: str, jobs: int) -> tuple[str, int]:
             "  when i %% 10 < 9 then 'chaos.stepped' else 'chaos.saga' end, "
             "'key', 'k' || i, 'queue', %s::text, 'max_attempts', 100, 'retry_base_s', 0.1, "
             "'retry_cap_s', 2,"
-            "'payload', jsonb_build_object('ms', 50, 'steps', 3, 'fail', i %% 20 = 9)) order by i)"
-            " from generate_series(1, %s) i))", (QUEUE, jobs))
+            "'payload', jsonb_build_object('ms', %s::int, 'steps', 3, 'fail', i %% 20 = 9)) "
+            "order by i) from generate_series(1, %s) i))", (QUEUE, ms, jobs))
         conn.execute(
             "select count(*) from jobs.stage_many((select jsonb_agg(jsonb_build_object("
             "'name', 'chaos.plain', 'key', 'o' || i, 'queue', %s::text, 'max_attempts', 100, "
@@ -261,7 +268,8 @@ def _hold_locks(dsn: str, hold_s: float, outcome: Outcome) -> threading.Thread:
 
 def run_scenario(cluster: Cluster, scenario: str, profile: Profile, jobs: int,
                  logs: Path, deadline_s: float) -> Outcome:
-    dsn, staged = prepare(cluster, scenario, jobs)
+    dsn, staged = prepare(cluster, scenario, jobs,
+                          profile.ms if scenario in ("sigkill", "sigterm") else 50)
     outcome = Outcome(scenario, jobs, staged)
     scenario_logs = logs / scenario
     scenario_logs.mkdir(parents=True, exist_ok=True)
