@@ -1,6 +1,7 @@
 """sqljobs through its public Python API: sqljobs.App, @app.job, enqueue_async /
 enqueue_many_async, sqljobs.Worker run in-process on asyncio (defaults: LISTEN on,
-poll 1 s), and ctx.step.run for the steps workload (see _common.py)."""
+poll 1 s, prefetch sized to the work), and ctx.step.run for the steps workload (see
+_common.py)."""
 
 from __future__ import annotations
 
