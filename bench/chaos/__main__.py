@@ -11,6 +11,7 @@ turned off with --no-<name>.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
                             help=f"skip the {name} scenario")
     parser.add_argument("--json", type=Path, default=Path("bench/chaos-results.json"))
     parser.add_argument("--report", type=Path, help="write the markdown report here")
+    parser.add_argument("--logs", type=Path,
+                        help="keep the fleet's logs here (default: a temporary folder, "
+                             "removed after a run in which every check passed)")
     parser.add_argument("--deadline", type=float,
                         help="seconds one scenario may take before what is left counts as "
                              "lost (default: the profile's: 300 short, 1800 medium, 4800 full)")
@@ -43,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         profile.kills = args.kills
     chosen = [name for name in SCENARIOS if getattr(args, name)]
     cluster = Cluster()
-    logs = Path(tempfile.mkdtemp(prefix="sqljobs-chaos-logs-"))
+    logs = args.logs or Path(tempfile.mkdtemp(prefix="sqljobs-chaos-logs-"))
     outcomes: list[Outcome] = []
     bad: list[str] = []
     started = time.monotonic()
@@ -66,9 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     args.json.write_text(dump(outcomes))
     if args.report:
         write_report(args.report, profile, outcomes, time.monotonic() - started)
-    print(f"logs: {logs}")
     for line in bad:
         print("FAILED", line, file=sys.stderr)
+    if bad or args.logs:
+        print(f"logs: {logs}")
+    else:
+        shutil.rmtree(logs, ignore_errors=True)
     return 1 if bad else 0
 
 

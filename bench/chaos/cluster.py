@@ -45,8 +45,8 @@ class Cluster:
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres", "postgres")
 
-    def dsn(self, dbname: str = "postgres") -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
+    def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{dbname}"
 
     def start(self) -> None:
         if not self.data.exists():
