@@ -55,7 +55,8 @@ def db_name(label: str) -> str:
 
 @pytest.fixture(scope="session")
 def pg_admin_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
-    cache = request.config.cache
+    # (no cache under `-p no:cacheprovider`: the server then lives in a temporary folder)
+    cache = getattr(request.config, "cache", None)
     data_root = cache.mkdir("sqljobs-embedded-pg") if cache is not None else None
     with find_server(data_root) as dsn:
         yield dsn

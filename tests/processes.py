@@ -84,3 +84,14 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def kill_and_wait_sessions(conn: psycopg.Connection[Any], process: CliProcess) -> None:
+    """SIGKILL a worker started with its default id (host:pid:suffix) and wait until the
+    server holds no session of it: a statement it had sent before it died has then run to its
+    end, so what it holds in the database no longer changes and can be read."""
+    process.kill()
+    pattern = f"^sqljobs-[a-z]+ [^:]*:{process.pid}:"
+    wait_for(lambda: scalar(conn, "select count(*) = 0 from pg_stat_activity "
+                                  "where application_name ~ %s", (pattern,)),
+             f"the sessions of killed process {process.pid} to end")
