@@ -76,6 +76,8 @@ def test_processes_share_the_work_under_one_family_of_ids_and_drain_together(
     assert unfinished == 0, "every run that started finished: the processes drained"
     output = supervisor.output()
     assert "drain: passing SIGTERM to 2 worker process(es)" in output
+    assert "exited with code 0" in output
+    assert output.rstrip().endswith("supervisor stopped: 2 worker process(es) ended, exit code 0")
 
 
 def test_a_killed_process_is_started_again_under_its_id(

@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
+import psycopg
 import typer
+from psycopg_pool import PoolTimeout
+from rich.markup import escape
 
 from sqljobs.cli.common import DsnOption, dsn_of, err_console, load_app, setup_logs
 from sqljobs.client.errors import SqljobsError
 
 if TYPE_CHECKING:
     from sqljobs.runtime.observing import RunObserver
+
+
+def _database_lost(error: Exception) -> NoReturn:
+    """A role that cannot reach its database (at start-up, or for longer than it waits)
+    stops with one line naming the cause, exit code 1: a platform starts it again."""
+    cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    err_console.print(f"[red]error:[/red] the database connection failed: {escape(cause)} "
+                      f"({type(error).__name__})", soft_wrap=True, highlight=False)
+    raise typer.Exit(1) from error
 
 
 def worker(
@@ -124,6 +136,8 @@ def worker(
     except SqljobsError as error:
         err_console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error
+    except (psycopg.OperationalError, PoolTimeout) as error:
+        _database_lost(error)
     finally:
         if metrics_server is not None:
             metrics_server.close()
@@ -185,7 +199,6 @@ def _tracing_observer() -> RunObserver:
     try:
         from sqljobs.tracing import TracingObserver, instrument
     except ImportError as error:
-        from rich.markup import escape  # the message names the extra in [brackets]
 
         err_console.print(f"[red]error:[/red] --tracing: {escape(str(error))}")
         raise typer.Exit(2) from error
@@ -239,6 +252,8 @@ def relay(
     except SqljobsError as error:
         err_console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error
+    except (psycopg.OperationalError, PoolTimeout) as error:
+        _database_lost(error)
     raise typer.Exit(code)
 
 
@@ -277,4 +292,6 @@ def scheduler(
     except SqljobsError as error:
         err_console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error
+    except (psycopg.OperationalError, PoolTimeout) as error:
+        _database_lost(error)
     raise typer.Exit(code)

@@ -86,7 +86,10 @@ class Supervisor:
                 signal.signal(sig, handler)
             self._kill_left()
         codes = [c.exit_codes[-1] for c in self._children if c.exit_codes]
-        return max(codes, default=0)
+        code = max(codes, default=0)
+        logger.info("supervisor stopped: %d worker process(es) ended, exit code %d",
+                    len(codes), code)
+        return code
 
     def stop(self) -> None:
         """As a SIGTERM would: drain every process (thread-safe; a second call stops now)."""
@@ -132,6 +135,8 @@ class Supervisor:
                 child.exit_codes.append(code)
                 child.process = None
                 if stopping:
+                    logger.info("worker process %d (pid %d) exited with code %d", child.number,
+                                process.pid, code)
                     continue
                 ran = now - child.started
                 child.pause = (_FIRST_PAUSE_S if ran >= _HEALTHY_AFTER_S
