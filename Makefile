@@ -7,7 +7,8 @@ PYTHON ?= python
 PYTEST ?= $(PYTHON) -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help test sqltest test-limits test-stalls chaos fuzz lint bench bench-retention docs
+.PHONY: help test sqltest test-limits test-stalls chaos fuzz lint verify revision snapshot bench \
+	bench-retention screenshots docs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -30,6 +31,22 @@ chaos: ## the chaos suite's full profile: 100,000 jobs, 1,000 SIGKILLs, every sc
 fuzz: ## tests/test_fuzz_sql.py's longer profile: 500 examples per SQL function (FUZZ_EXAMPLES=N)
 	SQLJOBS_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-500} $(PYTEST) tests/test_fuzz_sql.py
 
+# The release pipeline (docs/design/schema-upgrades.md): sql/ is the source; the unreleased
+# revision and the catalog snapshot are written from it, never by hand. ADMIN_DSN is a
+# server to make scratch databases on (default: 127.0.0.1:5432).
+ADMIN_DSN ?= postgresql://postgres@127.0.0.1:5432/postgres
+
+revision: ## write the unreleased schema revision from sql/ (NAME=<slug> starts the next one), and the snapshot
+	$(PYTHON) -m tools.revision --dsn $(ADMIN_DSN) $(if $(NAME),--name $(NAME))
+	$(PYTHON) -m tools.snapshot --dsn $(ADMIN_DSN)
+
+snapshot: ## write sql/catalog.snapshot, what sql/ installs, for review
+	$(PYTHON) -m tools.snapshot --dsn $(ADMIN_DSN)
+
+verify: lint ## lint, and fail when the unreleased revision or the catalog snapshot is stale
+	$(PYTHON) -m tools.revision --dsn $(ADMIN_DSN) --check
+	$(PYTHON) -m tools.snapshot --dsn $(ADMIN_DSN) --check
+
 lint: ## ruff, mypy (strict on pyclient/) and the package layers (import-linter)
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m mypy
@@ -42,6 +59,9 @@ bench: ## the benchmark suite, peers included (about 2 hours; docs/benchmarks.md
 bench-retention: ## sqljobs' sustained run with 60 s retention, 10 minutes (docs/benchmarks.md)
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
 	$(PYTHON) -m bench --part sustained --system sqljobs_retention --sustained-seconds 600
+
+screenshots: ## the dashboard's screenshots in docs/img/, taken by its browser test (Debian's chromium)
+	SQLJOBS_REQUIRE_BROWSER=1 SQLJOBS_SCREENSHOTS_DIR=docs/img $(PYTEST) tests/test_dashboard_browser.py
 
 docs: ## build the documentation site (mkdocs, strict)
 	@if [ -f mkdocs.yml ]; then \

@@ -9,6 +9,9 @@
 --            the final attempt, buried as dead (failed when dead_letter is off) and
 --            never returned (a compensable job starts its unwind instead, and a
 --            compensating one always goes back to ready: its saga unwind must finish).
+--            The lapsed attempt joins the job's attempt history (outcome
+--            lease_expired, ended_at its lease's expiry; jobs.attempts_push): the one
+--            write of the history here, never in the phases below.
 --            Parked jobs whose wake-up time passed become ready; jobs waiting for a
 --            limit's free slot are made claimable (jobs.unblock_free).
 --   PICK     per unpaused queue, the first `limit` claimable rows in (priority, run_at,
@@ -135,7 +138,13 @@ begin
   if coalesce((p_options->>'recover')::boolean, true) then
     with lapsed as (
       select l.id, jobs.retry_state(l.attempt, l.max_attempts, l.dead_letter) as next_state,
-             l.settle_watched
+             l.settle_watched,
+             pg_catalog.jsonb_build_object(
+               'kind', 'lease_expired',
+               'message', pg_catalog.format('the lease of worker %s expired during attempt %s',
+                                            l.worker, l.attempt),
+               'attempt', l.attempt,
+               'at', v_now) as error
         from jobs.job l
        where l.state = 'running' and l.lease_expires_at < v_now
          and l.queue = any (p_queues)
@@ -155,12 +164,13 @@ begin
              compensating = j.compensating or (j.compensable and n.next_state <> 'ready'),
              step_seq = j.step_seq + case when j.compensable and not j.compensating
                                                and n.next_state <> 'ready' then 1 else 0 end,
-             last_error = pg_catalog.jsonb_build_object(
-               'kind', 'lease_expired',
-               'message', pg_catalog.format('the lease of worker %s expired during attempt %s',
-                                            j.worker, j.attempt),
-               'attempt', j.attempt,
-               'at', v_now)
+             last_error = n.error,
+             -- the attempt history (sql/40_settle.sql): this attempt ended when its
+             -- lease lapsed
+             attempts = jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
+               'attempt', j.attempt, 'claim', j.claim, 'worker', j.worker,
+               'started_at', j.started_at, 'ended_at', j.lease_expires_at,
+               'outcome', 'lease_expired', 'error', n.error))
         from lapsed n
        where j.id = n.id
       returning j.id, j.step_seq, n.next_state, j.last_error,

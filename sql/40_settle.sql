@@ -260,6 +260,32 @@ as $$
 $$;
 
 -- ---------------------------------------------------------------------------
+-- jobs.attempts_push(attempts, entry) -> the attempt history (jobs.job.attempts) with
+-- one more entry at its end, the oldest dropped beyond the last 20: bounded, whatever
+-- a job's max_attempts. Called only on the failure paths (jobs.nack_many here, lease
+-- recovery in jobs.claim), never by ack or a claim's normal path. An entry is
+-- {attempt, claim, worker, started_at, ended_at, outcome, error}.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.attempts_push(p_attempts jsonb, p_entry jsonb)
+returns jsonb
+language plpgsql
+immutable
+set search_path = ''
+as $$
+declare
+  v_attempts jsonb := coalesce(p_attempts, '[]'::jsonb) || pg_catalog.jsonb_build_array(p_entry);
+begin
+  while pg_catalog.jsonb_array_length(v_attempts) > 20 loop
+    v_attempts := v_attempts - 0;
+  end loop;
+  return v_attempts;
+end
+$$;
+
+comment on function jobs.attempts_push(jsonb, jsonb) is
+  'An attempt history with one more entry, keeping the last 20 (jobs.job.attempts).';
+
+-- ---------------------------------------------------------------------------
 -- jobs.nack_many(ids, claims, errors, modes, delays_s) -> (id, ok, state) per input.
 --
 -- modes (null = 'retry'):
@@ -277,6 +303,10 @@ $$;
 -- errors: jsonb per job (null allowed), stored in last_error with attempt and time; an
 --         error that is not an object is stored as {"message": error, ...}. A null error
 --         leaves last_error as it was.
+-- History: modes retry, fail and interrupt end an attempt without success: each appends
+--   {attempt, claim, worker, started_at, ended_at: now, outcome: retry | failed | dead
+--   | interrupted, error} to the job's attempts (jobs.attempts_push; error: the stored
+--   one, null when none was given). park and shed write none (not a failure).
 -- Sagas: a job with a stored compensable step (compensable) whose nack would make it
 --   failed or dead starts unwinding instead (docs/design/sagas.md): it stays `running`
 --   under the caller's claim and lease, compensating, with the final state recorded
@@ -348,6 +378,13 @@ begin
     ),
     target as (
       select j.id, i.error, i.mode, i.delay_s, j.attempt, n.next_state,
+             -- what last_error (and the attempt history) store: the error as an object,
+             -- plus the attempt that ended and when (null: no error given)
+             case when i.error is not null then
+               case when pg_catalog.jsonb_typeof(i.error) = 'object' then i.error
+                    else pg_catalog.jsonb_build_object('message', i.error) end
+               || pg_catalog.jsonb_build_object('attempt', j.attempt, 'at', v_now)
+             end as stored_error,
              n.next_state in ('failed', 'dead') and j.compensable and not j.compensating
                as unwinds,
              case
@@ -386,11 +423,17 @@ begin
                                 then v_now end,
              compensating = j.compensating or t.unwinds,
              step_seq = j.step_seq + case when t.unwinds then 1 else 0 end,
-             last_error = case when t.error is null then j.last_error
-                               else case when pg_catalog.jsonb_typeof(t.error) = 'object' then t.error
-                                         else pg_catalog.jsonb_build_object('message', t.error) end
-                                    || pg_catalog.jsonb_build_object('attempt', t.attempt, 'at', v_now)
-                          end
+             last_error = coalesce(t.stored_error, j.last_error),
+             -- the history: an attempt that failed, ended for good or was interrupted
+             attempts = case when t.mode in ('retry', 'fail', 'interrupt') then
+               jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
+                 'attempt', t.attempt, 'claim', j.claim, 'worker', j.worker,
+                 'started_at', j.started_at, 'ended_at', v_now,
+                 'outcome', case when t.mode = 'interrupt' then 'interrupted'
+                                 when t.next_state = 'ready' then 'retry'
+                                 else t.next_state::text end,
+                 'error', t.stored_error))
+               else j.attempts end
         from target t
        where j.id = t.id
       returning j.id, j.state, j.settle_watched, t.unwinds, j.step_seq, t.next_state, t.error

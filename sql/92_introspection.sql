@@ -567,9 +567,11 @@ $$;
 comment on function jobs.list_jobs(jsonb, bigint, integer) is
   'A page of jobs, newest first, redacted; filter by state, queue, name, tenant, key and times; keyset by after_id.';
 
--- jobs.job_detail(id): one job as JSON, redacted: {"job": its job_view row, "steps":
--- [...], "children": [...], "waits": [...]}; null when no job has that id. PL/pgSQL:
--- an upgrade creates it before it replaces jobs.job_view.
+-- jobs.job_detail(id): one job as JSON, redacted: {"job": its job_view row, "attempts":
+-- [...], "steps": [...], "children": [...], "waits": [...]}; null when no job has that
+-- id. "attempts" is the job's attempt history (jobs.job.attempts: the last 20 attempts
+-- that ended without success, oldest first; [] when none), redacted as last_error is.
+-- PL/pgSQL: an upgrade creates it before it replaces jobs.job_view.
 create or replace function jobs.job_detail(p_id bigint)
 returns jsonb
 language plpgsql
@@ -581,6 +583,7 @@ begin
   return (
   select pg_catalog.jsonb_build_object(
     'job', pg_catalog.to_jsonb(v),
+    'attempts', coalesce(jobs.redact_strings(j.attempts, s.secrets), '[]'::jsonb),
     'steps', coalesce((
       select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                'name', st.name, 'ordinal', st.ordinal, 'kind', st.kind,
@@ -606,4 +609,4 @@ end
 $$;
 
 comment on function jobs.job_detail(bigint) is
-  'One job as JSON, redacted: its job_view row, steps, children and open event waits (null when missing).';
+  'One job as JSON, redacted: its job_view row, attempt history, steps, children and open event waits (null when missing).';

@@ -2,14 +2,15 @@
 --
 -- jobs.queue_gauges() and jobs.limit_gauges() answer a Prometheus scrape: they read only
 -- the partial indexes of LIVE rows (and of dead ones), never the finished rows, so their
--- cost follows the backlog and not the table's history. (jobs.queue_stats() in
+-- cost follows the backlog and not the table's history. (jobs.queue_stats_v2() in
 -- sql/90_operator.sql also counts the succeeded, failed and cancelled rows of a recent
 -- window, for the `sqljobs queues` table and not for a scrape every few seconds.)
 -- jobs.stats(window_s) reads the finished rows of a recent window through
 -- job_finished_idx: its cost follows the throughput times the window.
 
 -- ---------------------------------------------------------------------------
--- jobs.queue_gauges() -> one row per queue that has a live or dead job, or a pause switch:
+-- jobs.queue_gauges() -> one row per queue that has a live or dead job, or that
+-- jobs.declared_queues() names (zeros when it holds nothing):
 --   ready           ready or interrupted, due now (run_at <= now), waiting for a worker
 --                   or for a limit's slot
 --   scheduled       ready or interrupted with run_at in the future (a delay, a retry's
@@ -76,7 +77,7 @@ as $$
   names as (
     select w.queue from waiting w union select r.queue from running r
     union select p.queue from parked p union select d.queue from dead d
-    union select q.name from jobs.queue q
+    union select dq.queue from jobs.declared_queues() dq
   )
   select n.queue, coalesce(q.paused, false),
          coalesce(w.ready, 0), coalesce(w.scheduled, 0), coalesce(r.n, 0), coalesce(p.n, 0),
@@ -95,7 +96,7 @@ as $$
 $$;
 
 comment on function jobs.queue_gauges() is
-  'Per queue, from the live rows'' indexes: ready (due), scheduled (future), running, parked, dead, blocked on a limit, oldest ready age in seconds, and demand (running + due jobs a worker could take).';
+  'Per queue (every declared queue, and every queue with a live or dead job), from the live rows'' indexes: ready (due), scheduled (future), running, parked, dead, blocked on a limit, oldest ready age in seconds, and demand (running + due jobs a worker could take).';
 
 -- ---------------------------------------------------------------------------
 -- jobs.limit_gauges() -> one row per limit (and 'sqljobs.throttle' for the throttled

@@ -2,7 +2,7 @@
 -- finished now. A running worker's heartbeat then answers false and its ack raises
 -- lease_lost. Errors: job_not_found (SJ006), job_finished (SJ010); both change nothing.
 begin;
-select plan(17);
+select plan(19);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
@@ -72,5 +72,11 @@ end $$;
 select throws_ok(format('select jobs.cancel(%s)', (jobs_test.job('dead')).id), 'SJ010', null,
                  '...that is dead: cancel raises job_finished');
 
+-- the running attempt the cancel ended joins the attempt history; a waiting job has none
+select is((select a->>'outcome' || ' ' || (a->>'attempt') || ' ' || (a->>'ended_at')::timestamptz::text
+             from jobs.job j, pg_catalog.jsonb_array_elements(j.attempts) a
+            where j.name = 'cancel.job' and j.key = 'running'),
+          'cancelled 1 2030-01-01 00:00:05+00', 'a cancelled run joins the attempt history');
+select is((jobs_test.job('ready')).attempts, null, 'a cancelled job that never ran has no history');
 select * from finish();
 rollback;

@@ -1,23 +1,28 @@
 """The dashboard's pages and actions (sqljobs.dashboard) against the real database,
-through Starlette's TestClient, mounted under a prefix as a host application would."""
+through Starlette's TestClient, mounted under a prefix as a host application would:
+the queues (the same set as the metrics), the charts and their ranges, the header
+(database, mode, refresh time), live refresh, what each state's label says, the attempt
+history and tracebacks, and the actions behind their flag."""
 
 from __future__ import annotations
 
 import html
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from sqljobs.client import queries
+from sqljobs.client import introspection, queries
 from sqljobs.client.connection import Client
-from sqljobs.dashboard import app
+from sqljobs.dashboard import app, charts, present
+from sqljobs.dashboard.web import RANGES, window_start
 
 PREFIX = "/ops/jobs"
 
@@ -71,18 +76,196 @@ def state_of(conn: psycopg.Connection[Any], job_id: int) -> str | None:
 
 # -- pages ----------------------------------------------------------------------------
 
+def cell_texts(page: str, table_id: str, column: int = 0) -> list[str]:
+    """The text of one column of a table's body rows."""
+    table = re.search(rf'<table id="{table_id}">(.*?)</table>', page, re.S)
+    assert table, f"no table {table_id}"
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table.group(1), re.S)[1:]
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in rows]
+    return [html.unescape(re.sub(r"<[^>]+>", "", c[column])).strip() for c in cells if c]
+
+
 def test_overview_shows_queues_charts_and_links_under_the_prefix(
         jobs_db: dict[str, int], web: TestClient) -> None:
     page = web.get(PREFIX + "/")
     assert page.status_code == 200
     assert ">mail<" in page.text and ">default<" in page.text
-    assert page.text.count("<svg") == 2  # throughput and failures, drawn on the server
-    assert "succeeded: 1 in the last 60 min" in page.text
-    assert "failed or dead: 1 in the last 60 min" in page.text
+    # throughput and failures, and one chart per queue that finished something
+    assert 'id="chart-throughput"' in page.text and 'id="chart-failures"' in page.text
+    assert 'id="chart-queue-default"' in page.text and 'id="chart-queue-mail"' not in page.text
+    assert page.text.count("<svg") == 3  # all drawn on the server
+    assert "Succeeded: 1 in the last 1 h" in page.text
+    assert "Failed or dead: 1 in the last 1 h" in page.text
     assert 'id="failure-rate">50.0%' in page.text
     assert f'href="{PREFIX}/jobs?queue=mail"' in page.text
     live = web.get(PREFIX + "/live/overview")
     assert live.status_code == 200 and "<nav>" not in live.text and 'id="queues"' in live.text
+
+
+def test_charts_have_a_time_axis_a_count_axis_and_a_rate_axis(jobs_db: dict[str, int],
+                                                              web: TestClient) -> None:
+    page = web.get(PREFIX + "/").text
+    chart = re.search(r'<figure class="chart" id="chart-throughput">.*?</figure>', page, re.S)
+    assert chart
+    svg = chart.group(0)
+    assert "per minute" in svg and "/min" in svg and "UTC" in svg  # both axes' titles
+    times = re.findall(r">(\d\d:\d\d)</text>", svg)
+    assert len(times) >= 4, "the time axis is labelled"
+    assert all(int(t[3:]) % 10 == 0 for t in times), "at round times (1 h: every 10 minutes)"
+    counts = re.findall(r'text-anchor="end">(\d+)</text>', svg)
+    assert counts[0] == "0" and len(counts) >= 2, "the count axis is labelled from 0"
+    assert "<title>" in svg and "succeeded" in svg  # each bucket's numbers on hover
+
+
+@pytest.mark.parametrize(("key", "bucket", "every"), [("15m", "per minute", 5),
+                                                      ("1h", "per minute", 10),
+                                                      ("6h", "per 5 min", 60),
+                                                      ("24h", "per 15 min", 240)])
+def test_every_range_has_its_buckets_and_labels(jobs_db: dict[str, int], web: TestClient,
+                                                key: str, bucket: str, every: int) -> None:
+    page = web.get(PREFIX + "/", params={"range": key}).text
+    chosen = RANGES[key]
+    assert re.search(rf'class="chosen" aria-current="true">{re.escape(chosen.label)}<', page)
+    assert f"Succeeded: 1 in the last {chosen.label}" in page
+    svg = re.search(r'id="chart-throughput">.*?</figure>', page, re.S)
+    assert svg and bucket in svg.group(0)
+    bars = re.findall(r'fill="transparent"><title>', svg.group(0))
+    assert len(bars) == chosen.minutes // chosen.bucket_minutes, "one bucket per bar slot"
+    times = re.findall(r">(\d\d):(\d\d)</text>", svg.group(0))
+    assert times and all((int(h) * 60 + int(m)) % every == 0 for h, m in times)
+    assert f"every {chosen.refresh_s} s" in page
+    assert f"last {chosen.label}" in web.get(PREFIX + "/live/overview",
+                                             params={"range": key}).text
+    fallback = web.get(PREFIX + "/", params={"range": "3 weeks"}).text
+    assert "Succeeded: 1 in the last 1 h" in fallback  # an unknown range: the default
+
+
+def test_window_start_matches_the_sql_buckets(conn: psycopg.Connection[Any]) -> None:
+    """The dashboard lays out the buckets jobs.finished_by_queue answers for: a job
+    finished now falls in the last bucket of every range."""
+    client = Client(conn)
+    conn.execute("set jobs.fake_now = '2030-01-01 10:07:30+00'")
+    try:
+        client.run(queries.enqueue("now.job", "n", {}, {"queue": "now"}))
+        job = client.run(queries.claim(["now"], "w", 1))[0]
+        client.run(queries.ack(job.id, job.claim))
+        now = client.run(queries.database_now())
+        for chosen in RANGES.values():
+            start = window_start(now, chosen)
+            bucket = timedelta(minutes=chosen.bucket_minutes)
+            last = start + bucket * (chosen.minutes // chosen.bucket_minutes - 1)
+            rows = conn.execute("select bucket from jobs.finished_by_queue(%s, %s)",
+                                (chosen.minutes, chosen.bucket_minutes)).fetchall()
+            assert rows == [(last,)], chosen
+            assert start.timestamp() % (chosen.bucket_minutes * 60) == 0, chosen
+            assert start.tzinfo is not None and start.astimezone(UTC) == start
+    finally:
+        conn.execute("reset jobs.fake_now")
+
+
+def test_rates_read_as_people_read_them() -> None:
+    assert present.rate(0) == "0" and present.rate(None) == "0"
+    assert present.rate(1 / 3600) == "1/h"
+    assert present.rate(3 / 60) == "3/min"
+    assert present.rate(12.5) == "12.5/s" and present.rate(250) == "250/s"
+    assert present.rate(0.5 / 60, "/min") == "0.5/min"
+    assert present.age(0.25) == "250ms" and present.age(90) == "90.0s" and present.age(None) == "-"
+    assert charts.nice_top(0) == (1, 1) and charts.nice_top(7) == (8, 2)
+    assert charts.nice_top(130) == (150, 50)
+
+
+def test_queue_table_shows_readable_rates_not_zero_per_second(
+        conn: psycopg.Connection[Any], web: TestClient) -> None:
+    client = Client(conn)
+    # declared, as a worker declares its jobs' queues
+    conn.execute("select jobs.job_type_put('slow.job', '{\"queue\": \"slow\"}')")
+    for key in ("a", "b", "c"):
+        client.run(queries.enqueue("slow.job", key, {}, {"queue": "slow"}))
+    for job in client.run(queries.claim(["slow"], "w", 3)):
+        client.run(queries.ack(job.id, job.claim))
+    page = web.get(PREFIX + "/").text
+    queues = cell_texts(page, "queues")
+    row = queues.index("slow")
+    assert cell_texts(page, "queues", 9)[row] == "3"  # succeeded in the range
+    assert cell_texts(page, "queues", 10)[row] == "3/h"  # 3 in an hour, not 0.001/s
+    assert cell_texts(page, "throughput", 5)[cell_texts(page, "throughput").index("slow")] == "3/h"
+    assert "0.000" not in page
+
+
+# -- the header: which database, which mode, when -------------------------------------
+
+def test_header_names_the_database_the_mode_and_the_refresh_time(
+        jobs_db: dict[str, int], db_dsn: str) -> None:
+    given = conninfo_to_dict(db_dsn)
+    with_password = make_conninfo(db_dsn, password="hunter2-not-shown")
+    with mounted(with_password) as web:
+        for path in ("/", "/jobs", f"/jobs/{jobs_db['r1']}", "/workers", "/schedules",
+                     "/outbox", "/dead", "/jobs/999999"):
+            page = web.get(PREFIX + path).text
+            database = re.search(r'<code id="database">([^<]+)</code>', page)
+            assert database, path
+            assert database.group(1).endswith(f":{given.get('port', 5432)}/{given['dbname']}")
+            assert "hunter2" not in page, "never the password"
+            assert '<span id="mode" class="mode">read-only</span>' in page
+            assert re.search(r'refreshed <span id="refreshed">\d\d:\d\d:\d\d UTC</span>', page)
+    with mounted(db_dsn, allow_actions=True) as web:
+        assert 'class="mode actions">actions enabled<' in web.get(PREFIX + "/").text
+    with mounted(db_dsn, token="s3cret") as web:
+        assert ">read-only: log in for actions<" in web.get(PREFIX + "/").text
+
+
+def test_overview_jobs_and_job_pages_refresh_their_live_part(
+        jobs_db: dict[str, int], web: TestClient) -> None:
+    for path, marker in (("/?range=6h", 'id="queues"'), ("/jobs?state=dead", 'id="jobs"'),
+                         (f"/jobs/{jobs_db['r1']}", 'id="attempts"')):
+        page = web.get(PREFIX + path)
+        assert page.headers["cache-control"] == "no-store"
+        found = re.search(r'<div id="live" data-src="([^"]+)">', page.text)
+        assert found and html.unescape(found.group(1)) == PREFIX + path, path
+        assert 'id="auto-refresh" checked' in page.text and "setInterval" in page.text
+        live = web.get(PREFIX + path, headers={"x-sqljobs-live": "1"})
+        assert live.status_code == 200 and marker in live.text
+        assert "<header" not in live.text and "<script" not in live.text
+        assert re.search(r'data-refreshed="\d\d:\d\d:\d\d UTC"', live.text)
+        assert live.headers["vary"] == "x-sqljobs-live"
+    # pages without live data do not refresh
+    assert "setInterval" not in web.get(PREFIX + "/outbox").text
+
+
+def test_layout_is_fluid_with_a_maximum_width(jobs_db: dict[str, int], web: TestClient) -> None:
+    page = web.get(PREFIX + "/").text
+    assert "max-width: 1800px" in page and "width: 100%" in page
+    assert "600px" not in page  # no fixed-width chart
+
+
+# -- the queues: the metrics' set -----------------------------------------------------
+
+def test_the_overview_lists_the_same_queues_as_the_metrics(conn: psycopg.Connection[Any],
+                                                           db_dsn: str,
+                                                           web: TestClient) -> None:
+    from sqljobs.metrics import QueueGaugeCollector
+
+    client = Client(conn)
+    conn.execute("select jobs.job_type_put('typed.job', '{\"queue\": \"typed\"}')")
+    client.run(queries.worker_heartbeat("w-set", ["served", "typed"], ["typed.job"], 2, 30.0))
+    client.run(queries.pause_queue("paused"))
+    client.run(queries.limit_put("q-lim", {"scope": "queue", "target": "limited",
+                                           "concurrency": 1}))
+    client.run(queries.enqueue("loose.job", "l1", {}, {"queue": "loose"}))  # live, undeclared
+    done = client.run(queries.enqueue("typed.job", "t1", {}, {"queue": "typed"})).id
+    for job in client.run(queries.claim(["typed"], "w-set", 1)):
+        client.run(queries.ack(job.id, job.claim))  # typed: every job finished
+    assert state_of(conn, done) == "succeeded"
+    gauges = QueueGaugeCollector(db_dsn, cache_s=0)
+    try:
+        metrics = {m.name: m for m in gauges.collect()}
+        scraped = sorted(s.labels["queue"] for s in metrics["sqljobs_queue_ready_jobs"].samples)
+    finally:
+        gauges.close()
+    listed = cell_texts(web.get(PREFIX + "/").text, "queues")
+    assert listed == scraped == ["limited", "loose", "paused", "served", "typed"]
+    typed = listed.index("typed")
+    assert cell_texts(web.get(PREFIX + "/").text, "queues", 9)[typed] == "1"  # its finished job
 
 
 def test_jobs_page_filters_and_pages_by_keyset(conn: psycopg.Connection[Any], db_dsn: str,
@@ -154,6 +337,224 @@ def test_workers_schedules_and_outbox_pages(conn: psycopg.Connection[Any],
     assert "nightly" in schedules and "0 3 * * *" in schedules
     outbox = web.get(PREFIX + "/outbox").text
     assert re.search(r"staged, not yet published</th><td>1<", outbox)
+
+
+# -- what a job's state means, its attempts, its errors -------------------------------
+
+TRACEBACK = ('Traceback (most recent call last):\n  File "app.py", line 7, in send\n'
+             '    smtp.send(to)\nConnectionError: <smtp.example.com> refused')
+
+
+def label_of(web: TestClient, job_id: int) -> str:
+    page = web.get(f"{PREFIX}/jobs/{job_id}")
+    assert page.status_code == 200, page.text[-500:]
+    found = re.search(r'<p class="label" id="label">(.*?)</p>', page.text, re.S)
+    assert found
+    return html.unescape(found.group(1))
+
+
+def take(client: Client, queue: str, worker: str = "w", lease_s: float = 30.0) -> Any:
+    claimed = client.run(queries.claim([queue], worker, 1, lease_s))
+    assert len(claimed) == 1, f"nothing to claim in {queue}"
+    return claimed[0]
+
+
+def lapse_leases(conn: psycopg.Connection[Any], queue: str) -> None:
+    """Recover the queue's running jobs as if their leases had lapsed: a claim an hour
+    ahead on the database clock, with the queue paused so that it takes nothing."""
+    client = Client(conn)
+    client.run(queries.pause_queue(queue))
+    conn.execute("select set_config('jobs.fake_now', (now() + interval '1 hour')::text, false)")
+    try:
+        assert client.run(queries.claim([queue], "w-recover", 1)) == []
+    finally:
+        conn.execute("reset jobs.fake_now")
+        client.run(queries.resume_queue(queue))
+
+
+def test_every_state_says_what_happened_to_this_job(conn: psycopg.Connection[Any],
+                                                     jobs_db: dict[str, int],
+                                                     web: TestClient) -> None:
+    client = Client(conn)
+
+    def new(key: str, **options: Any) -> int:
+        return client.run(queries.enqueue("label.job", key, {}, {"queue": f"l-{key}",
+                                                                 **options})).id
+
+    fresh = new("fresh")
+    assert re.fullmatch(r"ready: waits for its first attempt \(of 25\), as soon as a worker "
+                        r"takes it", label_of(web, fresh))
+
+    retried = new("retried")
+    job = take(client, "l-retried")
+    client.run(queries.nack(job.id, job.claim, {"message": "busy"}, "retry", 3600))
+    assert re.fullmatch(r"ready: attempt 1 of 25 failed; attempt 2 runs at \S+ \S+ UTC "
+                        r"\(in \d+m\)", label_of(web, retried))
+
+    lost = new("lost")
+    take(client, "l-lost", "w-gone", lease_s=1)
+    lapse_leases(conn, "l-lost")
+    assert label_of(web, lost).startswith(
+        "ready: attempt 1 of 25 was lost (the lease of worker w-gone expired); attempt 2 runs")
+
+    running = new("running")
+    take(client, "l-running", "w-busy")
+    assert label_of(web, running).startswith("running: attempt 1 of 25 on worker w-busy for ")
+
+    sleeper = new("sleeper")
+    job = take(client, "l-sleeper")
+    client.run(queries.step_sleep(job.id, job.claim, "nap", delay_s=3600))
+    assert re.fullmatch(r"parked: sleeps until \S+ \S+ UTC \(in \d+m\)", label_of(web, sleeper))
+
+    waiter = new("waiter")
+    job = take(client, "l-waiter")
+    client.run(queries.step_wait(job.id, job.claim, "paid", [{"event": "order.paid"}]))
+    assert label_of(web, waiter).startswith("parked: waits for the event order.paid")
+
+    first = new("first")
+    job = take(client, "l-first")
+    client.run(queries.ack(job.id, job.claim))
+    assert label_of(web, first) == "succeeded on its first attempt"
+
+    third = new("third")
+    for _ in range(2):
+        job = take(client, "l-third")
+        client.run(queries.nack(job.id, job.claim, {"message": "flaky"}, "retry", 0))
+    job = take(client, "l-third")
+    client.run(queries.ack(job.id, job.claim))
+    assert label_of(web, third) == "succeeded on attempt 3 of 25, after 2 that did not"
+
+    terminal = new("terminal")
+    job = take(client, "l-terminal")
+    client.run(queries.nack(job.id, job.claim, {"kind": "terminal", "message": "no"}, "fail"))
+    assert label_of(web, terminal) == ("failed: terminal error on attempt 1 (of 25 allowed), "
+                                       "not retried")
+
+    exhausted = new("exhausted", max_attempts=1, dead_letter=False)
+    job = take(client, "l-exhausted")
+    client.run(queries.nack(job.id, job.claim, {"message": "still down"}))
+    assert label_of(web, exhausted) == ("failed: retries exhausted after 1 of 1 attempts "
+                                        "(dead-lettering is off for this job)")
+
+    assert label_of(web, jobs_db["r1"]) == "dead: retries exhausted after 1 of 1 attempts"
+    dead_lost = new("dead-lost", max_attempts=1)
+    take(client, "l-dead-lost", lease_s=1)
+    lapse_leases(conn, "l-dead-lost")
+    assert label_of(web, dead_lost) == ("dead: retries exhausted after 1 of 1 attempts; "
+                                        "the last one's lease expired")
+
+    unstarted = new("unstarted")
+    client.run(queries.cancel(unstarted))
+    assert label_of(web, unstarted) == "cancelled before any attempt ran"
+    stopped = new("stopped")
+    take(client, "l-stopped")
+    client.run(queries.cancel(stopped))
+    assert label_of(web, stopped) == "cancelled after 1 attempt (of 25)"
+
+    interrupted = new("interrupted")
+    job = take(client, "l-interrupted", "w-drain")
+    client.run(queries.nack(job.id, job.claim, None, "interrupt"))
+    assert label_of(web, interrupted) == (
+        "interrupted: a draining worker (w-drain) sent it back, not counted as an attempt; "
+        "attempt 1 of 25 runs as soon as a worker takes it")
+    for job_id in (fresh, retried, lost, running, sleeper, terminal, jobs_db["r1"]):
+        assert "dead letter after" not in label_of(web, job_id)
+
+
+def test_job_page_shows_every_attempt_with_its_worker_duration_outcome_and_traceback(
+        conn: psycopg.Connection[Any], web: TestClient) -> None:
+    client = Client(conn)
+    job_id = client.run(queries.enqueue("mail.send", "hist", {"to": "ada"},
+                                        {"queue": "hist", "max_attempts": 3})).id
+    job = take(client, "hist", "w-one")
+    client.run(queries.nack(job.id, job.claim, {"kind": "error", "type": "ConnectionError",
+                                                "message": "refused", "traceback": TRACEBACK},
+                            "retry", 0))
+    take(client, "hist", "w-two", lease_s=1)
+    lapse_leases(conn, "hist")
+    take(client, "hist", "w-three")
+    page = web.get(f"{PREFIX}/jobs/{job_id}").text
+    numbers = cell_texts(page, "attempts", 0)
+    outcomes = cell_texts(page, "attempts", 1)
+    workers = cell_texts(page, "attempts", 2)
+    took = cell_texts(page, "attempts", 4)
+    assert numbers == ["1", "2", "3"]
+    assert outcomes == ["failed, retried", "lost: its lease expired", "running"]
+    assert workers == ["w-one", "w-two", "w-three"]
+    assert re.fullmatch(r"\d+ms|\d+\.\ds", took[0]) and took[2].startswith("running for")
+    assert took[1] == "1.0s"  # from its start to its lease's expiry
+    # the traceback as its lines: newlines kept, escaped as HTML, in a monospace block
+    block = re.search(r'<pre class="traceback">(.*?)</pre>', page, re.S)
+    assert block and html.unescape(block.group(1)) == TRACEBACK
+    assert "\\n" not in block.group(1) and "&lt;smtp.example.com&gt;" in block.group(1)
+    assert "ConnectionError: refused" in cell_texts(page, "attempts", 5)[0]
+    last = re.search(r'<div class="error" id="last-error">(.*?)</div>', page, re.S)
+    assert last and "lease_expired" in last.group(1) and "w-two" in last.group(1)
+    # through the client: the detail's attempts, as the CLI reads them too
+    detail = Client(conn).run(introspection.job_detail(job_id))
+    assert detail is not None
+    assert [(a.attempt, a.outcome, a.worker) for a in introspection.attempts_of(detail)] == [
+        (1, "retry", "w-one"), (2, "lease_expired", "w-two"), (3, "running", "w-three")]
+
+
+def test_attempts_of_joins_the_history_and_the_run_the_columns_describe() -> None:
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+
+    def detail(state: str, attempt: int, claim: int, history: list[dict[str, Any]],
+               **job: Any) -> dict[str, Any]:
+        return {"job": {"state": state, "attempt": attempt, "claim": claim, "worker": "w",
+                        "started_at": start.isoformat(), "finished_at": None,
+                        "last_error": None, **job}, "attempts": history}
+
+    retry = {"attempt": 1, "claim": 1, "worker": "w", "outcome": "retry",
+             "started_at": start.isoformat(), "ended_at": start.isoformat(),
+             "error": {"message": "x"}}
+    # waiting for its retry: the history holds its last run (same claim): nothing added
+    assert [a.outcome for a in introspection.attempts_of(detail("ready", 1, 1, [retry]))] == [
+        "retry"]
+    # succeeded on the next attempt: that run is added, ended when the job finished
+    done = introspection.attempts_of(detail("succeeded", 2, 2, [retry],
+                                            finished_at=(start + timedelta(seconds=2)).isoformat()))
+    assert [(a.attempt, a.outcome, a.duration_s) for a in done] == [(1, "retry", 0.0),
+                                                                    (2, "succeeded", 2.0)]
+    # parked: its attempt was given back, so it shows as the attempt it runs again as
+    parked = introspection.attempts_of(detail("parked", 0, 1, []))
+    assert [(a.attempt, a.outcome, a.ended_at) for a in parked] == [(1, "parked", None)]
+    # never started, or no history and no run: nothing
+    assert introspection.attempts_of(detail("ready", 0, 0, [], started_at=None)) == []
+    assert introspection.attempts_of({"job": {"state": "ready", "attempt": 0, "claim": 0}}) == []
+    assert introspection.AttemptRecord(attempt=1, outcome="running").duration_s is None
+
+
+def test_errors_are_laid_out_as_tracebacks() -> None:
+    view = present.error_view({"kind": "error", "type": "ValueError", "message": "bad",
+                               "traceback": TRACEBACK, "attempt": 2, "at": "x", "code": 7})
+    assert view is not None
+    assert view["headline"] == "error · ValueError: bad" and view["trace"] == TRACEBACK
+    assert view["extra"] == '{\n  "code": 7\n}'  # the other keys; attempt and at are shown apart
+    other = present.error_view({"kind": "error", "message": "boom",
+                                "detail": "at Foo.bar (foo.js:1)\nat main (main.js:9)"})
+    assert other is not None and other["trace"] == "at Foo.bar (foo.js:1)\nat main (main.js:9)"
+    assert present.error_view(None) is None
+    plain = present.error_view("connection refused")
+    assert plain is not None and plain["headline"] == "connection refused"
+    assert present.error_message({"message": "a\n b"}) == "a b"
+
+
+def test_job_page_shows_steps_in_order_and_children(conn: psycopg.Connection[Any],
+                                                    web: TestClient) -> None:
+    client = Client(conn)
+    parent = client.run(queries.enqueue("flow.parent", "steps", {}, {"queue": "flow"}))
+    job = take(client, "flow")
+    for name in ("fetch", "transform", "load"):
+        client.run(queries.step_put(job.id, job.claim, name, {"step": name}))
+    conn.execute("select * from jobs.step_invoke(%s, %s, '{kid}', "
+                 "'[{\"name\": \"flow.child\", \"key\": \"kid-1\"}]')", (job.id, job.claim))
+    page = web.get(f"{PREFIX}/jobs/{parent.id}").text
+    assert cell_texts(page, "steps", 1)[:3] == ["fetch", "transform", "load"]
+    assert cell_texts(page, "steps", 0)[:3] == ["1", "2", "3"]
+    assert cell_texts(page, "children", 1) == ["flow.child"]
+    assert label_of(web, parent.id) == "parked: waits for 1 child job(s) to finish"
 
 
 # -- actions --------------------------------------------------------------------------

@@ -1,10 +1,14 @@
 """`sqljobs dashboard`: serve the operators' web dashboard (the `dashboard` extra).
 
-Read-only unless --allow-actions or --token; see docs/howto-dashboard.md.
+Read-only unless --allow-actions or --token; see docs/howto-dashboard.md. SIGTERM (or
+Ctrl-C) stops it cleanly: uvicorn finishes the requests in flight, and the command
+exits 0.
 """
 
 from __future__ import annotations
 
+import signal
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -12,7 +16,7 @@ from rich.markup import escape
 
 from sqljobs.cli.common import DsnOption, dsn_of, err_console
 
-INSTALL_HINT = "pip install 'sqljobs[dashboard]'"
+INSTALL_HINT = "pip install 'sqljobs[dashboard]' (in a checkout: pip install -e '.[dashboard]')"
 _EXTRA_MODULES = ("starlette", "jinja2", "uvicorn", "markupsafe")
 
 
@@ -42,5 +46,18 @@ def dashboard(
     mode = "actions enabled" if allow_actions or token else "read-only"
     err_console.print(f"serving the dashboard on http://{host}:{port}/ ({mode})",
                       soft_wrap=True, highlight=False)
-    uvicorn.run(app(dsn_of(dsn), allow_actions=allow_actions, token=token), host=host,
-                port=port, log_level="warning")
+    # uvicorn catches SIGTERM and SIGINT, shuts down, then raises the signal again with
+    # the handler it found installed: this one, so a requested stop ends with exit 0
+    # instead of death by the signal (143). Before uvicorn runs, it stops at once.
+    previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        uvicorn.run(app(dsn_of(dsn), allow_actions=allow_actions, token=token), host=host,
+                    port=port, log_level="warning")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    """A stop was asked for (SIGTERM, SIGINT): a clean exit."""
+    raise SystemExit(0)

@@ -108,9 +108,10 @@ def jobs_show(job_id: Annotated[int, typer.Argument(help="The job id.")],
                   help="Print the payload (redacted).")] = True,
               as_json: JsonOption = False,
               dsn: DsnOption = None) -> None:
-    """Show one job, redacted: fields, payload, the latest attempt with its error and
-    timings, result, steps, children and open event waits (jobs.job_detail). With
-    --json: jobs.job_detail's document. An unknown id exits with code 4."""
+    """Show one job, redacted: fields, payload, every attempt with its outcome, error
+    (as a traceback) and timings, result, steps, children and open event waits
+    (jobs.job_detail). With --json: jobs.job_detail's document. An unknown id exits with
+    code 4."""
     with connected_client(dsn) as client:
         detail = client.run(introspection.job_detail(job_id))
     if detail is None:
@@ -128,18 +129,44 @@ def jobs_show(job_id: Annotated[int, typer.Argument(help="The job id.")],
             fields.add_row(key, _cell(value))
     if payload:
         fields.add_row("payload", _cell(body))
-    attempt = Listing("attempt", "started", "finished", "error kind", "error",
-                      title="attempts")
-    attempt.add_row(f"{job['attempt']}/{job['max_attempts']}", job.get("started_at"),
-                    job.get("finished_at"),
-                    (error or {}).get("kind", "") if isinstance(error, dict) else "",
-                    _short(error, 120))
+    # every attempt (the history of those that did not succeed, then the current run),
+    # each error's message on its line; tracebacks print below as their own lines
+    attempt = Listing("attempt", "outcome", "worker", "started", "ended", "error kind",
+                      "error", title="attempts")
+    for run in introspection.attempts_of(detail):
+        attempt.add_row(f"{run.attempt}/{job['max_attempts']}", run.outcome, run.worker,
+                        run.started_at.isoformat() if run.started_at else None,
+                        run.ended_at.isoformat() if run.ended_at else None,
+                        run.error.get("kind", "") if isinstance(run.error, dict) else "",
+                        _short(run.error, 120))
+    if not attempt.rows and error is not None:  # an error of no attempt (never claimed)
+        attempt.add_row(f"{job['attempt']}/{job['max_attempts']}", job["state"], None, None,
+                        None, error.get("kind", "") if isinstance(error, dict) else "",
+                        _short(error, 120))
+    tracebacks: dict[str, output.Block] = {}  # by text: one block for the same traceback
+
+    def lifted(value: Any, where: str) -> Any:
+        """`value` with every traceback in it printed below as its lines, not in a cell."""
+        if isinstance(value, dict):
+            trace = value.get("traceback")
+            if isinstance(trace, str) and "\n" in trace:
+                tracebacks.setdefault(trace, output.Block(f"traceback of {where}", trace))
+                value = {**value, "traceback": "(printed below)"}
+            return {key: lifted(item, where) for key, item in value.items()}
+        if isinstance(value, list):
+            return [lifted(item, where) for item in value]
+        return value
+
+    if error is not None:
+        kind = error.get("kind") if isinstance(error, dict) else None
+        lifted(error, f"the last error ({kind or 'error'}: {_short(error, 200)})")
     steps = children = waits = None
     if detail["steps"]:
         steps = Listing("#", "step", "kind", "value", "at", title="steps")
         for step in detail["steps"]:
+            value = lifted(step["value"], f"step {step['ordinal']} ({step['name']})")
             steps.add_row(step["ordinal"], step["name"], step["kind"],
-                          output.one_line(json.dumps(step["value"]), 80), step["created_at"])
+                          output.one_line(json.dumps(value), 80), step["created_at"])
     if detail["children"]:
         children = Listing("id", "name", "state", "step", "attempt", "finished",
                            title="children")
@@ -151,7 +178,7 @@ def jobs_show(job_id: Annotated[int, typer.Argument(help="The job id.")],
         for wait in detail["waits"]:
             waits.add_row(wait["step"], ", ".join(wait["events"]), wait["deadline"],
                           wait["created_at"])
-    output.show(fields, attempt, steps, children, waits)
+    output.show(fields, attempt, steps, children, waits, *tracebacks.values())
 
 
 def _filter(state: list[str] | None, queue: str | None, name: str | None,

@@ -5,7 +5,8 @@ On a terminal a listing is a Rich table sized to the window. When stdout is not 
 terminal (a pipe, a file, a CI log) nothing is cut to the width: each table is a header
 row then one row per line, columns separated by a tab, a title as a `# title` line
 before it, tables apart by a blank line. Cells are raw text (never Rich markup), so
-"[redacted]" prints as it is. `--json` prints one JSON document per command: an object
+"[redacted]" prints as it is. A `Block` (a traceback) prints as its own lines under its
+`# title`, never flattened into a cell. `--json` prints one JSON document per command: an object
 whose keys name its lists (`{"jobs": [...], "next_after_id": ...}`).
 """
 
@@ -17,6 +18,7 @@ import sys
 from typing import Annotated, Any
 
 import typer
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -104,8 +106,22 @@ class Listing:
         return "\n".join(lines)
 
 
-def show(*listings: Listing | None) -> None:
-    """Print the listings given (None skipped), one after another."""
+class Block:
+    """A titled text printed as its lines: a traceback keeps its newlines and indents."""
+
+    def __init__(self, title: str, text: str) -> None:
+        self.title = title
+        self.text = text
+
+    def _rich(self) -> Group:
+        return Group(Text(self.title, style="bold"), Text(self.text.rstrip("\n")))
+
+    def _plain(self) -> str:
+        return f"# {' '.join(self.title.split())}\n" + self.text.rstrip("\n")
+
+
+def show(*listings: Listing | Block | None) -> None:
+    """Print the listings and blocks given (None skipped), one after another."""
     present = [listing for listing in listings if listing is not None]
     if is_terminal():
         for listing in present:

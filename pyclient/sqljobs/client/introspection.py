@@ -2,7 +2,8 @@
 
     job_type_put / job_type_remove / job_types    the registry (what each name hides)
     list_jobs(filter, after_id, limit)            a page of jobs, newest first, redacted
-    job_detail(id)                                one job with steps, children, waits
+    job_detail(id)                                one job with attempts, steps, children, waits
+    attempts_of(detail)                           every attempt of a job_detail document
     personal_data()                               job types holding personal data
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import Any, Literal, LiteralString
 
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ConfigDict
@@ -63,6 +64,34 @@ class PersonalDataRecord(BaseModel):
     jobs: int
 
 
+AttemptOutcome = Literal["retry", "failed", "dead", "interrupted", "lease_expired",
+                         "cancelled", "running", "succeeded", "parked"]
+
+
+class AttemptRecord(BaseModel):
+    """One attempt of a job, as `jobs.job_detail` tells it (`attempts_of`): an entry of
+    its attempt history (an attempt that ended without success: retry, failed, dead,
+    interrupted, lease_expired), or its current or last run read from the job's own
+    columns (running, succeeded, cancelled, parked, failed, dead). `error` is that
+    attempt's error record, redacted like last_error."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attempt: int
+    outcome: AttemptOutcome
+    worker: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    error: Any = None
+    claim: int | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return (self.ended_at - self.started_at).total_seconds()
+
+
 def job_type_put(name: str, definition: Mapping[str, Any]) -> Call[bool]:
     """Register or replace a job type; True when it is new (see jobs.job_type_put)."""
     return Call("select jobs.job_type_put(%s, %s) as created", (name, Jsonb(dict(definition))),
@@ -102,9 +131,40 @@ def list_jobs(filter: Mapping[str, Any], after_id: int | None = None,
 
 
 def job_detail(job_id: int) -> Call[dict[str, Any] | None]:
-    """One job as JSON, redacted: {job, steps, children, waits}; None when missing."""
+    """One job as JSON, redacted: {job, attempts, steps, children, waits}; None when
+    missing. `attempts_of(detail)` reads its attempts."""
     return Call("select jobs.job_detail(%s) as detail", (job_id,),
                 lambda rows: rows[0]["detail"] if rows else None)
+
+
+# The outcome of the run a job's own columns describe, by the job's state (a ready or
+# interrupted job's last run, when the history lacks it, left no trace to tell).
+_RUN_OUTCOME: dict[str, AttemptOutcome] = {
+    "running": "running", "succeeded": "succeeded", "cancelled": "cancelled",
+    "parked": "parked", "failed": "failed", "dead": "dead"}
+
+
+def attempts_of(detail: Mapping[str, Any]) -> list[AttemptRecord]:
+    """Every attempt a `jobs.job_detail` document tells of, oldest first.
+
+    The history (`attempts`: the last 20 attempts that ended without success) first;
+    then the run the job's own columns describe (claim token, worker, started_at),
+    unless the history already holds it (same claim): the one running now, the one
+    that succeeded, or one that ended otherwise (cancelled, parked; failed or dead
+    while unwinding a saga). A parked run is not counted (its attempt was given back),
+    so it is shown as the attempt it will run again as."""
+    job = detail["job"]
+    attempts = [AttemptRecord.model_validate(entry) for entry in detail.get("attempts") or []]
+    outcome = _RUN_OUTCOME.get(str(job.get("state")))
+    recorded = {a.claim for a in attempts}
+    if outcome and job.get("started_at") and job.get("claim") not in recorded:
+        final = outcome in ("succeeded", "cancelled", "failed", "dead")
+        attempts.append(AttemptRecord(
+            attempt=int(job["attempt"]) + (1 if outcome == "parked" else 0),
+            outcome=outcome, worker=job.get("worker"), claim=job.get("claim"),
+            started_at=job["started_at"], ended_at=job.get("finished_at") if final else None,
+            error=job.get("last_error") if outcome in ("failed", "dead") else None))
+    return attempts
 
 
 def personal_data() -> Call[list[PersonalDataRecord]]:
@@ -112,5 +172,6 @@ def personal_data() -> Call[list[PersonalDataRecord]]:
                 lambda rows: [PersonalDataRecord.model_validate(row) for row in rows])
 
 
-__all__ = ["JobTypeRecord", "ListedJob", "PersonalDataRecord", "job_detail", "job_type_put",
-           "job_type_remove", "job_types", "list_jobs", "personal_data"]
+__all__ = ["AttemptOutcome", "AttemptRecord", "JobTypeRecord", "ListedJob", "PersonalDataRecord",
+           "attempts_of", "job_detail", "job_type_put", "job_type_remove", "job_types",
+           "list_jobs", "personal_data"]

@@ -19,9 +19,12 @@ many scrapers (or a short scrape interval) cost the database one read per `cache
     sqljobs_gauges_up                             1 when the last read succeeded
     sqljobs_gauges_read_duration_seconds          how long that read took
 
-A queue is listed while it has a live or dead job or a pause switch; one this collector
-has listed before and whose jobs have all finished reports zeros (a graph drops to 0
-rather than ending).
+The queues are the rows of jobs.queue_gauges(): every queue the database declares (a
+job type's, a worker's, a limit's, a schedule's, a pause switch's: jobs.declared_queues)
+and every queue holding a live or dead job. A declared queue whose jobs all finished
+reports zeros (a graph drops to 0 rather than ending), and every process serving the
+gauges, and the web dashboard, lists the same queues: the list is the database's, not
+what one process happened to see.
 
 A failed read is logged and answered with `sqljobs_gauges_up 0` and no queue gauges
 (never the last good values, which would look current).
@@ -100,7 +103,6 @@ class QueueGaugeCollector(Collector):
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
         self._reading: _Reading | None = None
-        self._seen: set[str] = set()  # queues listed before: reported with zeros once gone
         self.reads = 0  # database reads so far (the cache's effect is visible)
         if registry is not None:
             registry.register(self)
@@ -136,11 +138,6 @@ class QueueGaugeCollector(Collector):
             client = Client(self._conn)
             queues = client.run(queries.queue_gauges())
             limits = client.run(queries.limit_gauges())
-            listed = {row.queue for row in queues}
-            queues += [QueueGauges(queue=queue, paused=False, ready=0, scheduled=0, running=0,
-                                   parked=0, dead=0, blocked=0, oldest_ready_s=0, demand=0)
-                       for queue in sorted(self._seen - listed)]
-            self._seen |= listed
         except Exception:
             logger.warning("reading the queue gauges failed", exc_info=True)
             if self._conn is not None:
