@@ -102,7 +102,13 @@ create table if not exists jobs.job (
   -- and the engine's own:
   slots            text[],                         -- running: the limit groups it holds
   blocked_on       text,                           -- ready, waiting for this limit group
-  deferred_by      text                            -- ready, deferred by this group's rate
+  deferred_by      text,                           -- ready, deferred by this group's rate
+  -- The engine's own again: the attempt history. The last 20 attempts that ended
+  -- without success, oldest first, each {attempt, claim, worker, started_at, ended_at,
+  -- outcome: retry|failed|dead|interrupted|lease_expired, error}. Written only where an
+  -- attempt fails (jobs.nack_many, lease recovery in jobs.claim), never by a claim or
+  -- an ack; null until the first such attempt. jobs.job_detail shows it, redacted.
+  attempts         jsonb
 ) with (fillfactor = 70);  -- room for HOT updates of progress and heartbeats
 -- No CHECK constraints: every value a caller gives is checked once, by
 -- jobs.spec_problem, before any write (a CHECK would repeat those rules, and cost a
@@ -479,3 +485,17 @@ set search_path = ''
 as $$ select 2 $$;
 
 comment on function jobs.schema_version() is 'The installed sqljobs schema version.';
+
+-- The oldest client schema version this schema still serves: a client built for an
+-- older one is refused at start (what it calls may be gone). Raised only by a release
+-- that drops what older clients call (migrations/versions/RETIRED); 1 while every
+-- function of version 1 stands (docs/design/schema-upgrades.md).
+create or replace function jobs.schema_floor()
+returns integer
+language sql
+immutable
+set search_path = ''
+as $$ select 1 $$;
+
+comment on function jobs.schema_floor() is
+  'The oldest client schema version this schema serves; older clients are refused at start.';

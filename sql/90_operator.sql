@@ -158,7 +158,14 @@ set search_path = ''
 as $$
   with moved as (
     update jobs.job as j
-       set state = 'cancelled', finished_at = jobs.now(), lease_expires_at = null
+       set state = 'cancelled', finished_at = jobs.now(), lease_expires_at = null,
+           -- a running attempt ends here: it joins the history (sql/40_settle.sql)
+           attempts = case when j.state = 'running' then
+             jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
+               'attempt', j.attempt, 'claim', j.claim, 'worker', j.worker,
+               'started_at', j.started_at, 'ended_at', jobs.now(), 'outcome', 'cancelled',
+               'error', null))
+             else j.attempts end
      where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
     returning j.id, j.state, j.settle_watched
   )
@@ -436,12 +443,57 @@ $$;
 comment on function jobs.job_payload(bigint) is
   'The payload of one job, NOT redacted (null when it does not exist): grant it only to whom may read secrets.';
 
--- jobs.queue_stats(): one row per queue that has jobs or a pause switch.
--- It reads only partial indexes: of the live rows (ready, interrupted, running, parked),
--- of the dead ones, and job_finished_idx for the succeeded, failed and cancelled rows
--- that finished within the last jobs.queue_stats_window (a setting; default 24 hours).
--- Its cost follows the backlog and the recent throughput, not the table's history.
-create or replace function jobs.queue_stats()
+-- ---------------------------------------------------------------------------
+-- jobs.declared_queues() -> every queue the database knows of without reading a job:
+-- a pause switch (jobs.queue), a job type's queue (jobs.job_type: every worker writes
+-- its declared jobs' queues as it starts), a registered worker's queues (jobs.worker),
+-- a queue limit (jobs.limit, scope queue), a schedule's queue (jobs.schedule, option
+-- "queue") and a queue's own retention rule (jobs.retention). jobs.queue_gauges lists
+-- these and every queue holding a live or dead job, so the dashboard and the metrics
+-- list one set of queues, and a declared queue whose jobs all finished stays listed
+-- (with zeros) instead of vanishing. Read-only; reads those small tables, never jobs.job.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.declared_queues()
+returns table (queue text)
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  perform jobs.fleet_only('jobs.declared_queues');  -- (sql/15_tenancy.sql)
+  return query
+  select d.name
+    from (select q.name from jobs.queue q
+          union
+          select t.queue from jobs.job_type t where t.queue is not null
+          union
+          select u.name from jobs.worker w cross join pg_catalog.unnest(w.queues) as u(name)
+          union
+          select l.target from jobs.limit l where l.scope = 'queue' and l.target is not null
+          union
+          select s.options->>'queue' from jobs.schedule s
+           where pg_catalog.jsonb_typeof(s.options->'queue') = 'string'
+          union
+          select r.queue from jobs.retention r where r.queue <> '*') as d(name)
+   order by d.name;
+end
+$$;
+
+comment on function jobs.declared_queues() is
+  'Every queue named by a pause switch, job type, worker, queue limit, schedule or retention rule (no job read).';
+
+-- ---------------------------------------------------------------------------
+-- jobs.queue_stats_v2(): one row per queue that has jobs, or that
+-- jobs.declared_queues() names (zeros when it holds none): the set the dashboard and
+-- the metrics list too. It reads only partial indexes: of the live rows (ready,
+-- interrupted, running, parked), of the dead ones, and job_finished_idx for the
+-- succeeded, failed and cancelled rows that finished within the last
+-- jobs.queue_stats_window (a setting; default 24 hours). Its cost follows the backlog
+-- and the recent throughput, not the table's history.
+-- (v2: jobs.queue_stats() of version 1 has no `limited` column, and a released
+-- function's result never changes: it stays, as these columns but the last.)
+-- ---------------------------------------------------------------------------
+create or replace function jobs.queue_stats_v2()
 returns table (
   queue           text,
   paused          boolean,
@@ -461,7 +513,7 @@ language sql
 stable
 set search_path = ''
 as $$
-  select jobs.fleet_only('jobs.queue_stats');  -- (sql/15_tenancy.sql)
+  select jobs.fleet_only('jobs.queue_stats_v2');  -- (sql/15_tenancy.sql)
   with window_start as materialized (
     select jobs.now() - coalesce(nullif(pg_catalog.current_setting('jobs.queue_stats_window', true),
                                         ''), '24 hours')::interval as since
@@ -533,7 +585,7 @@ as $$
      group by j.queue
   ),
   names as (
-    select c.queue from counts c union select q.name from jobs.queue q
+    select c.queue from counts c union select d.queue from jobs.declared_queues() d
   )
   select n.queue, coalesce(q.paused, false),
          coalesce(c.ready, 0), coalesce(c.running, 0), coalesce(c.parked, 0),
@@ -548,5 +600,34 @@ as $$
    order by n.queue
 $$;
 
-comment on function jobs.queue_stats() is
+comment on function jobs.queue_stats_v2() is
   'Per queue: paused, counts by state (succeeded, failed, cancelled: those finished within jobs.queue_stats_window, default 24 hours), age in seconds of the oldest runnable job, how many waiting jobs no live worker declares (unserved), and how many wait on a limit (limited).';
+
+-- jobs.queue_stats(): version 1's shape of jobs.queue_stats_v2() (without `limited`),
+-- kept for the clients of version 1.
+create or replace function jobs.queue_stats()
+returns table (
+  queue           text,
+  paused          boolean,
+  ready           bigint,
+  running         bigint,
+  parked          bigint,
+  interrupted     bigint,
+  succeeded       bigint,
+  failed          bigint,
+  dead            bigint,
+  cancelled       bigint,
+  oldest_ready_s  double precision,
+  unserved        bigint
+)
+language sql
+stable
+set search_path = ''
+as $$
+  select s.queue, s.paused, s.ready, s.running, s.parked, s.interrupted, s.succeeded,
+         s.failed, s.dead, s.cancelled, s.oldest_ready_s, s.unserved
+    from jobs.queue_stats_v2() s
+$$;
+
+comment on function jobs.queue_stats() is
+  'Version 1''s jobs.queue_stats_v2(): the same rows without the limited column.';

@@ -21,6 +21,8 @@ as $$
       -- every role: what a client asks once it connects
       ('sqljobs_producer', 'jobs.schema_version()'), ('sqljobs_worker', 'jobs.schema_version()'),
       ('sqljobs_operator', 'jobs.schema_version()'), ('sqljobs_reader', 'jobs.schema_version()'),
+      ('sqljobs_producer', 'jobs.schema_floor()'), ('sqljobs_worker', 'jobs.schema_floor()'),
+      ('sqljobs_operator', 'jobs.schema_floor()'), ('sqljobs_reader', 'jobs.schema_floor()'),
       ('sqljobs_producer', 'jobs.spec_defaults()'), ('sqljobs_worker', 'jobs.spec_defaults()'),
       ('sqljobs_operator', 'jobs.spec_defaults()'), ('sqljobs_reader', 'jobs.spec_defaults()'),
       ('sqljobs_producer', 'jobs.now()'), ('sqljobs_worker', 'jobs.now()'),
@@ -111,7 +113,7 @@ as $$
       ('sqljobs_operator', 'jobs.tenant_unbind(text)'),
       ('sqljobs_operator', 'jobs.tenant_bindings()'),
       -- reader: views and read functions only (redacted: no raw payload)
-      ('sqljobs_reader', 'jobs.queue_stats()'),
+      ('sqljobs_reader', 'jobs.queue_stats()'), ('sqljobs_reader', 'jobs.queue_stats_v2()'),
       ('sqljobs_reader', 'jobs.list_jobs(jsonb,bigint,integer)'),
       ('sqljobs_reader', 'jobs.job_detail(bigint)'),
       ('sqljobs_reader', 'jobs.job_steps(bigint)'),
@@ -130,6 +132,8 @@ as $$
       ('sqljobs_reader', 'jobs.stats(double precision)'),
       ('sqljobs_reader', 'jobs.retention_policy(jsonb)'),
       ('sqljobs_reader', 'jobs.finished_per_minute(integer)'),
+      ('sqljobs_reader', 'jobs.finished_by_queue(integer,integer)'),
+      ('sqljobs_reader', 'jobs.declared_queues()'),
       -- jobs.job_view calls these with its reader's privileges (a view's functions are
       -- checked against its caller), so whoever is granted SELECT on the view needs them;
       -- they compute on their arguments only and read no table (bound_tenant: only the

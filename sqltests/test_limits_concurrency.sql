@@ -22,7 +22,7 @@ select results_eq($$ select key, blocked_on, attempt from jobs.job where queue =
                   $$ values ('g3', null::text, 0), ('g4', null, 0), ('g5', null, 0) $$,
                   'the others wait, claimable (a full global limit holds back every job alike), no attempt counted');
 select is((select slots from jobs.job where key = 'g1'), array['g|'], 'a running job holds its slot');
-select results_eq($$ select queue, ready, running, limited from jobs.queue_stats() where queue = 'lc_g' $$,
+select results_eq($$ select queue, ready, running, limited from jobs.queue_stats_v2() where queue = 'lc_g' $$,
                   $$ values ('lc_g', 3::bigint, 2::bigint, 3::bigint) $$,
                   'queue_stats counts the jobs a limit holds back');
 select results_eq($$ select limit_name, grp, concurrency, running, waiting from jobs.limit_stats() $$,

@@ -24,7 +24,7 @@ select results_eq($$ select key, run_at, deferred_by, attempt from jobs.job wher
                   'the rest are deferred to when the window lets each start; no attempt counted');
 select results_eq($$ select grp, rate_n, recent_starts, deferred from jobs.limit_stats() where grp = 'r|a' $$,
                   $$ values ('r|a', 2, 2, 3::bigint) $$, 'limit_stats shows the window full and three deferred');
-select results_eq($$ select limited from jobs.queue_stats() where queue = 'lr_q' $$,
+select results_eq($$ select limited from jobs.queue_stats_v2() where queue = 'lr_q' $$,
                   $$ values (3::bigint) $$, 'queue_stats counts them as limited');
 set local jobs.fake_now = '2030-01-01 00:00:09+00';
 select is((select count(*)::int from jobs.claim('{lr_q}', 'w', 10, 30)), 0, 'not before their time');

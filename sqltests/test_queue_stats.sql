@@ -2,7 +2,7 @@
 -- by state, the age in seconds (by jobs.now()) of the oldest runnable job, and how many
 -- waiting jobs no live worker declares (unserved).
 begin;
-select plan(11);
+select plan(12);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
@@ -65,5 +65,11 @@ select is((select unserved from jobs.queue_stats() where queue = 'q_qs_a'), 1::b
 select lives_ok($$ select jobs.pause_queue('q_qs_a') $$, 'setup: pause q_qs_a');
 select is((select paused from jobs.queue_stats() where queue = 'q_qs_a'), true, 'the paused flag shows');
 
+-- a queue only a job type declares (no job yet) is listed, with zeros, by the v2 function
+do $$ begin perform jobs.job_type_put('qs.declared', '{"queue": "q_qs_declared"}'); end $$;
+select results_eq(
+  $$ select ready, running, dead, limited from jobs.queue_stats_v2() where queue = 'q_qs_declared' $$,
+  $$ values (0::bigint, 0::bigint, 0::bigint, 0::bigint) $$,
+  'a declared queue without jobs is listed with zeros');
 select * from finish();
 rollback;

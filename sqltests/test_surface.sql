@@ -2,7 +2,7 @@
 -- released). A change here is a change to the API: add a function with a new name instead.
 -- Functions not listed here are private helpers.
 begin;
-select plan(91);
+select plan(93);
 
 select has_schema('jobs');
 select has_table('jobs', 'job', 'jobs.job exists');
@@ -126,8 +126,12 @@ select is(pg_catalog.pg_get_function_result('jobs.remove_where(jsonb,integer)'::
           'TABLE(moved integer, remaining bigint)',
           'remove_where returns these columns');
 select is(pg_catalog.pg_get_function_result('jobs.queue_stats()'::regprocedure),
+          'TABLE(queue text, paused boolean, ready bigint, running bigint, parked bigint, interrupted bigint, succeeded bigint, failed bigint, dead bigint, cancelled bigint, oldest_ready_s double precision, unserved bigint)',
+          'queue_stats returns version 1''s columns');
+select is(pg_catalog.pg_get_function_result('jobs.queue_stats_v2()'::regprocedure),
           'TABLE(queue text, paused boolean, ready bigint, running bigint, parked bigint, interrupted bigint, succeeded bigint, failed bigint, dead bigint, cancelled bigint, oldest_ready_s double precision, unserved bigint, limited bigint)',
-          'queue_stats returns these columns');
+          'queue_stats_v2 returns these columns');
+select is(jobs.schema_floor(), 1, 'schema_floor: every client of version 1 on is served');
 select is(pg_catalog.pg_get_function_result('jobs.error_codes()'::regprocedure),
           'TABLE(sqlstate text, name text, meaning text)',
           'error_codes returns these columns');

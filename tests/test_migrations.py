@@ -26,18 +26,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from tools.catalog import catalog_snapshot
 from typer.testing import CliRunner
 
 from sqljobs._version import SCHEMA_REVISION, SCHEMA_VERSION
 from sqljobs.cli import app as cli_app
 from sqljobs.schema import migrate
-from tests.harness.schema import (
-    catalog_snapshot,
-    find_pg_dump,
-    run_sql_script,
-    schema_dump,
-    server_major,
-)
+from tests.harness.schema import find_pg_dump, run_sql_script, schema_dump, server_major
 
 ROOT = Path(__file__).resolve().parents[1]
 SQL_FILES = sorted((ROOT / "sql").glob("[0-9][0-9]_*.sql"))

@@ -1,7 +1,9 @@
 """The client checks the installed schema when it opens.
 
 Missing or older than this client needs: `SchemaError`, naming the command to run
-(`sqljobs migrate`). Current: the app opens. Sync and async alike.
+(`sqljobs migrate`). Newer than this client can use (its floor, `jobs.schema_floor()`,
+is above the client's schema version): `SchemaError`, saying to upgrade sqljobs.
+Current: the app opens. Sync and async alike; the long-running roles check the same.
 """
 
 from __future__ import annotations
@@ -61,6 +63,20 @@ def test_old_schema_says_to_upgrade(empty_db: str, open_app: Opener) -> None:
     assert "sqljobs migrate" in message
     assert "upgrade" in message
     assert "version 0" in message
+
+
+@OPENERS
+def test_a_schema_that_no_longer_serves_this_client_says_to_upgrade_sqljobs(
+        empty_db: str, open_app: Opener) -> None:
+    migrate.upgrade(empty_db)
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        conn.execute("create or replace function jobs.schema_floor() returns integer "
+                     "language sql immutable set search_path = '' as $$ select 99 $$")
+    with pytest.raises(sqljobs.SchemaError) as raised:
+        open_app(empty_db)
+    message = str(raised.value)
+    assert "serves clients of schema version 99 and newer" in message
+    assert "upgrade the sqljobs package" in message
 
 
 @OPENERS

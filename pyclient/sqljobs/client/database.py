@@ -1,8 +1,9 @@
 """Where the database is, and whether its schema is the one this client needs.
 
 `resolve_dsn` finds the DSN (argument, $SQLJOBS_DSN, $DATABASE_URL);
-`check_schema_version` turns `jobs.schema_version()`'s answer into SchemaError, naming
-the command to run. Every role (worker, relay, scheduler) checks at start.
+`check_schema_version` turns `jobs.schema_version()`'s answer (and `jobs.schema_floor()`'s)
+into SchemaError, naming what to run: a schema older than this client needs, or one that
+no longer serves clients this old. Every role (worker, relay, scheduler) checks at start.
 """
 
 from __future__ import annotations
@@ -34,8 +35,17 @@ def resolve_dsn(dsn: str | None) -> str:
 SCHEMA_MISSING = (psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedFunction)
 
 
-def check_schema_version(installed: int | None, dsn_hint: str = "<dsn>") -> None:
-    """Raise SchemaError, naming the command to run, when the schema is missing or old."""
+def needs_floor(installed: int | None) -> bool:
+    """Whether the schema's floor is to be read (`queries.schema_floor()`): a schema
+    as new as this client's has one; an older one is refused without it."""
+    return installed is not None and installed >= SCHEMA_VERSION
+
+
+def check_schema_version(installed: int | None, dsn_hint: str = "<dsn>",
+                         floor: int | None = None) -> None:
+    """Raise SchemaError, naming the fix, when the schema is missing or older than this
+    client needs, or newer than this client can use (its `floor` is above this client's
+    schema version: what the client calls may be gone)."""
     command = f"sqljobs migrate --dsn {dsn_hint}"
     if installed is None:
         raise SchemaError(
@@ -46,6 +56,12 @@ def check_schema_version(installed: int | None, dsn_hint: str = "<dsn>") -> None
         raise SchemaError(
             f"this database has sqljobs schema version {installed}, but this client needs "
             f"{SCHEMA_VERSION}; upgrade it with: {command}"
+        )
+    if floor is not None and floor > SCHEMA_VERSION:
+        raise SchemaError(
+            f"this database has sqljobs schema version {installed}, which serves clients of "
+            f"schema version {floor} and newer; this client is of version {SCHEMA_VERSION}: "
+            "upgrade the sqljobs package (pip install -U sqljobs)"
         )
 
 

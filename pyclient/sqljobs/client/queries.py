@@ -50,6 +50,7 @@ from sqljobs.client.records import (
 )
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)  # a Call[int] is a Call[int | None]
 Row = dict[str, Any]
 
 # Clients send enqueue_many in chunks of this many specs (one statement per chunk).
@@ -57,12 +58,12 @@ ENQUEUE_CHUNK = 1000
 
 
 @dataclass(frozen=True, slots=True)
-class Call(Generic[T]):
+class Call(Generic[T_co]):
     """One statement and the decoding of its rows (dicts, or tuples for the hot paths)."""
 
     sql: LiteralString
     params: Sequence[Any]
-    decode: Callable[[list[Any]], T]
+    decode: Callable[[list[Any]], T_co]
     tuples: bool = False  # rows as tuples, not dicts: what the hot paths decode
 
 
@@ -93,6 +94,11 @@ def schema_version() -> Call[int | None]:
         (),
         _one("version"),
     )
+
+
+def schema_floor() -> Call[int]:
+    """The oldest client schema version the installed schema serves (version 2 on)."""
+    return Call("select jobs.schema_floor() as floor", (), _one("floor"))
 
 
 # -- enqueue --------------------------------------------------------------------------
@@ -325,7 +331,7 @@ def resume_queue(queue: str) -> Call[None]:
 def queue_stats() -> Call[list[QueueStats]]:
     return Call(
         "select queue, paused, ready, running, parked, interrupted, succeeded, failed, dead, "
-        "cancelled, oldest_ready_s, unserved, limited from jobs.queue_stats()",
+        "cancelled, oldest_ready_s, unserved, limited from jobs.queue_stats_v2()",
         (),
         lambda rows: [QueueStats.model_validate(row) for row in rows],
     )

@@ -15,7 +15,13 @@ from pydantic import BaseModel
 
 from sqljobs.client import queries
 from sqljobs.client.connection import AsyncClient, Client
-from sqljobs.client.database import SCHEMA_MISSING, check_schema_version, redacted_dsn, resolve_dsn
+from sqljobs.client.database import (
+    SCHEMA_MISSING,
+    check_schema_version,
+    needs_floor,
+    redacted_dsn,
+    resolve_dsn,
+)
 from sqljobs.client.errors import ConfigurationError, UnknownJob
 from sqljobs.declare.jobs import JobDefinition, JobHandle, RetryPolicy, payload_model_of
 from sqljobs.declare.limits import KeyLimit, Limit, RateArg, job_limits
@@ -231,7 +237,9 @@ class App:
                     installed = Client(pool).run(queries.schema_version())
                 except SCHEMA_MISSING:
                     installed = None
-                check_schema_version(installed, redacted_dsn(self.dsn))
+                floor = (Client(pool).run(queries.schema_floor()) if needs_floor(installed)
+                         else None)
+                check_schema_version(installed, redacted_dsn(self.dsn), floor)
             except BaseException:
                 pool.close()
                 raise
@@ -272,7 +280,10 @@ class App:
                     installed = await AsyncClient(pool).run(queries.schema_version())
                 except SCHEMA_MISSING:
                     installed = None
-                check_schema_version(installed, redacted_dsn(self.dsn))
+                floor = None
+                if needs_floor(installed):
+                    floor = await AsyncClient(pool).run(queries.schema_floor())
+                check_schema_version(installed, redacted_dsn(self.dsn), floor)
             except BaseException:
                 await pool.close()
                 raise

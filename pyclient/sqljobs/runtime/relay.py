@@ -39,7 +39,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from sqljobs.client import queries
 from sqljobs.client.connection import AsyncClient
-from sqljobs.client.database import check_schema_version
+from sqljobs.client.database import check_schema_version, needs_floor
 from sqljobs.client.errors import TRANSIENT_ERRORS, ConfigurationError
 from sqljobs.runtime.lifecycle import Role
 from sqljobs.runtime.listening import OUTBOX_CHANNEL, Listener
@@ -132,7 +132,9 @@ class Relay(Role):
         background: list[asyncio.Task[None]] = []
         signals: list[signal.Signals] = []
         try:
-            check_schema_version(await client.run(queries.schema_version()))
+            installed = await client.run(queries.schema_version())
+            floor = await client.run(queries.schema_floor()) if needs_floor(installed) else None
+            check_schema_version(installed, floor=floor)
             if self.listen:
                 listener = Listener(dsn=dsn, channel=OUTBOX_CHANNEL, wake=self._wake.set,
                                     retry_s=self.listen_retry_s,

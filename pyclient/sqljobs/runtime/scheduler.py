@@ -51,7 +51,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from sqljobs.client import queries
 from sqljobs.client.connection import AsyncClient
-from sqljobs.client.database import check_schema_version
+from sqljobs.client.database import check_schema_version, needs_floor
 from sqljobs.client.errors import (
     TRANSIENT_ERRORS,
     ConfigurationError,
@@ -179,7 +179,10 @@ class Scheduler(Role):
         self._client = AsyncClient(pool)
         signals: list[signal.Signals] = []
         try:
-            check_schema_version(await self._client.run(queries.schema_version()))
+            installed = await self._client.run(queries.schema_version())
+            floor = (await self._client.run(queries.schema_floor()) if needs_floor(installed)
+                     else None)
+            check_schema_version(installed, floor=floor)
             if self.sync_declared:
                 for task in self.app.tasks.values():
                     await self._client.run(queries.schedule_put(task.name, task.definition()))

@@ -49,7 +49,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from sqljobs.client import introspection, queries
 from sqljobs.client.connection import AsyncClient
-from sqljobs.client.database import check_schema_version
+from sqljobs.client.database import check_schema_version, needs_floor
 from sqljobs.client.errors import ConfigurationError, TenantRefused
 from sqljobs.client.records import ClaimedJob, JobState
 from sqljobs.declare.catalog import declared_job_type_writes
@@ -211,7 +211,9 @@ class Worker(Role):
         background: list[asyncio.Task[None]] = []
         signals: list[signal.Signals] = []
         try:
-            check_schema_version(await client.run(queries.schema_version()))
+            installed = await client.run(queries.schema_version())
+            floor = await client.run(queries.schema_floor()) if needs_floor(installed) else None
+            check_schema_version(installed, floor=floor)
             if self._default_queue_too:
                 default = (await client.run(queries.spec_defaults()))["queue"]
                 self.queues = sorted({*self.queues, default})
