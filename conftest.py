@@ -31,6 +31,7 @@ import os
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -42,6 +43,7 @@ from tests.harness.server import find_server, make_dsn
 # one server (several checkouts, or CI jobs, on one $SQLJOBS_TEST_DSN) never drop or
 # clone each other's databases.
 SESSION = f"{os.getpid()}_{secrets.token_hex(2)}"
+PGTAP_HELPERS = Path(__file__).with_name("sqltests") / "_helpers.sql"
 TEMPLATE = f"sqljobs_template_{SESSION}"
 
 
@@ -82,7 +84,7 @@ def _recreate(admin_dsn: str, name: str, template: str | None = None) -> None:
 def template_db(pg_admin_dsn: str) -> Iterator[str]:
     from tests.harness.pgtap import ensure_pgtap
 
-    from sqljobs.schema import migrate
+    from sqljobs._schema import migrate
 
     _recreate(pg_admin_dsn, TEMPLATE)
     try:
@@ -133,6 +135,7 @@ def pgtap_connection(pg_admin_dsn: str, template_db: str) -> Iterator[psycopg.Co
     name = db_name("pgtap")
     dsn = clone(pg_admin_dsn, name)
     with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(PGTAP_HELPERS.read_bytes())  # the helpers the files share
         yield connection
     drop_database(pg_admin_dsn, name)
 

@@ -122,7 +122,7 @@ def _memory() -> str:
 def code_facts() -> dict[str, str]:
     """Which engine was measured: the commit, whether sql/ differed from it, and a hash
     of the revisions' SQL that was actually loaded."""
-    from sqljobs.schema.resources import revisions
+    from sqljobs._schema.resources import revisions
 
     loaded = "".join(r.sql() for r in revisions())
     facts = {"schema_sha256": hashlib.sha256(loaded.encode()).hexdigest()[:12]}

@@ -24,8 +24,8 @@ from psycopg.types.json import Jsonb
 
 from bench.db import admin_dsn_from_env, drop_database, fresh_database, machine_facts
 from sqljobs import App
-from sqljobs.runtime.relay import Relay
-from sqljobs.schema import migrate
+from sqljobs._runtime.relay import Relay
+from sqljobs._schema import migrate
 
 DB = "sqljobs_bench_relay"
 

@@ -87,7 +87,7 @@ def render(results: Results, facts: dict[str, str], workloads: dict[str, str],
       "PostgreSQL itself does on this machine in the same run.\n")
     w("### Method\n")
     w("- Each repeat of a workload runs in a fresh database `sqljobs_bench_<workload>` with "
-      "the schema installed by `sqljobs.schema.migrate.upgrade`; repeats are interleaved across "
+      "the schema installed by `sqljobs._schema.migrate.upgrade`; repeats are interleaved across "
       "workloads and ceilings.")
     w("- Every call is one autocommit statement sent as a prepared statement (psycopg "
       "`prepare=True`); no Python handler runs. Enqueue batches are serialised before "

@@ -54,7 +54,7 @@ DESIGNS = ("current",)
 
 
 def install(design: str, dsn: str) -> None:
-    from sqljobs.schema.migrate import upgrade  # not in the load processes: they only import this
+    from sqljobs._schema.migrate import upgrade  # not in the load processes: they only import this
 
     upgrade(dsn)
 

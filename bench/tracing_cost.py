@@ -12,9 +12,9 @@ import timeit
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from sqljobs.client.producing import producing
-from sqljobs.client.records import ClaimedJob, JobSpec
-from sqljobs.runtime.observing import Observers
+from sqljobs._client.producing import producing
+from sqljobs._client.records import ClaimedJob, JobSpec
+from sqljobs._runtime.observing import Observers
 
 SPECS = [JobSpec(name="bench.job", key="k", payload={"a": 1})]
 JOB = ClaimedJob(

@@ -7,23 +7,18 @@ select plan(19);
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
 create function jobs_test.job(p_key text) returns jobs.job language sql as $$
-  select j from jobs.job j where j.name = 'cancel.job' and j.key = p_key
+  select test.job('cancel.job', p_key)  -- (sqltests/_helpers.sql)
 $$;
-create function jobs_test.start(p_key text) returns void language plpgsql as $$
-begin
-  perform jobs.enqueue('cancel.job', p_key, '{}', pg_catalog.jsonb_build_object('queue', 'q_cancel_' || p_key));
-  perform from jobs.claim(array['q_cancel_' || p_key], 'w', 1, 30);
-end $$;
 
 do $$ begin
   perform jobs.enqueue('cancel.job', 'ready', '{}', '{"queue": "q_cancel_ready", "delay_s": 60}');
-  perform jobs_test.start('running');
-  perform jobs_test.start('parked');
-  perform jobs.nack((jobs_test.job('parked')).id, 1, null, 'park');
-  perform jobs_test.start('int');
-  perform jobs.nack((jobs_test.job('int')).id, 1, null, 'interrupt');
-  perform jobs_test.start('done');
-  perform jobs.ack((jobs_test.job('done')).id, 1, '{"r": 1}');
+  perform test.start('cancel.job', 'running');
+  perform test.start('cancel.job', 'parked');
+  perform jobs.nack((jobs_test.job('parked')).id, (jobs_test.job('parked')).claim, null, 'park');
+  perform test.start('cancel.job', 'int');
+  perform jobs.nack((jobs_test.job('int')).id, (jobs_test.job('int')).claim, null, 'interrupt');
+  perform test.start('cancel.job', 'done');
+  perform jobs.ack((jobs_test.job('done')).id, (jobs_test.job('done')).claim, '{"r": 1}');
 end $$;
 set local jobs.fake_now = '2030-01-01 00:00:05+00';
 

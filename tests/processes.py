@@ -24,7 +24,7 @@ class CliProcess:
         self.log = log
         self._out = log.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from sqljobs.cli import main; main()", *args],
+            [sys.executable, "-c", "from sqljobs._cli import main; main()", *args],
             cwd=REPO, env={**os.environ, "SQLJOBS_DSN": dsn, **(env or {})},
             stdout=self._out, stderr=subprocess.STDOUT)
 

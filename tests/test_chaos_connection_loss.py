@@ -20,9 +20,9 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from sqljobs import fresh_key
-from sqljobs.client import queries
-from sqljobs.client.connection import AsyncClient
-from sqljobs.client.errors import TRANSIENT_ERRORS
+from sqljobs._client import queries
+from sqljobs._client.connection import AsyncClient
+from sqljobs._client.errors import TRANSIENT_ERRORS
 from tests.processes import wait_for
 
 

@@ -9,7 +9,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from typer.testing import CliRunner
 
-from sqljobs.cli import app
+from sqljobs._cli import app
 
 runner = CliRunner()
 

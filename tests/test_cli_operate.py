@@ -7,9 +7,9 @@ from typing import Any
 import psycopg
 from typer.testing import CliRunner
 
-from sqljobs.cli import app
-from sqljobs.client import queries
-from sqljobs.client.connection import Client
+from sqljobs._cli import app
+from sqljobs._client import queries
+from sqljobs._client.connection import Client
 
 runner = CliRunner()
 

@@ -16,9 +16,9 @@ from typing import Any
 import psycopg
 from typer.testing import CliRunner
 
-from sqljobs.cli import app
-from sqljobs.client import queries
-from sqljobs.client.connection import Client
+from sqljobs._cli import app
+from sqljobs._client import queries
+from sqljobs._client.connection import Client
 
 runner = CliRunner()
 LONG_QUEUE = "nightly-invoice-reconciliation-for-every-tenant"
@@ -121,7 +121,7 @@ def test_plain_output_keeps_full_names_when_not_a_terminal(conn: psycopg.Connect
 
 def _sqljobs_command() -> list[str]:
     installed = Path(sys.executable).with_name("sqljobs")
-    return [str(installed)] if installed.exists() else [sys.executable, "-m", "sqljobs.cli"]
+    return [str(installed)] if installed.exists() else [sys.executable, "-m", "sqljobs._cli"]
 
 
 def test_a_pipe_at_80_columns_and_jq(conn: psycopg.Connection[Any], db_dsn: str) -> None:

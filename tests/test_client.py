@@ -44,8 +44,8 @@ from sqljobs import (
     SqljobsError,
     queries,
 )
+from sqljobs._client.queries import ENQUEUE_CHUNK, Call
 from sqljobs._version import SCHEMA_VERSION
-from sqljobs.client.queries import ENQUEUE_CHUNK, Call
 from tests.helpers_db import SAFETY_S
 
 Scenario = Generator[Call[Any], Any, None]

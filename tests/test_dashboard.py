@@ -19,10 +19,12 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from sqljobs.client import introspection, queries
-from sqljobs.client.connection import Client
-from sqljobs.dashboard import app, charts, present
-from sqljobs.dashboard.web import RANGES, window_start
+from sqljobs._client import introspection, queries
+from sqljobs._client.connection import Client
+from sqljobs.dashboard import _charts as charts
+from sqljobs.dashboard import _present as present
+from sqljobs.dashboard import app
+from sqljobs.dashboard._web import RANGES, window_start
 
 PREFIX = "/ops/jobs"
 

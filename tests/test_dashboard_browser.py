@@ -32,8 +32,8 @@ from psycopg.conninfo import conninfo_to_dict
 from pydantic import BaseModel
 
 from sqljobs import App, JobContext, RetryPolicy, fresh_key
-from sqljobs.client import queries
-from sqljobs.client.connection import Client
+from sqljobs._client import queries
+from sqljobs._client.connection import Client
 from sqljobs.dashboard import app as dashboard
 from tests.processes import wait_for
 from tests.worker_helpers import running

@@ -17,9 +17,9 @@ import httpx
 import psycopg
 from typer.testing import CliRunner
 
-from sqljobs.cli import app as cli
-from sqljobs.client import queries
-from sqljobs.client.connection import Client
+from sqljobs._cli import app as cli
+from sqljobs._client import queries
+from sqljobs._client.connection import Client
 from tests.processes import spawner, wait_for
 
 TRACEBACK = ('Traceback (most recent call last):\n  File "app.py", line 7, in send\n'

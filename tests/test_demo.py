@@ -17,9 +17,9 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from sqljobs.demo.summary import Report, inspect_commands, render
+from sqljobs._demo.summary import Report, inspect_commands, render
 
-SQLJOBS = [sys.executable, "-c", "from sqljobs.cli import main; main()"]
+SQLJOBS = [sys.executable, "-c", "from sqljobs._cli import main; main()"]
 
 
 def run_demo(dsn: str) -> subprocess.CompletedProcess[str]:

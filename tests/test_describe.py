@@ -10,10 +10,10 @@ from pydantic import BaseModel, SecretStr
 from typer.testing import CliRunner
 
 from sqljobs import App, JobContext, PersonalData, RetryPolicy, key
-from sqljobs.cli import app as cli
-from sqljobs.client import introspection
-from sqljobs.client.connection import Client
-from sqljobs.declare.catalog import declared_job_type_writes
+from sqljobs._cli import app as cli
+from sqljobs._client import introspection
+from sqljobs._client.connection import Client
+from sqljobs._declare.catalog import declared_job_type_writes
 
 runner = CliRunner()
 

@@ -24,7 +24,7 @@ MARKER = "<!-- generated: everything below this line -->\n"
 def render_cli_reference() -> str:
     """The commands' reference as Typer's docs utility writes it, one heading level down."""
     generated = subprocess.run(
-        [sys.executable, "-m", "typer", "sqljobs.cli", "utils", "docs", "--name", "sqljobs"],
+        [sys.executable, "-m", "typer", "sqljobs._cli", "utils", "docs", "--name", "sqljobs"],
         capture_output=True, text=True, check=True, cwd=ROOT, env={"PATH": "", "LANG": "C.UTF-8"},
     ).stdout
     lines, fenced = [], False
@@ -69,7 +69,7 @@ def _commands() -> set[str]:
     """Every `sqljobs ...` command path the CLI has (e.g. "dev stop")."""
     import typer.main
 
-    from sqljobs.cli import app
+    from sqljobs._cli import app
 
     found: set[str] = set()
 

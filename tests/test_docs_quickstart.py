@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sqljobs.dev import embedded
+from sqljobs._dev import embedded
 from tests.harness.schema import find_psql
 
 ROOT = Path(__file__).resolve().parents[1]

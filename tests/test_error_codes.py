@@ -16,9 +16,9 @@ import psycopg
 import pytest
 
 import sqljobs
-from sqljobs.client import queries
-from sqljobs.client.errors import DatabaseError
-from sqljobs.client.queries import Call
+from sqljobs._client import queries
+from sqljobs._client.errors import DatabaseError
+from sqljobs._client.queries import Call
 
 ROOT = Path(__file__).resolve().parents[1]
 ERRORS_SQL = ROOT / "sql" / "10_errors.sql"

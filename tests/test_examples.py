@@ -70,13 +70,13 @@ def test_the_example_worker_runs_the_web_apps_job(
     from examples.webapp import jobs
 
     job_id = client.post("/signups", json={"email": "bob@example.com"}).json()["job_id"]
-    jobs.app._dsn = db_dsn
+    jobs.app.pools.given = db_dsn
     try:
         with running(jobs.app):
             result = jobs.app.result(job_id, timeout=30)
     finally:
         jobs.app.close()
-        jobs.app._dsn = None
+        jobs.app.pools.given = None
     assert result["sent_to"] == "bob@example.com"
 
 

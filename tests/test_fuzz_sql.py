@@ -31,9 +31,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from sqljobs.client import queries
-from sqljobs.client.connection import Client
-from sqljobs.client.errors import DatabaseError
+from sqljobs._client import queries
+from sqljobs._client.connection import Client
+from sqljobs._client.errors import DatabaseError
 
 EXAMPLES = int(os.environ.get("SQLJOBS_FUZZ_EXAMPLES", "15"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,

@@ -1,11 +1,13 @@
 """The package's layers hold (docs/design/package-layers.md).
 
 * the import-linter contracts in pyproject.toml are kept: no lower layer imports a
-  higher one, not even inside a function (one documented plug-in point is exempt);
-* no two modules import each other, directly or through others;
-* `import sqljobs` loads the client and declaration layers only: not the runtime, the
-  command line, the dev tools or any optional extra;
-* the public names are the ones documented, each importable from `sqljobs`.
+  higher one, not even inside a function or for type checking only, with no exemption;
+* no two modules import each other, directly or through others, type-only imports
+  included;
+* `import sqljobs` loads the client, declaration and app layers and the public
+  modules only: not the runtime, the command line, the dev tools or any optional extra;
+* the public names are the ones documented, each importable from `sqljobs`, and every
+  module a user may import is public (the private ones start with `_`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ PUBLIC = {
     "Snooze",
     "SqljobsError", "Staged", "StepNameReused", "StepTimeout", "Steps", "TenantRefused",
     "UnknownJob", "Worker", "fresh_key", "key", "queries",
+    "AsyncLock", "Lock", "Limits", "Schedules", "errors", "records",  # run-time managers
     "InvalidJobType", "JobTypeNotFound", "PersonalData", "Sensitive",  # redaction
     "InvalidRetention", "UnknownRetentionKey",  # retention
 }
@@ -83,9 +86,9 @@ def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
 
 
 def test_no_module_imports_itself_through_others() -> None:
-    graph = grimp.build_graph("sqljobs", exclude_type_checking_imports=True)
+    graph = grimp.build_graph("sqljobs", exclude_type_checking_imports=False)
     # A package's __init__ re-exporting its own modules is not a circle between concerns.
-    for package in ("sqljobs", "sqljobs.cli", "sqljobs.runtime.worker"):
+    for package in ("sqljobs", "sqljobs._cli", "sqljobs._runtime.worker", "sqljobs._app"):
         for child in graph.find_children(package):
             if graph.direct_import_exists(importer=child, imported=package):
                 graph.remove_import(importer=child, imported=package)
@@ -110,8 +113,10 @@ def test_importing_sqljobs_loads_neither_the_runtime_nor_the_cli_nor_extras() ->
     loaded = set(json.loads(out.stdout))
     ours = {m for m in loaded if m == "sqljobs" or m.startswith("sqljobs.")}
     assert ours, "sqljobs itself did not load"
-    assert all(m == "sqljobs" or m.startswith(("sqljobs._version", "sqljobs.client",
-                                                "sqljobs.declare")) for m in ours), sorted(ours)
+    public = ("sqljobs.queries", "sqljobs.records", "sqljobs.errors")
+    assert all(m == "sqljobs" or m in public or m.startswith(
+        ("sqljobs._version", "sqljobs._client", "sqljobs._declare", "sqljobs._app"))
+        for m in ours), sorted(ours)
     for heavy in ("typer", "rich", "alembic", "sqlalchemy", "prometheus_client",
                   "opentelemetry", "starlette", "fastapi"):
         assert heavy not in loaded, f"import sqljobs loaded {heavy}"
@@ -121,4 +126,13 @@ def test_the_public_names_are_exported_and_resolve() -> None:
     assert set(sqljobs.__all__) == PUBLIC
     for name in sorted(PUBLIC):
         assert getattr(sqljobs, name) is not None, name
-    assert sqljobs.Worker.__module__ == "sqljobs.runtime.worker.worker"
+    assert sqljobs.Worker.__module__ == "sqljobs._runtime.worker.worker"
+
+
+def test_every_module_is_private_but_the_documented_public_ones() -> None:
+    public = {"sqljobs", "sqljobs.alembic", "sqljobs.queries", "sqljobs.records",
+              "sqljobs.errors", "sqljobs.metrics", "sqljobs.tracing", "sqljobs.dashboard"}
+    graph = grimp.build_graph("sqljobs")
+    exposed = {m for m in graph.modules
+               if not any(part.startswith("_") for part in m.split(".")[1:])}
+    assert exposed == public, sorted(exposed ^ public)

@@ -1,4 +1,4 @@
-"""Limits, debounce, singleton and throttle from Python (sqljobs.declare.limits, JobHandle).
+"""Limits, debounce, singleton and throttle from Python (sqljobs._declare.limits, JobHandle).
 
 Declared limits reach the database when a worker starts, and a limit set at run time
 is not overwritten by them; `app.limits` sets, lists and removes; bad declarations are
@@ -30,7 +30,7 @@ from sqljobs import (
     key,
     queries,
 )
-from sqljobs.cli import app as cli
+from sqljobs._cli import app as cli
 from tests.processes import scalar, wait_for
 from tests.worker_helpers import running
 

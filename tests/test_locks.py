@@ -1,4 +1,4 @@
-"""Fenced locks (`app.lock`, `app.lock_async`, sqljobs.client.locks) on named leases.
+"""Fenced locks (`app.lock`, `app.lock_async`, sqljobs._client.locks) on named leases.
 
 In process: one holder at a time, a fencing token that moves with every holder,
 LockBusy on a timeout, release on exit, and a lost lease noticed (sync: `check()` and

@@ -25,9 +25,9 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from sqljobs import App, JobContext, RetryPolicy, fresh_key
-from sqljobs.cli import app as cli
-from sqljobs.client import queries
-from sqljobs.client.connection import Client
+from sqljobs._cli import app as cli
+from sqljobs._client import queries
+from sqljobs._client.connection import Client
 from sqljobs.metrics import QueueGaugeCollector, WorkerMetrics, serve
 from tests.processes import CliProcess, scalar, spawner, wait_for
 from tests.worker_example_app import QUEUE as EXAMPLE_QUEUE
@@ -401,7 +401,7 @@ print(json.dumps(sorted(m for m in sys.modules
 def test_without_the_extra_the_commands_say_how_to_install_it(
         db_dsn: str, command: list[str]) -> None:
     code = ("import sys; sys.modules['prometheus_client'] = None\n"
-            "from sqljobs.cli import main\n"
+            "from sqljobs._cli import main\n"
             f"sys.argv = ['sqljobs', *{command!r}, '--dsn', {db_dsn!r}]\n"
             "main()")
     out = run_python(code)

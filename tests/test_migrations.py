@@ -1,6 +1,6 @@
 """Installing the schema (docs/howto-alembic.md): every path gives the same `jobs` schema.
 
-* every Alembic revision in turn (`sqljobs.schema.migrate.upgrade`) equals running
+* every Alembic revision in turn (`sqljobs._schema.migrate.upgrade`) equals running
   `sql/*.sql`, the source, directly (so upgrading from any release equals a fresh install);
 * installing twice changes nothing;
 * `sqljobs migrate --sql` renders an offline script that gives the same schema;
@@ -29,9 +29,9 @@ import pytest
 from tools.catalog import catalog_snapshot
 from typer.testing import CliRunner
 
+from sqljobs._cli import app as cli_app
+from sqljobs._schema import migrate
 from sqljobs._version import SCHEMA_REVISION, SCHEMA_VERSION
-from sqljobs.cli import app as cli_app
-from sqljobs.schema import migrate
 from tests.harness.schema import find_pg_dump, run_sql_script, schema_dump, server_major
 
 ROOT = Path(__file__).resolve().parents[1]

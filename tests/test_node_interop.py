@@ -20,9 +20,9 @@ import pytest
 from pydantic import BaseModel
 
 from sqljobs import App, JobFailed, fresh_key
-from sqljobs.client import queries
-from sqljobs.client.records import JobSpec
-from sqljobs.runtime.context import JobContext
+from sqljobs._client import queries
+from sqljobs._client.records import JobSpec
+from sqljobs._runtime.context import JobContext
 from tests.node import install, needs_node, pg_env
 from tests.worker_helpers import running
 

@@ -1,4 +1,4 @@
-"""Observers (sqljobs.runtime.observing): what a worker tells metrics and tracing.
+"""Observers (sqljobs._runtime.observing): what a worker tells metrics and tracing.
 
 A real worker against the real database, with an observer that records each hook: every
 run begins and ends once with its outcome's label, the handler (async and sync) runs
@@ -17,9 +17,9 @@ import psycopg
 from pydantic import BaseModel
 
 from sqljobs import App, RetryPolicy, fresh_key
-from sqljobs.client.records import ClaimedJob
-from sqljobs.runtime.context import JobContext
-from sqljobs.runtime.observing import RunObserver, RunWatch
+from sqljobs._client.records import ClaimedJob
+from sqljobs._runtime.context import JobContext
+from sqljobs._runtime.observing import RunObserver, RunWatch
 from tests.processes import wait_for
 from tests.worker_helpers import running
 

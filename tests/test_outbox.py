@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from sqljobs import App, InvalidArgument
-from sqljobs.runtime.relay import Relay
+from sqljobs._runtime.relay import Relay
 from tests.processes import scalar
 from tests.roles_example_app import make_app
 

@@ -20,8 +20,8 @@ import psycopg.errors
 import pytest
 
 from sqljobs import Client, LeaseLost
-from sqljobs.client import queries
-from sqljobs.client.records import ClaimedJob, Enqueued, JobSpec
+from sqljobs._client import queries
+from sqljobs._client.records import ClaimedJob, Enqueued, JobSpec
 from tests.helpers_db import run_together, session, wait_until_blocked_on_lock
 
 T0 = datetime(2100, 1, 1, tzinfo=UTC)  # after any real now: enqueued jobs are due

@@ -20,9 +20,9 @@ from pydantic import BaseModel, SecretStr
 from typer.testing import CliRunner
 
 from sqljobs import App, InvalidPayload, fresh_key
-from sqljobs.cli import app as cli
-from sqljobs.client.redaction import REDACTED, Redaction
-from sqljobs.declare.redaction import payload_json, redact, redaction_of
+from sqljobs._cli import app as cli
+from sqljobs._client.redaction import REDACTED, Redaction
+from sqljobs._declare.redaction import payload_json, redact, redaction_of
 from tests.processes import scalar, spawner, wait_for
 from tests.redaction_example_app import (
     CARD,

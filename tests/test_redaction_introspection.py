@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from sqljobs import InvalidArgument
-from sqljobs.cli import app
-from sqljobs.client import introspection, queries
-from sqljobs.client.connection import Client
+from sqljobs._cli import app
+from sqljobs._client import introspection, queries
+from sqljobs._client.connection import Client
 
 runner = CliRunner()
 

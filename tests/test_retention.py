@@ -22,9 +22,9 @@ import psycopg
 import pytest
 
 from sqljobs import App
-from sqljobs.client import queries
-from sqljobs.client.connection import AsyncClient, Client
-from sqljobs.runtime.scheduler import Scheduler
+from sqljobs._client import queries
+from sqljobs._client.connection import AsyncClient, Client
+from sqljobs._runtime.scheduler import Scheduler
 from tests.processes import scalar
 
 CYCLES = 5

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 from typer.testing import CliRunner
 
-from sqljobs.cli import app
+from sqljobs._cli import app
 from tests.processes import scalar
 
 runner = CliRunner()

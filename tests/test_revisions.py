@@ -15,7 +15,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
 from tools import revision as tool
 from tools.snapshot import SNAPSHOT, snapshot
 from tools.sqlsource import ROOT

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from sqljobs import App, ConfigurationError, JobContext, NotLeader, ScheduleNotFound
-from sqljobs.client.connection import AsyncClient
-from sqljobs.runtime.scheduler import Scheduler
+from sqljobs._client.connection import AsyncClient
+from sqljobs._runtime.scheduler import Scheduler
 
 T = TypeVar("T")
 OUTAGE_START = datetime(2026, 5, 1, 10, 0, 0, tzinfo=UTC)
@@ -156,7 +156,7 @@ def test_only_the_leader_fires_and_a_deposed_leader_stops_at_once(
         assert first.counts["fired"] == 0
         with pytest.raises(NotLeader):
             assert first._client is not None
-            from sqljobs.client import queries
+            from sqljobs._client import queries
             await first._client.run(queries.schedule_fire(
                 "minutely.all", [AFTER_OUTAGE - timedelta(seconds=30)], AFTER_OUTAGE, 1))
         assert not await first.acquire(), "and it cannot take the lease back"

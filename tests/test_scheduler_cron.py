@@ -14,8 +14,8 @@ import pytest
 from pydantic import BaseModel
 
 from sqljobs import App, ConfigurationError, InvalidPayload, JobContext
-from sqljobs.declare.cron import Cron
-from sqljobs.runtime.scheduler import plan_fire
+from sqljobs._declare.cron import Cron
+from sqljobs._runtime.scheduler import plan_fire
 
 PARIS = ZoneInfo("Europe/Paris")
 

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import sqljobs
-from sqljobs.schema import migrate
+from sqljobs._schema import migrate
 
 OLD_SCHEMA = """
 create or replace function jobs.schema_version() returns integer

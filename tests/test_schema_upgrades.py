@@ -24,9 +24,9 @@ import pytest
 import sqlalchemy as sa
 
 import sqljobs.alembic
+from sqljobs._schema import migrate
+from sqljobs._schema.resources import revisions
 from sqljobs._version import SCHEMA_REVISION, SCHEMA_VERSION
-from sqljobs.schema import migrate
-from sqljobs.schema.resources import revisions
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSIONS = ROOT / "migrations" / "versions"

@@ -41,7 +41,7 @@ from sqljobs import (
     LeaseLost,
     queries,
 )
-from sqljobs.client.records import JobSpec, NackMode
+from sqljobs._client.records import JobSpec, NackMode
 from tests.helpers_db import empty_jobs_tables, set_clock
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

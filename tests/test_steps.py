@@ -26,7 +26,7 @@ from sqljobs import (
     StepTimeout,
     fresh_key,
 )
-from sqljobs.runtime.steps import _backoff
+from sqljobs._runtime.steps import _backoff
 from tests.processes import wait_for
 from tests.worker_helpers import running
 

@@ -92,7 +92,7 @@ async def saga(ctx: JobContext, payload: Steps) -> None:
 def spawn_worker(dsn: str, log: Path) -> subprocess.Popen[bytes]:
     with log.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, "-c", "from sqljobs.cli import main; main()", "worker",
+            [sys.executable, "-c", "from sqljobs._cli import main; main()", "worker",
              "tests.test_steps_processes:app", "--queue", QUEUE, "--lease", str(LEASE_S),
              "--poll-interval", "0.5", "--concurrency", "1"],
             cwd=REPO, env={**os.environ, "SQLJOBS_DSN": dsn}, stdout=out,

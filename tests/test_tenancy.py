@@ -20,9 +20,9 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from sqljobs import App, JobContext, TenantRefused
-from sqljobs.cli import app as cli_app
-from sqljobs.client import introspection, queries
-from sqljobs.client.connection import Client
+from sqljobs._cli import app as cli_app
+from sqljobs._client import introspection, queries
+from sqljobs._client.connection import Client
 from tests.processes import wait_for
 from tests.worker_helpers import running
 

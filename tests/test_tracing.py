@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import BaseModel
 
 from sqljobs import App, JobContext, RetryPolicy, fresh_key
-from sqljobs.client import producing
+from sqljobs._client import producing
 from sqljobs.tracing import TracingObserver, instrument, is_instrumented, uninstrument
 from tests.processes import wait_for
 from tests.worker_helpers import running

@@ -25,8 +25,8 @@ def python(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_import_sqljobs_and_its_runtime_load_no_opentelemetry() -> None:
     out = python(
-        "import sys, sqljobs, sqljobs.runtime.worker, sqljobs.runtime.steps, "
-        "sqljobs.cli.roles\n"
+        "import sys, sqljobs, sqljobs._runtime.worker, sqljobs._runtime.steps, "
+        "sqljobs._cli.roles\n"
         "from sqljobs import App\n"
         "loaded = sorted(m for m in sys.modules if m.startswith(('opentelemetry', "
         "'sqljobs.tracing')))\n"
@@ -40,7 +40,7 @@ def test_tracing_without_the_extra_is_a_clear_error() -> None:
     assert imported.returncode != 0
     assert "install the tracing extra, pip install 'sqljobs[tracing]'" in imported.stderr
     # The CLI says so before it loads the app or touches a database.
-    cli = python(HIDE_OPENTELEMETRY + "from sqljobs.cli import main; "
+    cli = python(HIDE_OPENTELEMETRY + "from sqljobs._cli import main; "
                  "sys.argv = ['sqljobs', 'worker', 'no.such.module:app', '--tracing']; main()")
     assert cli.returncode == 2, cli.stdout + cli.stderr
     assert "--tracing" in cli.stdout + cli.stderr

@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 from typer.testing import CliRunner
 
-from sqljobs.cli import app as cli
+from sqljobs._cli import app as cli
 
 runner = CliRunner()
 

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from sqljobs import App, ConfigurationError, Worker, fresh_key
-from sqljobs.client.encoding import ResultNotJSON, json_result
-from sqljobs.runtime.context import JobContext
-from sqljobs.runtime.worker import error_record
+from sqljobs._client.encoding import ResultNotJSON, json_result
+from sqljobs._runtime.context import JobContext
+from sqljobs._runtime.worker import error_record
 from tests.processes import wait_for
 from tests.worker_example_app import QUEUE, RUNS_TABLE, make_app
 from tests.worker_helpers import running
@@ -85,7 +85,7 @@ def test_a_result_json_cannot_hold_fails_the_attempt_with_a_clear_error(app: App
         row = wait_for(settled(conn, job_id, "dead"), "the not_json job to be dead-lettered")
     error = row["last_error"]
     assert error["kind"] == "result_not_json"
-    assert error["type"] == "sqljobs.client.encoding.ResultNotJSON"
+    assert error["type"] == "sqljobs._client.encoding.ResultNotJSON"
     assert "JSON cannot hold" in error["message"] and "object" in error["message"]
     assert row["result"] is None
 
@@ -109,7 +109,7 @@ def test_a_payload_that_no_longer_validates_fails_with_invalid_payload(app: App,
     with running(app):
         row = wait_for(settled(conn, job_id, "failed"), "the invalid job to fail")
     assert row["last_error"]["kind"] == "invalid_payload"
-    assert row["last_error"]["type"] == "sqljobs.client.errors.InvalidPayload"
+    assert row["last_error"]["type"] == "sqljobs.InvalidPayload"
     assert "n" in row["last_error"]["detail"]
     assert row["attempt"] == 1
 

@@ -216,7 +216,7 @@ def test_a_lost_listen_connection_is_logged_and_reconnects(
 
     # `sqljobs workers` lists it.
     listing = subprocess.run(
-        [sys.executable, "-c", "from sqljobs.cli import main; main()", "workers", "--dsn",
+        [sys.executable, "-c", "from sqljobs._cli import main; main()", "workers", "--dsn",
          conn.info.dsn], capture_output=True, text=True, check=True, env={
              **os.environ, "COLUMNS": "250"})
     assert "1 live worker(s)" in listing.stdout and str(worker.pid) in listing.stdout

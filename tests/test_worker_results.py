@@ -19,7 +19,7 @@ from sqljobs import (
     ResultTimeout,
     fresh_key,
 )
-from sqljobs.client import results
+from sqljobs._client import results
 from tests.processes import wait_for
 from tests.worker_example_app import make_app
 from tests.worker_helpers import running

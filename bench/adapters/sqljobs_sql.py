@@ -61,7 +61,7 @@ class SqljobsSql:
     name = "sqljobs"
 
     def install(self, dsn: str) -> None:
-        from sqljobs.schema.migrate import upgrade  # alembic: only where a schema is installed
+        from sqljobs._schema.migrate import upgrade  # alembic: only where a schema is installed
 
         upgrade(dsn)
 

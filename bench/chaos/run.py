@@ -92,7 +92,7 @@ class Fleet:
         # the child keeps its own copy of the log's descriptor: ours closes at once
         with (self.logs / f"{self._n:04d}-{args[0]}.log").open("wb") as log:
             return subprocess.Popen(
-                [sys.executable, "-c", "from sqljobs.cli import main; main()", args[0],
+                [sys.executable, "-c", "from sqljobs._cli import main; main()", args[0],
                  "bench.chaos.app:app", *args[1:]], cwd=REPO, stdout=log,
                 stderr=subprocess.STDOUT, env={**os.environ, "SQLJOBS_DSN": self.dsn})
 
@@ -187,7 +187,7 @@ def enqueue_jobs(conn: psycopg.Connection[Any], first: int, count: int, ms: int)
 def prepare(cluster: Cluster, scenario: str, jobs: int, ms: int) -> tuple[str, int]:
     """A fresh database with the schema, the side tables and the jobs (enqueue_jobs), and
     a tenth as many rows staged in the outbox (ordering keys over 8 accounts)."""
-    from sqljobs.schema import migrate
+    from sqljobs._schema import migrate
 
     name = database(scenario)
     with psycopg.connect(cluster.dsn(), autocommit=True) as admin:

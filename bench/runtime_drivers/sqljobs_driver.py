@@ -26,7 +26,7 @@ from _common import (
 from pydantic import BaseModel
 
 import sqljobs
-from sqljobs.schema.migrate import upgrade
+from sqljobs._schema.migrate import upgrade
 
 A = args()
 REC = Recorder()

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-import sqljobs.client.queries as q
+import sqljobs._client.queries as q
 
 sizes: dict[str, list[int]] = collections.defaultdict(list)
 
@@ -37,7 +37,7 @@ counted("ack_many", lambda a, k: len(a[0]))
 counted("heartbeat_many", lambda a, k: len(a[0]))
 counted("worker_heartbeat", lambda a, k: 1)
 
-from sqljobs.client.connection import AsyncClient  # noqa: E402
+from sqljobs._client.connection import AsyncClient  # noqa: E402
 
 timings: dict[str, list[float]] = collections.defaultdict(list)
 _run = AsyncClient.run

@@ -4,12 +4,12 @@ The public surface is what this module exports; modules starting with `_` are pr
 The package is layered, each layer a sub-package that imports only the layers below it
 (docs/design/package-layers.md):
 
-    sqljobs.client    statements, records, errors, connections, transactions, results, locks
-    sqljobs.declare   App, jobs, tasks, retry policies, schedules, limits
-    sqljobs.runtime   worker, durable steps, context, scheduler, relay
-    sqljobs.cli       the `sqljobs` command; sqljobs.demo, the demo
-    sqljobs.schema    installing and upgrading the schema (and sqljobs.alembic for hosts)
-    sqljobs.dev       the embedded PostgreSQL
+    sqljobs._client    statements, records, errors, connections, transactions, results, locks
+    sqljobs._declare   App, jobs, tasks, retry policies, schedules, limits
+    sqljobs._runtime   worker, durable steps, context, scheduler, relay
+    sqljobs._cli       the `sqljobs` command; sqljobs._demo, the demo
+    sqljobs._schema    installing and upgrading the schema (and sqljobs.alembic for hosts)
+    sqljobs._dev       the embedded PostgreSQL
 
 Importing `sqljobs` loads the client and declaration layers only: the runtime names
 below (Worker, JobContext, Steps, ...) are imported on first use, so a producer that
@@ -22,9 +22,10 @@ import importlib
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from sqljobs.client import queries
-from sqljobs.client.connection import AsyncClient, Client
-from sqljobs.client.errors import (
+from sqljobs import errors, queries, records
+from sqljobs._app import App, Limits, Schedules
+from sqljobs._client.connection import AsyncClient, Client
+from sqljobs._client.errors import (
     ConfigurationError,
     DatabaseError,
     DuplicateJob,
@@ -53,7 +54,8 @@ from sqljobs.client.errors import (
     UnknownJob,
     UnknownRetentionKey,
 )
-from sqljobs.client.records import (
+from sqljobs._client.locks import AsyncLock, Lock
+from sqljobs._client.records import (
     BulkMoved,
     ClaimedJob,
     Enqueued,
@@ -64,7 +66,7 @@ from sqljobs.client.records import (
     Settled,
     Staged,
 )
-from sqljobs.client.results import (
+from sqljobs._client.results import (
     JobCancelled,
     JobDead,
     JobError,
@@ -72,38 +74,37 @@ from sqljobs.client.results import (
     KeyBusy,
     ResultTimeout,
 )
-from sqljobs.declare.app import App
-from sqljobs.declare.control import Retry, Snooze
-from sqljobs.declare.jobs import JobHandle, RetryPolicy
-from sqljobs.declare.limits import key
-from sqljobs.declare.redaction import PersonalData, Sensitive
+from sqljobs._declare.control import Retry, Snooze
+from sqljobs._declare.jobs import JobHandle, RetryPolicy
+from sqljobs._declare.limits import key
+from sqljobs._declare.redaction import PersonalData, Sensitive
 
 if TYPE_CHECKING:
-    from sqljobs.runtime.context import JobContext
-    from sqljobs.runtime.relay import Relay
-    from sqljobs.runtime.scheduler import Scheduler
-    from sqljobs.runtime.steps import (
+    from sqljobs._runtime.context import JobContext
+    from sqljobs._runtime.relay import Relay
+    from sqljobs._runtime.scheduler import Scheduler
+    from sqljobs._runtime.steps import (
         Event,
         EventTimeout,
         StepNameReused,
         Steps,
         StepTimeout,
     )
-    from sqljobs.runtime.stopping import RunCancelled
-    from sqljobs.runtime.worker import Worker
+    from sqljobs._runtime.stopping import RunCancelled
+    from sqljobs._runtime.worker import Worker
 
 # Public names that live in the runtime layer, loaded when first asked for.
 _RUNTIME = {
-    "JobContext": "sqljobs.runtime.context",
-    "RunCancelled": "sqljobs.runtime.stopping",
-    "Relay": "sqljobs.runtime.relay",
-    "Scheduler": "sqljobs.runtime.scheduler",
-    "Event": "sqljobs.runtime.steps",
-    "EventTimeout": "sqljobs.runtime.steps",
-    "StepNameReused": "sqljobs.runtime.steps",
-    "StepTimeout": "sqljobs.runtime.steps",
-    "Steps": "sqljobs.runtime.steps",
-    "Worker": "sqljobs.runtime.worker",
+    "JobContext": "sqljobs._runtime.context",
+    "RunCancelled": "sqljobs._runtime.stopping",
+    "Relay": "sqljobs._runtime.relay",
+    "Scheduler": "sqljobs._runtime.scheduler",
+    "Event": "sqljobs._runtime.steps",
+    "EventTimeout": "sqljobs._runtime.steps",
+    "StepNameReused": "sqljobs._runtime.steps",
+    "StepTimeout": "sqljobs._runtime.steps",
+    "Steps": "sqljobs._runtime.steps",
+    "Worker": "sqljobs._runtime.worker",
 }
 
 
@@ -128,6 +129,7 @@ def fresh_key() -> str:
 __all__ = [
     "App",
     "AsyncClient",
+    "AsyncLock",
     "BulkMoved",
     "ClaimedJob",
     "Client",
@@ -159,6 +161,8 @@ __all__ = [
     "KeyBusy",
     "LeaseLost",
     "LimitNotFound",
+    "Limits",
+    "Lock",
     "LockBusy",
     "LockLost",
     "NotLeader",
@@ -174,6 +178,7 @@ __all__ = [
     "RunCancelled",
     "ScheduleNotFound",
     "Scheduler",
+    "Schedules",
     "SchemaError",
     "Sensitive",
     "Settled",
@@ -187,7 +192,9 @@ __all__ = [
     "UnknownJob",
     "UnknownRetentionKey",
     "Worker",
+    "errors",
     "fresh_key",
     "key",
     "queries",
+    "records",
 ]

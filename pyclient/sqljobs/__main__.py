@@ -1,5 +1,5 @@
 """`python -m sqljobs ...`: the command line, as the `sqljobs` script runs it."""
 
-from sqljobs.cli import main
+from sqljobs._cli import main
 
 main()

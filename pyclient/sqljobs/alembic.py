@@ -30,7 +30,7 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
-from sqljobs.schema.resources import revision, revisions, versions_dir
+from sqljobs._schema.resources import revision, revisions, versions_dir
 
 
 class _Operations(Protocol):

@@ -24,7 +24,7 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from sqljobs.dev import embedded
+from sqljobs._dev import embedded
 
 DOCKER_IMAGE = "postgres:15"
 

@@ -6,6 +6,6 @@ actions, off unless asked for, call the same SQL verbs as `sqljobs jobs ...`.
 See docs/howto-dashboard.md.
 """
 
-from sqljobs.dashboard.web import app
+from sqljobs.dashboard._web import app
 
 __all__ = ["app"]

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from sqljobs.metrics.gauges import QueueGaugeCollector
-from sqljobs.metrics.serving import MetricsServer, serve
-from sqljobs.metrics.worker import WorkerMetrics
+from sqljobs.metrics._gauges import QueueGaugeCollector
+from sqljobs.metrics._serving import MetricsServer, serve
+from sqljobs.metrics._worker import WorkerMetrics
 
 # prometheus_client's registries, so a caller (the CLI) need not import it itself
 __all__ = ["REGISTRY", "CollectorRegistry", "MetricsServer", "QueueGaugeCollector",

@@ -22,9 +22,9 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess tes
         "sqljobs.tracing needs OpenTelemetry: install the tracing extra, "
         "pip install 'sqljobs[tracing]' (opentelemetry-api)") from error
 
-from sqljobs.tracing.conventions import MESSAGING_SYSTEM
-from sqljobs.tracing.observer import TracingObserver
-from sqljobs.tracing.producer import (
+from sqljobs.tracing._conventions import MESSAGING_SYSTEM
+from sqljobs.tracing._observer import TracingObserver
+from sqljobs.tracing._producer import (
     instrument,
     is_instrumented,
     provider_configured,

@@ -1,0 +1,9 @@
+"""The application facade: `App` (its declarations over its pools) and the run-time
+managers of what is stored (limits, schedules). Above the runtime: `App.run_worker`
+starts one."""
+
+from sqljobs._app.app import App
+from sqljobs._app.limits import Limits
+from sqljobs._app.schedules import Schedules
+
+__all__ = ["App", "Limits", "Schedules"]

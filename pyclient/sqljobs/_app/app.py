@@ -1,0 +1,181 @@
+"""`App`: an application's declarations and its database, and what starts a worker.
+
+    app = sqljobs.App("postgresql://...")     # or $SQLJOBS_DSN / $DATABASE_URL
+
+    @app.job(queue="mail")
+    async def send_email(ctx: sqljobs.JobContext, mail: Mail) -> None: ...
+
+An App is a declaration registry (`@app.job`, `@app.task`, `app.limit`;
+sqljobs._declare.registry) over the application's connection pools
+(sqljobs._client.pools: opened on first use, the schema checked as they open), with
+the run-time faces that use them: locks, results, events, the limits and schedules
+stored in the database, and starting a worker in this process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from sqljobs._client import queries
+from sqljobs._client.connection import AsyncClient, Client
+from sqljobs._client.pools import Pools
+from sqljobs._declare.registry import Registry
+
+if TYPE_CHECKING:
+    from sqljobs._app.limits import Limits
+    from sqljobs._app.schedules import Schedules
+    from sqljobs._client.locks import AsyncLock, Lock
+
+
+class App(Registry):
+    """A sqljobs application: what it declares, and the pools its calls run on."""
+
+    def __init__(self, dsn: str | None = None, *, min_size: int = 1, max_size: int = 10) -> None:
+        super().__init__(self)
+        self.pools = Pools(dsn, min_size=min_size, max_size=max_size)
+
+    # -- the database -------------------------------------------------------------------
+
+    @property
+    def dsn(self) -> str:
+        """The DSN given, else $SQLJOBS_DSN, else $DATABASE_URL."""
+        return self.pools.dsn
+
+    def open(self) -> Self:
+        """Open the pool and check the schema version (raises SchemaError)."""
+        self.pools.open()
+        return self
+
+    def close(self) -> None:
+        self.pools.close()
+
+    def __enter__(self) -> Self:
+        return self.open()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def client(self) -> Client:
+        """A client on the app's pool (opens the app on first use)."""
+        return self.pools.client
+
+    async def open_async(self) -> Self:
+        """Open the asyncio pool and check the schema version (raises SchemaError)."""
+        await self.pools.open_async()
+        return self
+
+    async def close_async(self) -> None:
+        await self.pools.close_async()
+
+    async def __aenter__(self) -> Self:
+        return await self.open_async()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close_async()
+
+    @property
+    def async_client(self) -> AsyncClient:
+        """A client on the app's asyncio pool; `await app.open_async()` first."""
+        return self.pools.async_client
+
+    # -- stored limits and schedules ------------------------------------------------------
+
+    @property
+    def limits(self) -> Limits:
+        """Manage the limits stored in the database (`sqljobs.Limits`)."""
+        from sqljobs._app.limits import Limits
+
+        return Limits(self)
+
+    @property
+    def schedules(self) -> Schedules:
+        """Manage the schedules stored in the database (`sqljobs.Schedules`)."""
+        from sqljobs._app.schedules import Schedules
+
+        return Schedules(self)
+
+    # -- locks ------------------------------------------------------------------------
+
+    def lock(self, name: str, *, ttl: float = 30.0, timeout: float | None = None,
+             holder: str | None = None) -> Lock:
+        """A fenced lock on the named lease: `with app.lock("export") as lock:`. Waits
+        for it (`timeout` seconds at most: LockBusy), renews it in the background, and
+        exposes `lock.token` and `lock.check()` (`sqljobs.Lock`)."""
+        from sqljobs._client.locks import Lock
+
+        return Lock(self.client.run, name, ttl_s=ttl, timeout=timeout, holder=holder)
+
+    def lock_async(self, name: str, *, ttl: float = 30.0, timeout: float | None = None,
+                   holder: str | None = None) -> AsyncLock:
+        """`lock` for asyncio code (`async with app.lock_async("export") as lock:`): a
+        lost lease cancels the task inside the block, which raises LockLost."""
+        from sqljobs._client.locks import AsyncLock
+
+        return AsyncLock(self.async_client.run, name, ttl_s=ttl, timeout=timeout,
+                         holder=holder)
+
+    # -- worker -----------------------------------------------------------------------
+
+    def run_worker(self, queues: list[str] | None = None, concurrency: int = 10,
+                   **options: Any) -> int:
+        """Run a worker for this app's jobs until SIGTERM/SIGINT (`sqljobs.Worker`).
+
+        `queues` defaults to every queue the declared jobs use. Answers the exit code:
+        0 after a drain, 1 after a forced stop.
+        """
+        from sqljobs._runtime.worker import Worker
+
+        return Worker(self, queues, concurrency, **options).run()
+
+    async def run_worker_async(self, queues: list[str] | None = None, concurrency: int = 10,
+                               **options: Any) -> int:
+        """`run_worker` inside a running event loop."""
+        from sqljobs._runtime.worker import Worker
+
+        return await Worker(self, queues, concurrency, **options).run_async()
+
+    # -- results ----------------------------------------------------------------------
+
+    def result(self, job_id: int, timeout: float | None = None) -> Any:
+        """Wait for job `job_id` to finish and answer its result.
+
+        Raises JobFailed / JobDead / JobCancelled when it ended without succeeding,
+        ResultTimeout when `timeout` seconds pass first, JobNotFound for an unknown id.
+        """
+        from sqljobs._client.results import wait_result
+
+        return wait_result(self.dsn, job_id, timeout)
+
+    async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
+        """`result` for asyncio code."""
+        from sqljobs._client.results import wait_result_async
+
+        return await wait_result_async(self.dsn, job_id, timeout)
+
+    # -- events -----------------------------------------------------------------------
+
+    def emit_event(self, name: str, payload: Mapping[str, Any] | None = None, *,
+                   conn: Any = None) -> int:
+        """Emit an event (`jobs.emit_event`): wakes every job waiting for a matching one.
+
+        With `conn` (psycopg, or a SQLAlchemy Session/Connection) it is emitted inside
+        that transaction and counts only if it commits. Answers the event id.
+        """
+        from sqljobs._client.transactions import run_in
+
+        return run_in(self, conn, [queries.emit_event(name, payload)])[0]
+
+    async def emit_event_async(self, name: str, payload: Mapping[str, Any] | None = None, *,
+                               conn: Any = None) -> int:
+        """`emit_event` for asyncio code."""
+        from sqljobs._client.transactions import run_in_async
+
+        return (await run_in_async(self, conn, [queries.emit_event(name, payload)]))[0]
+
+
+__all__ = ["App"]

@@ -1,0 +1,37 @@
+"""`sqljobs migrate` and `sqljobs version`: the schema and the versions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import psycopg
+import typer
+
+from sqljobs._cli.common import DsnOption, console, dsn_of
+from sqljobs._client import queries
+from sqljobs._client.connection import Client
+from sqljobs._schema import migrate as migrate_module
+from sqljobs._version import SCHEMA_VERSION
+
+
+def migrate(
+    dsn: DsnOption = None,
+    sql: Annotated[bool, typer.Option(help="Print the SQL instead of running it.")] = False,
+) -> None:
+    """Install or upgrade the sqljobs schema (the `jobs` schema) in a database."""
+    if sql:
+        typer.echo(migrate_module.render_sql(), nl=False)
+        return
+    target = dsn_of(dsn)
+    with console.status("applying sqljobs migrations"):
+        migrate_module.upgrade(target)
+    with psycopg.connect(target, autocommit=True) as conn:
+        version = Client(conn).run(queries.schema_version())
+    console.print(f"sqljobs schema version {version} is installed")
+
+
+def version() -> None:
+    """Print the client version and the schema version it needs."""
+    from importlib.metadata import version as dist_version
+
+    console.print(f"sqljobs {dist_version('sqljobs')} (schema version {SCHEMA_VERSION})")

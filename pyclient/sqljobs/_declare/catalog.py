@@ -1,0 +1,128 @@
+"""The catalog of what an app declares, and the job-type rows that make it travel.
+
+`job_type_definition(definition)` is the `jobs.job_type_put` JSON of one declared job:
+its queue, payload JSON schema, retry, timeout, and the sensitive and personal paths
+of its model. Workers write the missing or changed ones when they start
+(`declared_job_type_writes`, as they write declared limits), so `jobs.job_view`,
+`jobs.list_jobs` and `jobs.job_detail` redact a job without its Python model.
+
+`catalog(app)` is what `sqljobs describe` prints: jobs, tasks and limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import PydanticUserError
+
+from sqljobs._client.introspection import JobTypeRecord, job_type_put
+from sqljobs._client.queries import Call
+from sqljobs._declare.jobs import JobDefinition
+
+if TYPE_CHECKING:
+    from sqljobs._declare.protocols import Declared
+
+
+def _retry(definition: JobDefinition[Any]) -> dict[str, Any] | None:
+    fields = {f.name: getattr(definition.retry, f.name)
+              for f in dataclasses.fields(definition.retry)
+              if getattr(definition.retry, f.name) is not None}
+    return fields or None
+
+
+def payload_schema(definition: JobDefinition[Any]) -> dict[str, Any] | None:
+    """The payload model's JSON schema; None for a model pydantic cannot describe (an
+    arbitrary type): a worker must start all the same."""
+    try:
+        schema: dict[str, Any] = definition.payload_model.model_json_schema()
+        return schema
+    except PydanticUserError:
+        return None
+
+
+def job_type_definition(definition: JobDefinition[Any]) -> dict[str, Any]:
+    """The `jobs.job_type_put` JSON of a declared job (origin "declared")."""
+    redaction = definition.redaction
+    return {"queue": definition.queue, "sensitive": list(redaction.sensitive),
+            "personal": list(redaction.personal),
+            "payload_schema": payload_schema(definition),
+            "retry": _retry(definition), "timeout_s": definition.timeout_s,
+            "origin": "declared"}
+
+
+def _same(declared: dict[str, Any], record: JobTypeRecord) -> bool:
+    stored = record.definition()
+    return all(stored[k] == declared[k] for k in ("queue", "payload_schema", "retry",
+                                                  "timeout_s", "origin")) \
+        and sorted(stored["sensitive"]) == sorted(declared["sensitive"]) \
+        and sorted(stored["personal"]) == sorted(declared["personal"])
+
+
+def declared_job_type_writes(definitions: Iterable[JobDefinition[Any]],
+                             stored: list[JobTypeRecord]) -> list[Call[bool]]:
+    """The `jobs.job_type_put` calls that bring the registry in line with the declared
+    jobs: each one missing or changed. A type no longer declared stays (another service
+    may declare it, and its stored jobs still need their redaction)."""
+    by_name = {record.name: record for record in stored}
+    writes = []
+    for definition in definitions:
+        declared = job_type_definition(definition)
+        record = by_name.get(definition.name)
+        if record is None or not _same(declared, record):
+            writes.append(job_type_put(definition.name, declared))
+    return writes
+
+
+def _applies(limit: dict[str, Any], job: str, queue: str | None) -> bool:
+    """Whether a declared limit holds jobs of this name (a queue left None is the
+    engine's default queue, "default")."""
+    scope, target = limit["scope"], limit.get("target")
+    if scope in ("name", "key"):
+        return bool(target == job)
+    if scope == "queue":
+        return bool(target == (queue or "default"))
+    return True  # global, and tenant (each tenant on its own)
+
+
+def catalog(app: Declared) -> dict[str, Any]:
+    """Every declared job, task and limit, as JSON (`sqljobs describe --json`)."""
+    limits = {name: limit.definition("declared") for name, limit in
+              sorted(app.declared_limits.items())}
+    jobs = []
+    for name, handle in sorted(app.jobs.items()):
+        d = handle.definition
+        body = job_type_definition(d)
+        jobs.append({
+            "name": name, "queue": d.queue, "priority": d.priority,
+            "retry": body["retry"], "timeout_s": d.timeout_s,
+            "terminal": [f"{t.__module__}.{t.__qualname__}" for t in d.terminal],
+            "limits": sorted(n for n, limit in limits.items()
+                             if _applies(limit, name, d.queue)),
+            "sensitive": body["sensitive"], "personal": body["personal"],
+            "payload_model": f"{d.payload_model.__module__}.{d.payload_model.__qualname__}",
+            "payload_schema": body["payload_schema"],
+            "cron": None,
+        })
+    by_name = {job["name"]: job for job in jobs}
+    tasks = []
+    for name, task in sorted(app.tasks.items()):
+        schedule = {"cron": task.cron.expression, "timezone": task.cron.timezone,
+                    "catch_up": task.catch_up}
+        if task.job in by_name:
+            by_name[task.job]["cron"] = schedule
+        tasks.append({"name": name, "job": task.job, **schedule})
+    return {"jobs": jobs, "tasks": tasks, "limits": [{"name": n, **body} for n, body in
+                                                     limits.items()]}
+
+
+def personal_data(app: Declared) -> list[dict[str, Any]]:
+    """The declared jobs whose payload holds personal data, with its paths."""
+    return [{"name": name, "personal": list(handle.definition.redaction.personal),
+             "sensitive": list(handle.definition.redaction.sensitive)}
+            for name, handle in sorted(app.jobs.items())
+            if handle.definition.redaction.personal]
+
+
+__all__ = ["catalog", "declared_job_type_writes", "job_type_definition", "personal_data"]

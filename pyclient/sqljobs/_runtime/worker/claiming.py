@@ -1,0 +1,114 @@
+"""Claiming: when the worker asks `jobs.claim` for jobs, and how many.
+
+Claims come in batches sized to the free slots plus the prefetch (fixed, or sized to
+the work: prefetching.py), filtered to the job names the app declares (a job only
+newer code knows waits for a worker that knows it).
+Claimed jobs beyond the free slots wait in the local queue (`Slots.waiting`), their
+leases renewed like running ones, and start as slots free: a slot that frees starts
+the next job at once while the next claim is in flight.
+
+A claim is made when asked for (`want()`: a NOTIFY on `jobs_wake` named one of our
+queues, or a slot freed after a full claim), and at least every `poll_interval`
+seconds regardless. Only that periodic claim recovers lapsed leases and wakes due
+parked jobs: it is most of a claim's cost, and once per poll keeps recovery within
+lease TTL + one poll. With jobs still waiting locally the loop waits until half the
+room is free (fewer, larger claims); with every slot and the local queue full it waits
+for a slot to free instead of polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from sqljobs._client import queries
+from sqljobs._client.connection import AsyncClient
+from sqljobs._client.records import ClaimedJob
+from sqljobs._runtime.lifecycle import Backoff, failed
+from sqljobs._runtime.observing import RunObserver
+from sqljobs._runtime.worker.runs import Slots
+
+logger = logging.getLogger("sqljobs.worker")
+
+MAX_CLAIM = 1000  # jobs.claim's limit
+
+
+class ClaimLoop:
+    """Claims for `slots` until `stopping()`; hands each claim's jobs to `claimed`."""
+
+    def __init__(self, *, client: AsyncClient, slots: Slots, worker_id: str,
+                 queues: Sequence[str], names: Sequence[str], lease_s: float,
+                 poll_interval: float, wake: asyncio.Event,
+                 claimed: Callable[[list[ClaimedJob], float], None],
+                 stopping: Callable[[], bool], sleep: Callable[[float], Awaitable[None]],
+                 log_extra: Mapping[str, Any], observer: RunObserver) -> None:
+        self._client = client
+        self._slots = slots
+        self._worker_id = worker_id
+        self._queues = list(queues)
+        self._names = list(names)
+        self._lease_s = lease_s
+        self._poll_interval = poll_interval
+        self._wake = wake
+        self._claimed = claimed
+        self._stopping = stopping
+        self._sleep = sleep
+        self._log_extra = dict(log_extra)
+        self._observer = observer
+        self._wanted = True
+
+    def want(self) -> None:
+        """Claim as soon as there is room (a NOTIFY came, or a full claim left more)."""
+        self._wanted = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        slots = self._slots
+        next_poll = time.monotonic()
+        backoff = Backoff(cap=max(self._poll_interval, 1.0))
+        while not self._stopping():
+            now = time.monotonic()
+            polling = now >= next_poll
+            if polling:
+                self._wanted = True
+            free = slots.claimable()
+            worth = free > 0 and (not slots.waiting or free >= slots.room // 2)
+            if worth and self._wanted:
+                self._wanted = False
+                if polling:
+                    next_poll = now + self._poll_interval
+                sent = time.monotonic()
+                try:
+                    jobs = await self._client.run(queries.claim(
+                        self._queues, self._worker_id, min(free, MAX_CLAIM), self._lease_s,
+                        self._names, recover=polling))
+                except Exception as error:
+                    pause = backoff.next()
+                    failed(logger, "claim", error, pause, self._log_extra)
+                    self._wanted = True
+                    await self._sleep(pause)
+                    continue
+                backoff.reset()
+                took = time.monotonic() - sent
+                slots.prefetch.claimed(took)
+                self._observer.claimed(len(jobs), took)
+                if jobs:
+                    self._claimed(jobs, sent)
+                if len(jobs) == min(free, MAX_CLAIM):
+                    self._wanted = True  # maybe more waiting: claim again when a slot frees
+                if self._wanted and slots.claimable() > 0 and not slots.waiting:
+                    continue
+            self._wake.clear()
+            # With every slot and the local queue full nothing can be claimed, poll due
+            # or not: wait for a slot to free (it sets the wake event) instead of spinning.
+            timeout = (None if slots.claimable() <= 0
+                       else max(0.0, next_poll - time.monotonic()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+
+__all__ = ["MAX_CLAIM", "ClaimLoop"]

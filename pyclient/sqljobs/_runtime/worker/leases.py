@@ -1,0 +1,82 @@
+"""Lease renewal: every held job's lease is renewed on a timer, in one statement.
+
+Every `heartbeat_s` the worker renews the lease of each job it holds (waiting and
+running) with one `jobs.heartbeat_many`, and refreshes its own row in the workers
+registry. A job whose heartbeat answers false (its lease lapsed and was taken over, or
+an operator cancelled it) is stopped and writes nothing more; so is any run whose lease
+this worker could not renew before it ran out on this process's clock (the database
+was unreachable): past its deadline another worker may already hold it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from sqljobs._client import queries
+from sqljobs._client.connection import AsyncClient
+from sqljobs._client.errors import TRANSIENT_ERRORS
+from sqljobs._runtime.worker.runs import Run, Slots
+
+logger = logging.getLogger("sqljobs.worker")
+
+
+class LeaseKeeper:
+    """Renews the leases of the runs in `slots`, and the worker's registration."""
+
+    def __init__(self, *, client: AsyncClient, slots: Slots, lease_s: float,
+                 heartbeat_s: float, register: Callable[[], Awaitable[None]],
+                 log_extra: Mapping[str, Any]) -> None:
+        self._client = client
+        self._slots = slots
+        self._lease_s = lease_s
+        self._heartbeat_s = heartbeat_s
+        self._register = register
+        self._log_extra = dict(log_extra)
+
+    async def serve(self) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_s)
+            try:
+                await self.renew()
+            except Exception:
+                logger.exception("heartbeat failed", extra=self._log_extra)
+
+    async def renew(self) -> None:
+        now = time.monotonic()
+        held: list[Run] = []
+        for run in list(self._slots.runs.values()):
+            if run.settling or run.stop_reason is not None:
+                continue
+            if now > run.lease_deadline:
+                logger.warning("job %s: lease could not be renewed in time; stopping the "
+                               "run", run.job.id, extra={**self._log_extra, **run.log_fields})
+                run.stop("lease_lost")
+            else:
+                held.append(run)
+        if held:
+            sent = time.monotonic()
+            try:
+                answers = await self._client.run(queries.heartbeat_many(
+                    [r.job.id for r in held], [r.job.claim for r in held], self._lease_s))
+            except TRANSIENT_ERRORS as error:
+                logger.warning("lease renewal failed: %s", error, extra=self._log_extra)
+            else:
+                for run, answer in zip(held, answers, strict=True):
+                    if answer.ok:
+                        run.lease_deadline = sent + self._lease_s
+                    elif not run.settling:
+                        logger.warning("job %s is no longer held (cancelled, or its lease "
+                                       "lapsed); stopping the run", run.job.id,
+                                       extra={**self._log_extra, **run.log_fields})
+                        run.stop("lease_lost")
+        try:
+            await self._register()
+        except TRANSIENT_ERRORS as error:
+            logger.warning("worker heartbeat failed: %s", error, extra=self._log_extra)
+
+
+__all__ = ["LeaseKeeper"]

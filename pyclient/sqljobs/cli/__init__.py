@@ -1,5 +1,0 @@
-"""The command line, on top of every other layer (`sqljobs ...`; see `main.py`)."""
-
-from sqljobs.cli.main import app, main
-
-__all__ = ["app", "main"]

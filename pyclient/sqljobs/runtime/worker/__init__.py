@@ -1,6 +1,0 @@
-"""The worker, split by the steps a job takes through it (see `worker.py`'s docstring)."""
-
-from sqljobs.runtime.worker.settling import Settlement, error_record
-from sqljobs.runtime.worker.worker import Worker, run_worker, run_worker_async
-
-__all__ = ["Settlement", "Worker", "error_record", "run_worker", "run_worker_async"]
