@@ -38,6 +38,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from tests.harness.server import find_server, make_dsn
+from tests.helpers_db import empty_jobs_tables
 
 # Every database this session makes carries SESSION in its name, so sessions that share
 # one server (several checkouts, or CI jobs, on one $SQLJOBS_TEST_DSN) never drop or
@@ -109,14 +110,6 @@ def db_dsn(request: pytest.FixtureRequest, pg_admin_dsn: str, template_db: str) 
     dsn = clone(pg_admin_dsn, name)
     yield dsn
     drop_database(pg_admin_dsn, name)
-
-
-def empty_jobs_tables(conn: psycopg.Connection[Any]) -> None:
-    tables = conn.execute(
-        "select format('%I.%I', schemaname, tablename) from pg_tables where schemaname = 'jobs'"
-    ).fetchall()
-    if tables:
-        conn.execute("truncate " + ", ".join(t[0] for t in tables) + " restart identity")  # type: ignore[arg-type]
 
 
 @pytest.fixture

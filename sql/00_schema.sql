@@ -202,7 +202,11 @@ create table if not exists jobs.worker (
   host         text,
   pid          integer,
   info         jsonb not null default '{}', -- free-form: client version, lease, poll interval
-  constraint worker_concurrency_positive check (concurrency >= 1)
+  constraint worker_concurrency_positive check (concurrency >= 1),
+  -- Version 2: who registered the row, the only login (with an operator) that may renew
+  -- or remove it while it is live, and the tenant that login is bound to
+  login        text,
+  tenant       text
 );
 
 comment on table jobs.worker is
@@ -440,6 +444,39 @@ comment on table jobs.retention is
   'Private: the retention policy of jobs.purge; use jobs.retention_put / retention_remove / retention_policy.';
 
 -- ---------------------------------------------------------------------------
+-- jobs.lock_key: one row per key the engine serializes on (a limit group's admission,
+-- an event name's waits against its emits, a staging ordering key; jobs.lock_keys in
+-- sql/10_errors.sql). Row locks on a private table: no caller can take or hold one but
+-- through the functions, unlike advisory locks, which pg_locks shows to everyone and
+-- pg_advisory_lock lets anyone take. Rows are made on first use and swept by jobs.purge.
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.lock_key (
+  key         text primary key,
+  created_at  timestamptz not null
+);
+
+comment on table jobs.lock_key is 'Private: the keys the engine locks rows of (sql/10_errors.sql).';
+
+-- ---------------------------------------------------------------------------
+-- jobs.channel_key: the database's secret for notification payloads (sql/20_enqueue.sql,
+-- jobs.channel_token). Any session may LISTEN on any channel, so what the engine
+-- notifies names no queue and no job: a payload is a token made from this key, which a
+-- role learns only for the queues or jobs it asks about (jobs.wake_tokens,
+-- jobs.watch_token). One row, made at install.
+-- ---------------------------------------------------------------------------
+create table if not exists jobs.channel_key (
+  key  bytea not null
+);
+
+insert into jobs.channel_key (key)
+select pg_catalog.decode(pg_catalog.replace(pg_catalog.gen_random_uuid()::text
+                                              || pg_catalog.gen_random_uuid()::text, '-', ''),
+                         'hex')
+ where not exists (select from jobs.channel_key);
+
+comment on table jobs.channel_key is 'Private: the secret notification payloads are made from.';
+
+-- ---------------------------------------------------------------------------
 -- jobs.tenant_binding: login roles bound to one tenant (sql/15_tenancy.sql). A session
 -- whose login role is role_name, or a member of it, acts only within the tenant.
 -- ---------------------------------------------------------------------------
@@ -453,8 +490,12 @@ comment on table jobs.tenant_binding is
   'Private: roles bound to a tenant; use jobs.tenant_bind / tenant_unbind / tenant_bindings.';
 
 -- ---------------------------------------------------------------------------
--- Clock. Every function reads time through jobs.now(), so tests (and pgTAP, where
--- now() is frozen for the whole transaction) can set `jobs.fake_now`.
+-- Clock. Every function reads time through jobs.now(). The test clock: a session may
+-- set `jobs.fake_now` to run the engine at another time (pgTAP, where now() is frozen
+-- for the whole transaction, and test suites), but only a superuser's session or one
+-- whose login role is (a member of) the owner of schema jobs: for any other caller the
+-- setting would move every lease, rate window and run_at it touches, so the call is
+-- refused (setting_refused, SJ019) and nothing changes (docs/design/roles.md).
 -- ---------------------------------------------------------------------------
 -- PL/pgSQL, not SQL: a SQL function with a SET clause is parsed and planned again in
 -- every transaction that calls it (about 35 us against 6 us, on the enqueue path).
@@ -464,14 +505,45 @@ language plpgsql
 stable
 set search_path = ''
 as $$
+declare
+  v_fake text := nullif(pg_catalog.current_setting('jobs.fake_now', true), '');
 begin
-  return coalesce(nullif(pg_catalog.current_setting('jobs.fake_now', true), '')::timestamptz,
-                  pg_catalog.now());
+  if v_fake is null then
+    return pg_catalog.now();
+  end if;
+  if not coalesce((select r.rolsuper or pg_catalog.pg_has_role(r.oid, n.nspowner, 'MEMBER')
+                     from pg_catalog.pg_roles r, pg_catalog.pg_namespace n
+                    where r.rolname = session_user and n.nspname = 'jobs'), false) then
+    raise exception using errcode = 'SJ019',
+      message = pg_catalog.format('sqljobs.setting_refused: jobs.fake_now is the test clock, '
+                                  'which role %s may not set', session_user),
+      hint = 'unset it (reset jobs.fake_now); only the schema owner or a superuser moves the clock';
+  end if;
+  return v_fake::timestamptz;
 end
 $$;
 
 comment on function jobs.now() is
-  'Current time: the session setting jobs.fake_now when set, else now().';
+  'Current time: now(), or the test clock jobs.fake_now for the schema owner or a superuser (SJ019 for any other role).';
+
+-- ---------------------------------------------------------------------------
+-- Fencing tokens: a job's claim token (sql/30_claim.sql) and a named lease's token
+-- (sql/35_limits.sql). Each new token is greater than the one before it (its high bits
+-- count them, so a guarded resource may keep the highest it saw) and unguessable (its
+-- low 32 bits are random, from the server's strong generator): a fenced call's token
+-- is the proof that its caller holds the job or the lease, which no other caller can
+-- forge and which no error message or view prints.
+--   new token = ((old >> 32) + 1) << 32 | 32 random bits
+-- ---------------------------------------------------------------------------
+create or replace function jobs.random32()
+returns bigint
+language sql
+volatile
+set search_path = ''
+as $$ select ('x' || pg_catalog.substr(pg_catalog.gen_random_uuid()::text, 1, 8))::bit(32)::bigint $$;
+
+comment on function jobs.random32() is
+  '32 random bits from the strong generator (gen_random_uuid), the low half of a fencing token.';
 
 -- ---------------------------------------------------------------------------
 -- Version. Bump with each schema change that ships a new Alembic revision; the

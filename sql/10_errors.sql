@@ -25,6 +25,8 @@
 --   SJ016     job_type_not_found    a job-type verb names a job type that is not registered
 --   SJ017     invalid_job_type      a job-type definition is refused (unknown field, bad path)
 --   SJ018     tenant_refused        a tenant-bound session named another tenant, its job, or a fleet-wide function
+--   SJ019     setting_refused       a session setting would widen what the caller may do (the test clock)
+--   SJ020     worker_id_taken       a live worker row of that id was registered by another login
 --   SJ030     not_leader            a scheduler fire whose leader token is not the live lease's
 --   SJ031     schedule_not_found    a schedule verb names a schedule that does not exist
 
@@ -53,6 +55,8 @@ as $$
     ('SJ016', 'job_type_not_found',  'no job type has that name'),
     ('SJ017', 'invalid_job_type',    'a job type definition is refused: unknown field, bad value or bad path'),
     ('SJ018', 'tenant_refused',      'the session is bound to another tenant, or the function acts on every tenant'),
+    ('SJ019', 'setting_refused',     'a session setting would widen what the caller may do (the test clock)'),
+    ('SJ020', 'worker_id_taken',     'a live worker of that id was registered by another login role'),
     ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
     ('SJ031', 'schedule_not_found',  'no schedule has that name')
 $$;
@@ -100,20 +104,208 @@ $$;
 comment on function jobs.raise_error(text, text, text, text) is
   'Raise the coded sqljobs error p_name (see jobs.error_codes()).';
 
--- The largest payload accepted, in bytes of its jsonb text form. A session or a role
--- may lower or raise it with `set jobs.max_payload_bytes = ...`.
--- PL/pgSQL for the same reason as jobs.now() (sql/00_schema.sql).
+-- The largest payload accepted, in bytes of its jsonb text form: 1 MiB unless an
+-- administrator set `jobs.max_payload_bytes` for the login role or the database
+-- (`alter role ... set`, `alter database ... set`; the most specific one holds, as
+-- PostgreSQL applies them). A session may LOWER it (`set jobs.max_payload_bytes`,
+-- PGOPTIONS), never raise it past what its role and database allow: a session setting
+-- is the caller's input and widens nothing (docs/design/roles.md).
+-- PL/pgSQL for the same reason as jobs.now() (sql/00_schema.sql); the catalog is read
+-- only when the setting is there.
 create or replace function jobs.max_payload_bytes()
 returns integer
 language plpgsql
 stable
 set search_path = ''
 as $$
+declare
+  -- null: the setting exists nowhere (no role or database set it either); '' or a
+  -- value: read what an administrator configured, which the session may only lower
+  v_text       text := pg_catalog.current_setting('jobs.max_payload_bytes', true);
+  v_configured text;
+  v_cap        integer;
 begin
-  return coalesce(nullif(pg_catalog.current_setting('jobs.max_payload_bytes', true), '')::integer,
-                  1048576);
+  if v_text is null then
+    return 1048576;
+  end if;
+  -- what an administrator configured for this login role and database
+  select pg_catalog.substr(c.setting, pg_catalog.length('jobs.max_payload_bytes=') + 1)
+    into v_configured
+    from pg_catalog.pg_db_role_setting s
+   cross join lateral pg_catalog.unnest(s.setconfig) as c(setting)
+   where s.setdatabase in (0, (select d.oid from pg_catalog.pg_database d
+                                where d.datname = pg_catalog.current_database()))
+     and s.setrole in (0, (select r.oid from pg_catalog.pg_roles r where r.rolname = session_user))
+     and c.setting like 'jobs.max\_payload\_bytes=%'
+   order by (s.setrole <> 0) desc, (s.setdatabase <> 0) desc
+   limit 1;
+  begin
+    v_cap := coalesce(nullif(v_configured, ''), '1048576')::integer;
+    return least(coalesce(nullif(v_text, '')::integer, v_cap), v_cap);
+  exception when invalid_text_representation or numeric_value_out_of_range then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('jobs.max_payload_bytes must be a whole number of bytes, got %s',
+                        pg_catalog.quote_literal(v_text)));
+  end;
 end
 $$;
 
 comment on function jobs.max_payload_bytes() is
-  'Payload size limit in bytes (setting jobs.max_payload_bytes, default 1 MiB).';
+  'Payload size limit in bytes: 1 MiB, or what jobs.max_payload_bytes is set to for the role or database; a session may only lower it.';
+
+-- ---------------------------------------------------------------------------
+-- Bounds on what a caller stores (docs/reference/sql.md, "Limits"). No value a caller
+-- may pass breaks an index, a fleet-wide read or a worker that must read it back: each
+-- is refused at the door (invalid_argument, SJ001) and nothing is written.
+-- ---------------------------------------------------------------------------
+
+-- jobs.too_deep(): the JSON path that finds an object or array 99 levels below the
+-- top, i.e. a value nested 100 levels deep or more. Strict mode, so an array counts as
+-- a level as an object does (lax mode unwraps arrays). Immutable with no arguments: the
+-- planner folds `value @? jobs.too_deep()` to a constant path once per plan.
+create or replace function jobs.too_deep()
+returns jsonpath
+language sql
+immutable
+set search_path = ''
+as $$ select 'strict $.**{99} ? (@.type() == "object" || @.type() == "array")'::pg_catalog.jsonpath $$;
+
+comment on function jobs.too_deep() is
+  'Private: the JSON path matching a value nested 100 levels deep or more.';
+
+-- jobs.check_value(value, what): a JSON value (a result, progress, an error, a step's
+-- value, an event's payload) nested 100 levels deep or more is refused: JSON readers
+-- give up somewhere deeper (Python's with a RecursionError at a few thousand), and a
+-- worker must read what it is given.
+create or replace function jobs.check_value(p_value jsonb, p_what text)
+returns void
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  if p_value @? jobs.too_deep() then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('%s must be nested less than 100 levels deep', p_what));
+  end if;
+end
+$$;
+
+comment on function jobs.check_value(jsonb, text) is
+  'Refuse (SJ001) a stored JSON value nested 100 levels deep or more.';
+
+-- jobs.check_values(values, what): jobs.check_value for each of an array ("what N").
+create or replace function jobs.check_values(p_values jsonb[], p_what text)
+returns void
+language plpgsql
+immutable
+set search_path = ''
+as $$
+declare
+  v_ord bigint;
+begin
+  select v.ord into v_ord
+    from pg_catalog.unnest(p_values) with ordinality as v(value, ord)
+   where v.value @? jobs.too_deep()
+   order by v.ord
+   limit 1;
+  if v_ord is not null then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('%s %s must be nested less than 100 levels deep', p_what, v_ord));
+  end if;
+end
+$$;
+
+comment on function jobs.check_values(jsonb[], text) is
+  'Refuse (SJ001) an array of stored JSON values when one is nested 100 levels deep or more.';
+
+-- jobs.check_name(value, what): a name (of a queue, an event, a step, a worker, a
+-- lease, a limit, a schedule, a job type) must be 1 to 200 bytes.
+create or replace function jobs.check_name(p_value text, p_what text)
+returns void
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  if p_value is null or p_value = '' or pg_catalog.octet_length(p_value) > 200 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('%s must be a non-empty string of at most 200 bytes', p_what));
+  end if;
+end
+$$;
+
+comment on function jobs.check_name(text, text) is
+  'Refuse (SJ001) a name that is empty or longer than 200 bytes.';
+
+-- jobs.caller_is(role) -> whether this session's login role may act as `role`: a
+-- superuser, a member of the schema's owner, or a member of `role` (false when no role
+-- of that name exists). For the few functions that do more for an operator than for
+-- the roles also granted them (sql/45_workers.sql).
+create or replace function jobs.caller_is(p_role text)
+returns boolean
+language sql
+stable
+set search_path = ''
+as $$
+  select coalesce((select r.rolsuper
+                          or pg_catalog.pg_has_role(r.oid, n.nspowner, 'MEMBER')
+                          or (pg_catalog.to_regrole(p_role) is not null
+                              and pg_catalog.pg_has_role(r.oid, pg_catalog.to_regrole(p_role),
+                                                         'MEMBER'))
+                     from pg_catalog.pg_roles r, pg_catalog.pg_namespace n
+                    where r.rolname = session_user and n.nspname = 'jobs'), false)
+$$;
+
+comment on function jobs.caller_is(text) is
+  'Whether the session''s login role is a superuser, the schema owner, or a member of the role.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.lock_keys(keys, modes) -> the keys locked, in key order.
+-- Row locks on jobs.lock_key, held to commit, taken in key order (two transactions
+-- locking overlapping keys never deadlock on them). modes, per key: 'update' (wait,
+-- exclusive), 'share' (wait, shared) or 'skip' (exclusive, and a key another
+-- transaction holds is left out of the answer instead of waited for). A key's row is
+-- made on first use; one swept by jobs.purge between that and the lock is made again.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.lock_keys(p_keys text[], p_modes text[])
+returns text[]
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_key    text;
+  v_mode   text;
+  v_locked text[] := '{}';
+begin
+  for v_key, v_mode in
+    select k.key, pg_catalog.max(k.mode)  -- (a key asked twice: the strongest, update)
+      from rows from (pg_catalog.unnest(p_keys), pg_catalog.unnest(p_modes)) as k(key, mode)
+     where k.key is not null
+     group by k.key
+     order by k.key
+  loop
+    loop
+      insert into jobs.lock_key (key, created_at) values (v_key, pg_catalog.now())
+      on conflict (key) do nothing;
+      if v_mode = 'share' then
+        perform from jobs.lock_key l where l.key = v_key for share;
+      elsif v_mode = 'skip' then
+        perform from jobs.lock_key l where l.key = v_key for update skip locked;
+        exit;  -- held elsewhere (or swept): left out
+      else
+        perform from jobs.lock_key l where l.key = v_key for update;
+      end if;
+      exit when found;  -- (swept meanwhile: made again)
+    end loop;
+    if found then
+      v_locked := v_locked || v_key;
+    end if;
+  end loop;
+  return v_locked;
+end
+$$;
+
+comment on function jobs.lock_keys(text[], text[]) is
+  'Lock rows of jobs.lock_key in key order (update | share | skip, per key); answers the keys locked.';

@@ -190,9 +190,7 @@ begin
   if p_role is null or not exists (select from pg_catalog.pg_roles r where r.rolname = p_role) then
     perform jobs.raise_error('invalid_argument', pg_catalog.format('no role is named %s', p_role));
   end if;
-  if p_tenant is null or p_tenant = '' or pg_catalog.length(p_tenant) > 200 then
-    perform jobs.raise_error('invalid_argument', 'tenant must be a non-empty string of at most 200 characters');
-  end if;
+  perform jobs.check_name(p_tenant, 'tenant');  -- (the bound of a job's tenant)
   if (select r.rolsuper from pg_catalog.pg_roles r where r.rolname = p_role) then
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('role %s is a superuser: a superuser is never bound', p_role));

@@ -172,6 +172,23 @@ begin
         when {r}.key is null or {r}.key = '' then 'key is required (the idempotency key)'
         -- a payload is what a handler takes as keyword arguments (null or absent: {})
         when pg_catalog.jsonb_typeof({r}.payload) <> 'object' then 'payload must be a JSON object'
+        -- BOUNDS (docs/reference/sql.md, "Limits"): no value a caller may pass breaks an
+        -- index, a fleet-wide read or a later settle of the job
+        when pg_catalog.octet_length({r}.name) > 200 then 'name must be at most 200 bytes'
+        when pg_catalog.octet_length({r}.key) > 1000 then 'key must be at most 1000 bytes'
+        when pg_catalog.octet_length({r}.queue) > 200 then 'queue must be at most 200 bytes'
+        when pg_catalog.octet_length({r}.tenant) > 200 then 'tenant must be at most 200 bytes'
+        when pg_catalog.octet_length({r}.group_key) > 1000 then 'group_key must be at most 1000 bytes'
+        when pg_catalog.octet_length({r}.traceparent) > 256 then 'traceparent must be at most 256 bytes'
+        when {r}.payload @? jobs.too_deep() then 'payload must be nested less than 100 levels deep'
+        when {r}.run_at not between '1970-01-01 00:00:00+00' and '2200-01-01 00:00:00+00'
+          then 'run_at must be between 1970-01-01 and 2200-01-01'
+        when {r}.delay_s > 3.2e9 then 'delay_s must be at most 3.2e9 seconds (a century)'
+        when {r}.timeout_s > 1e9 then 'timeout_s must be at most 1e9 seconds'
+        when {r}.retry_base_s > 1e9 then 'retry_base_s must be at most 1e9 seconds'
+        when {r}.retry_cap_s > 1e9 then 'retry_cap_s must be at most 1e9 seconds'
+        when {r}.debounce_s > 1e9 then 'debounce_s must be at most 1e9 seconds'
+        when {r}.throttle_per_s > 1e9 then 'throttle_per_s must be at most 1e9 seconds'
         when {r}.queue = '' then 'queue must not be empty'
         when {r}.max_attempts < 1 then 'max_attempts must be at least 1'
         when {r}.retry_base_s <= 0 then 'retry_base_s must be positive'
@@ -496,9 +513,47 @@ end
 $$;
 
 -- ---------------------------------------------------------------------------
--- jobs.wake(queues): one pg_notify('jobs_wake', queue) per queue, unless the session
--- set jobs.notify = off. PostgreSQL delivers them at commit and folds repeats within
--- a transaction, so a transaction wakes each queue once however many calls it makes.
+-- Notification payloads (channels jobs_wake and jobs_settled). Any session may LISTEN
+-- on any channel, a tenant-bound one too: so a payload names no queue and no job, but is
+-- a token, the first 16 hex digits of sha256(jobs.channel_key || what), where `what` is
+-- 'queue:<name>' or 'job:<id>'. A worker asks the tokens of its queues once
+-- (jobs.wake_tokens), a result waiter the token of its job (jobs.watch_token).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.channel_token(p_what text)
+returns text
+language sql
+stable
+set search_path = ''
+as $$
+  select pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
+           k.key || pg_catalog.convert_to(p_what, 'UTF8')), 'hex'), 16)
+    from jobs.channel_key k
+$$;
+
+comment on function jobs.channel_token(text) is
+  'The notification token of a queue (''queue:<name>'') or a job (''job:<id>'').';
+
+-- jobs.wake_tokens(queues) -> (queue, token) per queue: what jobs_wake carries when a
+-- job of that queue becomes runnable (a worker listens for its queues' tokens).
+create or replace function jobs.wake_tokens(p_queues text[])
+returns table (queue text, token text)
+language sql
+stable
+set search_path = ''
+as $$
+  select q.name, jobs.channel_token('queue:' || q.name)
+    from pg_catalog.unnest(p_queues) with ordinality as q(name, ord)
+   order by q.ord
+$$;
+
+comment on function jobs.wake_tokens(text[]) is
+  'Per queue, the token jobs_wake carries when a job of it becomes runnable.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.wake(queues): one pg_notify('jobs_wake', <queue's token>) per queue, unless the
+-- session set jobs.notify = off. PostgreSQL delivers them at commit and folds repeats
+-- within a transaction, so a transaction wakes each queue once however many calls it
+-- makes.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.wake(p_queues text[])
 returns void
@@ -513,16 +568,13 @@ begin
     return;
   end if;
   foreach v_queue in array coalesce(p_queues, '{}') loop
-    -- a queue name too long for a notification (8000 bytes) is not woken: its workers
-    -- find its jobs by polling, and the enqueue, relay or resume does not fail
-    continue when pg_catalog.octet_length(v_queue) >= 8000;
-    perform pg_catalog.pg_notify('jobs_wake', v_queue);
+    perform pg_catalog.pg_notify('jobs_wake', jobs.channel_token('queue:' || v_queue));
   end loop;
 end
 $$;
 
 comment on function jobs.wake(text[]) is
-  'Notify jobs_wake once per queue (off when the session sets jobs.notify = off).';
+  'Notify jobs_wake once per queue, with its token (off when the session sets jobs.notify = off).';
 
 -- jobs.job_of_group(spec) -> the job holding the spec's group (name, tenant, group_key):
 -- for a singleton spec the live singleton job, for a debounced one the debounced job
@@ -831,10 +883,12 @@ begin
      or p_spec->>'debounce_s' is not null or p_spec->>'on_conflict' = 'error'
      or p_spec->>'throttle_n' is not null or jobs.bound_tenant() is not null
      or pg_catalog.array_position(p_keys, null) is not null or '' = any (p_keys)
+     or exists (select from pg_catalog.unnest(p_keys) k where pg_catalog.octet_length(k) > 1000)
      or (p_payloads is not null and exists (
            select from pg_catalog.jsonb_array_elements(p_payloads) as p(payload)
             where pg_catalog.jsonb_typeof(p.payload) not in ('object', 'null')
-               or pg_catalog.octet_length(p.payload::text) > v_max)) then
+               or pg_catalog.octet_length(p.payload::text) > v_max
+               or p.payload @? jobs.too_deep())) then
     return query
       select m.ord, m.id, m.outcome
         from jobs.enqueue_many((

@@ -21,7 +21,8 @@
 --            queue limit is full is picked from; twice as many candidates are picked,
 --            and jobs.admit lets through those every limit has room for; it blocks,
 --            defers or fails the others (never as an attempt).
---   CLAIM    each picked job: running, attempt + 1, claim + 1 (the new claim token),
+--   CLAIM    each picked job: running, attempt + 1, a new claim token (greater than
+--            the last, its low 32 bits random: sql/00_schema.sql, "Fencing tokens"),
 --            lease_expires_at = now + lease_s, worker recorded; first_started_at set
 --            on the first claim (the event-wait cursor, sql/60_events.sql). Answers
 --            the claim time (started_at) and the job's stored steps (sql/50_steps.sql).
@@ -31,8 +32,8 @@
 --          {"recover": false} skips the RECOVER phase: a busy worker claiming again as
 --          slots free leaves recovery to its periodic (poll) claims, which keep the
 --          default true — recovery stays within lease TTL + one poll.
--- Locks: row locks only, all taken with skip locked; with limits, an advisory lock per
--- limit group of the candidates (in group order), held to commit.
+-- Locks: row locks only, all taken with skip locked; with limits, each limit group's
+-- lock row of the candidates too (jobs.lock_keys, in group order), held to commit.
 -- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a missing
 --         worker, limit outside 1..1000, lease_s <= 0, or a bad option.
 
@@ -96,15 +97,14 @@ declare
   v_rooms   integer[];  -- limited: per queue of v_queues, what its concurrency limits leave
   v_ids     bigint[];  -- limited: the candidates
   v_tenant  text := jobs.bound_tenant();  -- a bound session claims its tenant's jobs only
+  v_seed    bigint := jobs.random32();     -- the claim tokens' random half
 begin
   -- GUARD
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
     perform jobs.raise_error('queues_required', 'claim needs at least one queue',
                              null, 'pass the queues this worker serves');
   end if;
-  if p_worker is null or p_worker = '' then
-    perform jobs.raise_error('invalid_argument', 'worker is required');
-  end if;
+  perform jobs.check_name(p_worker, 'worker');
   if p_limit is null or p_limit not between 1 and 1000 then
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('limit must be between 1 and 1000, got %s', p_limit));
@@ -168,7 +168,7 @@ begin
              -- the attempt history (sql/40_settle.sql): this attempt ended when its
              -- lease lapsed
              attempts = jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
-               'attempt', j.attempt, 'claim', j.claim, 'worker', j.worker,
+               'attempt', j.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
                'started_at', j.started_at, 'ended_at', j.lease_expires_at,
                'outcome', 'lease_expired', 'error', n.error))
         from lapsed n
@@ -288,7 +288,10 @@ begin
       update jobs.job as j
          set state = 'running',
              attempt = j.attempt + 1,
-             claim = j.claim + 1,
+             -- the new token (sql/00_schema.sql): one strong random value per claim,
+             -- spread over its jobs by a multiplicative hash of each id
+             claim = (((j.claim >> 32) + 1) << 32)
+                     | ((v_seed # ((j.id & 2147483647) * 2654435761)) & 4294967295),
              worker = p_worker,
              lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s),
              started_at = picked.started_at,

@@ -23,9 +23,10 @@
 -- window lets it start). None of this counts as an attempt. A key limit with when_busy = 'fail' fails the job for good
 -- instead (last_error kind key_busy, SQLSTATE SJ012), but only on evidence: another
 -- run of the group holds a live lease; held by lapsed leases only, it waits.
--- Locks: the claim takes a transaction advisory lock per group of its candidates, in
--- group order, before it counts their use: claims that share a group run one at a time,
--- so no two can both take its last slot.
+-- Locks: the claim takes each group's lock row (jobs.lock_key, skip locked) of its
+-- candidates, in group order, before it counts their use: no two claims admit into one
+-- group at once, so no two can both take its last slot, and a claim that finds a group
+-- held leaves that group's candidates for the next claim instead of waiting.
 --
 -- LEASES (jobs.lease). A named lease has a holder, a TTL and a fencing token that
 -- moves every time the lease changes hands (never reset). jobs.lease_acquire takes a
@@ -39,13 +40,15 @@
 -- Leases
 -- ---------------------------------------------------------------------------
 
--- jobs.lease_acquire(name, holder, ttl_s) -> the fencing token, or null when another
--- holder's lease is live. The holder of a live lease renews it (same token); a free,
--- released or lapsed lease is taken (token + 1). A holder whose lease lapsed and was not
--- taken meanwhile keeps its old token. Locks: the lease row.
--- Errors: invalid_argument (SJ001) for an empty name or holder, a ttl that is not
--- positive and finite.
-create or replace function jobs.lease_acquire(p_name text, p_holder text, p_ttl_s double precision)
+-- jobs.lease_take(name, holder, ttl_s, renew) -> the fencing token, or null while a
+-- live lease holds it. Private: what jobs.lease_acquire (an application's lock) and
+-- jobs.leader_acquire (the scheduler's leadership) share. A free, released or lapsed
+-- lease is taken under a new token (greater than the last, its low 32 bits random:
+-- sql/00_schema.sql, "Fencing tokens"), even by the holder it lapsed from; with `renew`,
+-- the holder of a live lease renews it under the same token (the leader's habit: its
+-- role alone may call it). Locks: the lease row.
+create or replace function jobs.lease_take(p_name text, p_holder text, p_ttl_s double precision,
+                                           p_renew boolean)
 returns bigint
 language plpgsql
 volatile
@@ -55,24 +58,66 @@ declare
   v_now   timestamptz := jobs.now();
   v_token bigint;
 begin
-  perform jobs.fleet_only('jobs.lease_acquire');  -- (sql/15_tenancy.sql)
   perform jobs.check_lease_args(p_name, p_holder, p_ttl_s);
   insert into jobs.lease as l (name, holder, token, lease_expires_at, acquired_at)
-  values (p_name, p_holder, 1, v_now + pg_catalog.make_interval(secs => p_ttl_s), v_now)
+  values (p_name, p_holder, (1::bigint << 32) | jobs.random32(),
+          v_now + pg_catalog.make_interval(secs => p_ttl_s), v_now)
   on conflict (name) do update
      set holder = excluded.holder,
-         token = case when l.holder = excluded.holder then l.token else l.token + 1 end,
-         acquired_at = case when l.holder = excluded.holder then l.acquired_at
-                            else excluded.acquired_at end,
+         token = case when l.holder = excluded.holder and l.lease_expires_at > v_now
+                      then l.token
+                      else (((l.token >> 32) + 1) << 32) | (excluded.token & 4294967295) end,
+         acquired_at = case when l.holder = excluded.holder and l.lease_expires_at > v_now
+                            then l.acquired_at else excluded.acquired_at end,
          lease_expires_at = excluded.lease_expires_at
-   where l.holder = excluded.holder or l.holder is null or l.lease_expires_at <= v_now
+   where l.holder is null or l.lease_expires_at <= v_now
+      or (p_renew and l.holder = excluded.holder)
   returning l.token into v_token;
   return v_token;
 end
 $$;
 
+comment on function jobs.lease_take(text, text, double precision, boolean) is
+  'Private: take a free or lapsed lease under a new token (with renew: or renew the holder''s live one).';
+
+-- jobs.check_lock_name(name): an application's lock may not be a lease the engine
+-- keeps for itself: the scheduler's leadership ('scheduler') and any 'sqljobs.' name.
+create or replace function jobs.check_lock_name(p_name text)
+returns void
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  if p_name = 'scheduler' or pg_catalog.starts_with(p_name, 'sqljobs.') then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('lease %s is the engine''s own (the scheduler''s leadership): '
+                        'name a lock otherwise', p_name));
+  end if;
+end
+$$;
+
+-- jobs.lease_acquire(name, holder, ttl_s) -> the fencing token, or null while a live
+-- lease holds it (this caller's too: a holder renews with jobs.lease_renew and its
+-- token, never by its name, which jobs.leases() shows to everyone). A free, released
+-- or lapsed lease is taken under a new token. Locks: the lease row.
+-- Errors: invalid_argument (SJ001) for an empty name or holder, one of the engine's own
+-- names, a ttl that is not positive and finite.
+create or replace function jobs.lease_acquire(p_name text, p_holder text, p_ttl_s double precision)
+returns bigint
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.fleet_only('jobs.lease_acquire');  -- (sql/15_tenancy.sql)
+  perform jobs.check_lock_name(p_name);
+  return jobs.lease_take(p_name, p_holder, p_ttl_s, false);
+end
+$$;
+
 comment on function jobs.lease_acquire(text, text, double precision) is
-  'Take or renew a named lease; answers its fencing token, or null while another holds it.';
+  'Take a free or lapsed named lease; answers its new fencing token, or null while a live lease holds it.';
 
 -- jobs.lease_renew(name, holder, token, ttl_s) -> true while the caller still holds the
 -- lease under that token (it is extended to now + ttl_s); false, changing nothing, once
@@ -87,6 +132,7 @@ as $$
 begin
   perform jobs.fleet_only('jobs.lease_renew');  -- (sql/15_tenancy.sql)
   perform jobs.check_lease_args(p_name, p_holder, p_ttl_s);
+  perform jobs.check_lock_name(p_name);
   update jobs.lease as l
      set lease_expires_at = jobs.now() + pg_catalog.make_interval(secs => p_ttl_s)
    where l.name = p_name and l.holder = p_holder and l.token = p_token;
@@ -97,8 +143,24 @@ $$;
 comment on function jobs.lease_renew(text, text, bigint, double precision) is
   'Extend a lease the caller holds under its token; false once another holder took it.';
 
--- jobs.lease_release(name, holder, token) -> true when released. Fenced on holder and
--- token: a deposed holder releases nothing. The token is kept, so the next is higher.
+-- jobs.lease_give_up(name, holder, token) -> true when released. Private: what
+-- jobs.lease_release and jobs.leader_release share. Fenced on holder and token: a
+-- deposed holder releases nothing. The token is kept, so the next is higher.
+create or replace function jobs.lease_give_up(p_name text, p_holder text, p_token bigint)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  update jobs.lease as l
+     set holder = null, lease_expires_at = null
+   where l.name = p_name and l.holder = p_holder and l.token = p_token;
+  return found;
+end
+$$;
+
+-- jobs.lease_release(name, holder, token) -> true when released (jobs.lease_give_up).
 create or replace function jobs.lease_release(p_name text, p_holder text, p_token bigint)
 returns boolean
 language plpgsql
@@ -107,10 +169,8 @@ set search_path = ''
 as $$
 begin
   perform jobs.fleet_only('jobs.lease_release');  -- (sql/15_tenancy.sql)
-  update jobs.lease as l
-     set holder = null, lease_expires_at = null
-   where l.name = p_name and l.holder = p_holder and l.token = p_token;
-  return found;
+  perform jobs.check_lock_name(p_name);
+  return jobs.lease_give_up(p_name, p_holder, p_token);
 end
 $$;
 
@@ -130,6 +190,7 @@ set search_path = ''
 as $$
 begin
   perform jobs.fleet_only('jobs.lease_holds');  -- (sql/15_tenancy.sql)
+  perform jobs.check_lock_name(p_name);
   return coalesce((select l.holder is not null and l.lease_expires_at > jobs.now()
                           and l.token = p_token
                      from jobs.lease l
@@ -141,16 +202,17 @@ $$;
 comment on function jobs.lease_holds(text, bigint) is
   'True while the token holds the live lease; locks it for share so a fenced write commits first.';
 
--- jobs.leases() -> every lease: name, holder, token, lease_expires_at, acquired_at, live.
+-- jobs.leases() -> every lease: name, holder, lease_expires_at, acquired_at, live. Not
+-- its token: the proof of holding it is its holder's alone (sql/00_schema.sql).
 create or replace function jobs.leases()
-returns table (name text, holder text, token bigint, lease_expires_at timestamptz,
+returns table (name text, holder text, lease_expires_at timestamptz,
                acquired_at timestamptz, live boolean)
 language sql
 stable
 set search_path = ''
 as $$
   select jobs.fleet_only('jobs.leases');  -- (sql/15_tenancy.sql)
-  select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at,
+  select l.name, l.holder, l.lease_expires_at, l.acquired_at,
          l.holder is not null and l.lease_expires_at > jobs.now()
     from jobs.lease l
    order by l.name
@@ -167,10 +229,10 @@ immutable
 set search_path = ''
 as $$
 begin
-  if p_name is null or p_name = '' or pg_catalog.length(p_name) > 200
-     or p_holder is null or p_holder = '' then
+  if p_name is null or p_name = '' or pg_catalog.octet_length(p_name) > 200
+     or p_holder is null or p_holder = '' or pg_catalog.octet_length(p_holder) > 200 then
     perform jobs.raise_error('invalid_argument',
-      'a lease needs a name (at most 200 characters) and a holder');
+      'a lease needs a name and a holder, each of at most 200 bytes');
   end if;
   -- bounded (about 31 years): now + ttl must stay a timestamp (NaN is refused too)
   if p_ttl_s is null or not (p_ttl_s > 0 and p_ttl_s <= 1e9) then
@@ -342,6 +404,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.limits');  -- (sql/15_tenancy.sql: a tenant's limit names others)
   select l.name, l.scope, l.target, l.key_path, l.concurrency, l.rate_n, l.rate_per_s,
          l.when_busy, l.origin, l.updated_at
     from jobs.limit l
@@ -416,8 +479,9 @@ comment on function jobs.limit_stats() is
 -- most p_limit, in candidate order: the limit groups each holds, and the admission's
 -- time (its start). The candidates are ready jobs the claim holds locked, in claim
 -- order. Refused ones are blocked, deferred or failed here (see the file's header);
--- candidates past the limit are left as they are. Locks: an advisory lock per group of
--- the candidates, in group order, held to commit.
+-- candidates past the limit are left as they are. Locks: each group's lock row
+-- (jobs.lock_keys, skip locked: a group another claim admits into is left for the next
+-- claim), in group order, held to commit.
 create or replace function jobs.admit(p_ids bigint[], p_limit integer, p_now timestamptz)
 returns table (id bigint, slots text[], at timestamptz)
 language plpgsql
@@ -437,6 +501,7 @@ declare
   a_all    boolean[];       -- a global or queue limit's group
   a_pos    integer[];       -- the group's place in v_names
   v_names  text[];          -- every group of the candidates, sorted (the lock order)
+  v_held   text[];          -- the groups this claim holds the lock of (jobs.lock_keys)
   v_used   integer[];       -- per group: running (then + admitted)
   v_waits  integer[];       -- per group: jobs deferred by its rate so far (null: not read)
   v_starts jsonb := '{}';   -- rate group -> recent starts, oldest first (+ admitted)
@@ -500,11 +565,15 @@ begin
     return;
   end if;
 
-  -- LOCK ACQUISITION: one advisory lock per group, in group order.
+  -- LOCK ACQUISITION: each group's lock row (jobs.lock_keys), in group order, never
+  -- waited for: a group another claim is admitting into right now is left for the next
+  -- claim (its candidates stay as they are), so a claim never waits on another, nor on
+  -- a session holding one open.
   v_names := array(select distinct g from pg_catalog.unnest(a_group) g order by 1);
-  perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('sqljobs.limit|' || g, 0))
-     from pg_catalog.unnest(v_names) as g
-    order by g;
+  v_held := array(select pg_catalog.substr(k, 7)  -- (without 'limit|')
+                    from pg_catalog.unnest(jobs.lock_keys(
+                           array(select 'limit|' || g from pg_catalog.unnest(v_names) g),
+                           array(select 'skip' from pg_catalog.unnest(v_names)))) k);
   a_pos := array(select pg_catalog.array_position(v_names, g)
                    from pg_catalog.unnest(a_group) with ordinality as x(g, o) order by x.o);
 
@@ -515,7 +584,9 @@ begin
     v_now := pg_catalog.clock_timestamp();
   end if;
 
-  -- USE: the running jobs holding each group (jobs.slot); recent starts.
+  -- USE: the running jobs holding each group (jobs.slot); the recent starts of the
+  -- groups this claim holds (only those: what it writes back at the end must be what
+  -- it read under the lock, or it would undo another claim's starts).
   select pg_catalog.array_agg(coalesce(u.n, 0) order by g.o)
     into v_used
     from pg_catalog.unnest(v_names) with ordinality as g(name, o)
@@ -527,7 +598,7 @@ begin
     select coalesce(pg_catalog.jsonb_object_agg(t.grp, pg_catalog.to_jsonb(t.starts)), '{}')
       into v_starts
       from jobs.limit_start t
-     where t.grp = any (v_names);
+     where t.grp = any (v_held);
   end if;
   v_waits := pg_catalog.array_fill(null::integer, array[pg_catalog.cardinality(v_names)]);
 
@@ -540,9 +611,17 @@ begin
     end loop;
     v_last := v_k - 1;
     v_refusal := null;
+    -- a group another claim holds: the job is left as it is, for the next claim
+    for v_i in v_first .. v_last loop
+      if not a_group[v_i] = any (v_held) then
+        v_refusal := 'leave';
+        exit;
+      end if;
+    end loop;
     -- concurrency first: a full group blocks (or fails); a full global or queue group
     -- (listed last) leaves the job as it is; then the rates
     for v_i in v_first .. v_last loop
+      exit when v_refusal is not null;
       v_p := a_pos[v_i];
       if a_cap[v_i] is not null and v_used[v_p] >= a_cap[v_i] then
         v_group := a_group[v_i];
@@ -633,13 +712,15 @@ begin
      where j.id = b.id;
     -- ROOM LEFT: a group that still has free slots after this admission may have jobs
     -- waiting on it (a waiter woken for its slot and blocked again on another of its
-    -- groups left that slot unused): make as many of them claimable as it has room.
+    -- groups left that slot unused): make as many of them claimable as it has room
+    -- (of a group this claim holds the lock of: another's use it did not read).
     -- Only a claim that blocked a job can have left such a slot.
     perform jobs.unblock(array(
       select w.id
         from (select distinct a_group[x.i] as grp, a_cap[x.i] as cap, v_used[a_pos[x.i]] as used
                 from pg_catalog.generate_subscripts(a_group, 1) as x(i)
-               where a_cap[x.i] > v_used[a_pos[x.i]]) g
+               where a_cap[x.i] > v_used[a_pos[x.i]]
+                 and a_group[x.i] = any (v_held)) g
        cross join lateral (
          select b.id from jobs.job b
           where b.blocked_on = g.grp and b.state in ('ready', 'interrupted')

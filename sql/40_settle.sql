@@ -70,11 +70,28 @@ $$;
 -- ---------------------------------------------------------------------------
 -- Result waiters. A caller awaiting a job's result (app.result) marks the job watched
 -- (jobs.watch_outcome); settling a watched job notifies 'jobs_settled' once per call
--- with the watched ids, comma-separated ('*' past NOTIFY's 8000-byte limit: re-check
--- everything). Settling jobs nobody watches notifies nothing: a notifying commit takes
--- a database-wide lock, which a busy worker must not pay per batch for no listener.
+-- with the watched jobs' tokens (jobs.watch_token: no id, which any listener would
+-- read), comma-separated ('*' past NOTIFY's 8000-byte limit: re-check everything).
+-- Settling jobs nobody watches notifies nothing: a notifying commit takes a
+-- database-wide lock, which a busy worker must not pay per batch for no listener.
 -- Skipped when the session sets jobs.notify = off.
 -- ---------------------------------------------------------------------------
+
+-- jobs.watch_token(id) -> the token jobs_settled carries when the job settles.
+create or replace function jobs.watch_token(p_id bigint)
+returns text
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  perform jobs.check_tenant(array[p_id]);
+  return jobs.channel_token('job:' || p_id);
+end
+$$;
+
+comment on function jobs.watch_token(bigint) is
+  'The token jobs_settled carries when this job settles (a result waiter listens for it).';
 
 create or replace function jobs.notify_settled(p_ids bigint[])
 returns void
@@ -89,7 +106,8 @@ begin
      or coalesce(pg_catalog.current_setting('jobs.notify', true), '') = 'off' then
     return;
   end if;
-  v_payload := pg_catalog.array_to_string(p_ids, ',');
+  v_payload := (select pg_catalog.string_agg(jobs.channel_token('job:' || i), ',')
+                  from pg_catalog.unnest(p_ids) as i);
   if pg_catalog.octet_length(v_payload) > 7900 then
     v_payload := '*';
   end if;
@@ -98,11 +116,13 @@ end
 $$;
 
 comment on function jobs.notify_settled(bigint[]) is
-  'Notify jobs_settled once with these (watched) ids, or * when too many; off with jobs.notify = off.';
+  'Notify jobs_settled once with the tokens of these (watched) jobs, or * when too many; off with jobs.notify = off.';
 
--- jobs.watch_outcome(id) -> (id, state, result, last_error): the job as it is now, and
--- from now on its settlement notifies 'jobs_settled' (a waiter LISTENs first, then
--- calls this, so no settlement falls between). No row: no such job.
+-- jobs.watch_outcome(id) -> (id, state, result, last_error): the job as it is now, its
+-- result and error redacted as every view shows them (a field its job type marks
+-- sensitive reads "[redacted]"), and from now on its settlement notifies 'jobs_settled'
+-- (a waiter LISTENs first, then calls this, so no settlement falls between). No row: no
+-- such job.
 create or replace function jobs.watch_outcome(p_id bigint)
 returns table (id bigint, state jobs.job_state, result jsonb, last_error jsonb)
 language plpgsql
@@ -114,7 +134,9 @@ begin
   update jobs.job as j set settle_watched = true
    where j.id = p_id and not j.settle_watched
      and j.state in ('ready', 'running', 'parked', 'interrupted');
-  return query select j.id, j.state, j.result, j.last_error from jobs.job j where j.id = p_id;
+  -- redacted as every view is (jobs.job_view, sql/92_introspection.sql)
+  return query select v.id, v.state, v.result, v.last_error from jobs.job_view v
+                where v.id = p_id;
 end
 $$;
 
@@ -141,9 +163,10 @@ declare
   v_now     timestamptz := jobs.now();
   v_done    bigint[];
   v_watched bigint[];
-  v_tenant  text := jobs.bound_tenant();
 begin
   perform jobs.check_batch(p_ids, p_claims, p_results);
+  perform jobs.check_values(p_results, 'result');
+  perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
   with input as (
     select u.id, u.claim, u.result
       from unnest(p_ids, p_claims,
@@ -161,7 +184,6 @@ begin
                              then j.last_error || '{"historical": true}' end
       from (select input.id, input.claim, input.result from input order by input.id) as i
      where j.id = i.id and j.claim = i.claim and j.state = 'running'
-       and (v_tenant is null or j.tenant = v_tenant)
     returning j.id, j.settle_watched
   )
   select pg_catalog.array_agg(done.id),
@@ -197,7 +219,8 @@ $$;
 comment on function jobs.ack(bigint, bigint, jsonb) is
   'Settle one running job as succeeded; raises lease_lost (SJ004) when the fence fails.';
 
--- jobs.lease_lost(id, claim): raise SJ004 describing where the job is now.
+-- jobs.lease_lost(id, claim): raise SJ004 describing where the job is now (its state;
+-- never its claim token, the proof of whoever holds it now).
 create or replace function jobs.lease_lost(p_id bigint, p_claim bigint)
 returns void
 language plpgsql
@@ -206,14 +229,14 @@ set search_path = ''
 as $$
 declare
   v_state jobs.job_state;
-  v_claim bigint;
 begin
   perform jobs.check_tenant(array[p_id]);  -- (another tenant's job: not described)
-  select j.state, j.claim into v_state, v_claim from jobs.job j where j.id = p_id;
+  select j.state into v_state from jobs.job j where j.id = p_id;
   perform jobs.raise_error('lease_lost',
-    pg_catalog.format('job %s is no longer held by claim %s', p_id, p_claim),
+    pg_catalog.format('job %s is no longer held by this claim', p_id),
     case when v_state is null then 'the job no longer exists'
-         else pg_catalog.format('the job is in state %s, claim %s', v_state, v_claim) end,
+         when v_state = 'running' then 'the job runs under another claim'
+         else pg_catalog.format('the job is %s', v_state) end,
     'another worker may have taken it over after the lease lapsed; this run must stop');
 end
 $$;
@@ -332,9 +355,10 @@ declare
   v_done    bigint[];
   v_states  jobs.job_state[];
   v_watched bigint[];
-  v_tenant  text := jobs.bound_tenant();
 begin
   perform jobs.check_batch(p_ids, p_claims, p_errors);
+  perform jobs.check_values(p_errors, 'error');
+  perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
   v_n := pg_catalog.cardinality(p_ids);
   if (p_modes is not null and pg_catalog.cardinality(p_modes) <> v_n)
      or (p_delays_s is not null and pg_catalog.cardinality(p_delays_s) <> v_n) then
@@ -347,8 +371,9 @@ begin
       pg_catalog.format('mode %s is not one of retry, fail, park, shed, interrupt',
                         pg_catalog.quote_literal(v_bad)));
   end if;
-  if exists (select 1 from pg_catalog.unnest(p_delays_s) d where d < 0 or d >= 'Infinity') then
-    perform jobs.raise_error('invalid_argument', 'delays_s must be finite and not negative');
+  -- (NaN sorts above every number, so `not (d <= 1e9)` refuses it too)
+  if exists (select 1 from pg_catalog.unnest(p_delays_s) d where d < 0 or not (d <= 1e9)) then
+    perform jobs.raise_error('invalid_argument', 'delays_s must be 0 to 1e9 seconds');
   end if;
   -- last_error is read by every client and the dashboard: {kind, message, detail, ...},
   -- kind and message text when given (a non-object error is wrapped as {message} below)
@@ -400,7 +425,6 @@ begin
              end as next_run_at
         from input i
         join jobs.job j on j.id = i.id and j.claim = i.claim and j.state = 'running'
-                       and (v_tenant is null or j.tenant = v_tenant)
        cross join lateral (select case
                                     when i.mode = 'fail' then 'failed'
                                     when i.mode = 'park' then 'parked'
@@ -427,7 +451,7 @@ begin
              -- the history: an attempt that failed, ended for good or was interrupted
              attempts = case when t.mode in ('retry', 'fail', 'interrupt') then
                jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
-                 'attempt', t.attempt, 'claim', j.claim, 'worker', j.worker,
+                 'attempt', t.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
                  'started_at', j.started_at, 'ended_at', v_now,
                  'outcome', case when t.mode = 'interrupt' then 'interrupted'
                                  when t.next_state = 'ready' then 'retry'
@@ -510,9 +534,9 @@ set search_path = ''
 as $$
 declare
   v_now    timestamptz := jobs.now();
-  v_tenant text := jobs.bound_tenant();
 begin
   perform jobs.check_batch(p_ids, p_claims, null::text[]);
+  perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
   -- NaN and leases past the end of time (now + lease overflows) are refused too
   if p_lease_s is null or not (p_lease_s > 0 and p_lease_s <= 1e9) then
     perform jobs.raise_error('invalid_argument',
@@ -528,7 +552,6 @@ begin
          set lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s)
         from (select input.id, input.claim from input order by input.id) as i
        where j.id = i.id and j.claim = i.claim and j.state = 'running'
-         and (v_tenant is null or j.tenant = v_tenant)
       returning j.id
     )
     select input.id, held.id is not null
@@ -560,13 +583,12 @@ language plpgsql
 volatile
 set search_path = ''
 as $$
-declare
-  v_tenant text := jobs.bound_tenant();
 begin
+  perform jobs.check_value(p_progress, 'progress');
+  perform jobs.check_tenant(array[p_id]);  -- a bound session: another tenant's job is refused
   update jobs.job as j
      set progress = p_progress
-   where j.id = p_id and j.claim = p_claim and j.state = 'running'
-     and (v_tenant is null or j.tenant = v_tenant);
+   where j.id = p_id and j.claim = p_claim and j.state = 'running';
   return found;
 end
 $$;

@@ -18,8 +18,11 @@
 -- been expired for more than an hour (at most 100 per call).
 -- Idempotent: repeating a call changes only the times.
 -- Locks: the worker's own row (upsert); expired rows with skip locked.
--- Errors: invalid_argument (SJ001) for a missing id, no queue, null names,
---         concurrency < 1, or ttl_s <= 0.
+-- A live row is renewed only by the login role that registered it (`login`; the
+-- tenant it is bound to is kept beside it): another login's live row is refused
+-- (worker_id_taken, SJ020); an expired one is taken over.
+-- Errors: invalid_argument (SJ001) for a missing or too long id (200 bytes), no queue,
+--         null names, concurrency < 1, or ttl_s <= 0; worker_id_taken (SJ020).
 -- ---------------------------------------------------------------------------
 create or replace function jobs.worker_heartbeat(
   p_id          text,
@@ -41,9 +44,7 @@ declare
   v_expires timestamptz;
 begin
   -- GUARD
-  if p_id is null or p_id = '' then
-    perform jobs.raise_error('invalid_argument', 'worker id is required');
-  end if;
+  perform jobs.check_name(p_id, 'a worker id');
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
     perform jobs.raise_error('invalid_argument', 'a worker serves at least one queue');
   end if;
@@ -60,12 +61,14 @@ begin
       pg_catalog.format('ttl_s must be positive and at most 1e9 seconds, got %s', p_ttl_s));
   end if;
 
-  -- UPSERT
+  -- UPSERT: a live row is renewed only by the login that registered it (an expired
+  -- one is anybody's, e.g. a pod started again under another role)
   v_expires := v_now + pg_catalog.make_interval(secs => p_ttl_s);
   insert into jobs.worker as w
-         (id, started_at, heartbeat_at, expires_at, queues, names, concurrency, host, pid, info)
+         (id, started_at, heartbeat_at, expires_at, queues, names, concurrency, host, pid, info,
+          login, tenant)
   values (p_id, v_now, v_now, v_expires, p_queues, p_names, p_concurrency, p_host, p_pid,
-          coalesce(p_info, '{}'))
+          coalesce(p_info, '{}'), session_user, jobs.bound_tenant())
   on conflict (id) do update
      set heartbeat_at = excluded.heartbeat_at,
          expires_at   = excluded.expires_at,
@@ -74,7 +77,17 @@ begin
          concurrency  = excluded.concurrency,
          host         = excluded.host,
          pid          = excluded.pid,
-         info         = excluded.info;
+         info         = excluded.info,
+         login        = excluded.login,
+         tenant       = excluded.tenant,
+         started_at   = case when w.login is distinct from excluded.login then excluded.started_at
+                             else w.started_at end
+   where w.login is null or w.login = excluded.login or w.expires_at <= v_now;
+  if not found then
+    perform jobs.raise_error('worker_id_taken',
+      pg_catalog.format('worker %s is registered by another login role, and live', p_id),
+      null, 'give this worker another id (sqljobs worker --id)');
+  end if;
 
   -- FORGET rows expired for more than an hour (bounded, never waits).
   delete from jobs.worker as w
@@ -103,14 +116,33 @@ language plpgsql
 volatile
 set search_path = ''
 as $$
+declare
+  v_login  text;
+  v_tenant text;
+  v_bound  text := jobs.bound_tenant();
 begin
+  select w.login, w.tenant into v_login, v_tenant from jobs.worker w where w.id = p_id for update;
+  if not found then
+    return false;
+  end if;
+  -- a bound session (an operator's too) reaches only its own tenant's rows
+  if v_bound is not null and v_tenant is distinct from v_bound then
+    perform jobs.raise_error('tenant_refused',
+      pg_catalog.format('worker %s is not of tenant %s, to which this session is bound',
+                        p_id, v_bound));
+  end if;
+  -- another login's row: an operator's to remove, not a worker's
+  if v_login is not null and v_login <> session_user and not jobs.caller_is('sqljobs_operator') then
+    perform jobs.raise_error('worker_id_taken',
+      pg_catalog.format('worker %s is registered by another login role', p_id));
+  end if;
   delete from jobs.worker w where w.id = p_id;
-  return found;
+  return true;
 end
 $$;
 
 comment on function jobs.worker_stop(text) is
-  'Deregister a worker; true when it was registered.';
+  'Deregister a worker (the login that registered it, or an operator); true when it was registered.';
 
 -- ---------------------------------------------------------------------------
 -- jobs.workers() -> live workers (expires_at > now), oldest first, each with the

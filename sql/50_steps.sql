@@ -60,7 +60,7 @@ begin
 end
 $$;
 
--- Shared guard: a step name is a non-empty string of at most 200 characters, and not
+-- Shared guard: a step name is a non-empty string of at most 200 bytes, and not
 -- one of the runtime's own ('sqljobs.' ...: a saga's unwind and undo records), which
 -- only these functions write (reserved_step_name SJ011).
 create or replace function jobs.check_step_name(p_name text)
@@ -70,10 +70,7 @@ immutable
 set search_path = ''
 as $$
 begin
-  if p_name is null or p_name = '' or pg_catalog.length(p_name) > 200 then
-    perform jobs.raise_error('invalid_argument',
-      'a step name must be a non-empty string of at most 200 characters');
-  end if;
+  perform jobs.check_name(p_name, 'a step name');
   if pg_catalog.starts_with(p_name, 'sqljobs.') then
     perform jobs.raise_error('reserved_step_name',
       pg_catalog.format('step name %L starts with sqljobs., which the runtime keeps for itself',
@@ -117,6 +114,7 @@ declare
 begin
   -- GUARD
   perform jobs.check_step_name(p_name);
+  perform jobs.check_value(p_value, 'a step value');
   if pg_catalog.octet_length(coalesce(p_value, 'null'::jsonb)::text) > jobs.max_payload_bytes() then
     perform jobs.raise_error('payload_too_large',
       pg_catalog.format('step %s: value is larger than %s bytes', p_name, jobs.max_payload_bytes()));

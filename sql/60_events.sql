@@ -17,26 +17,56 @@
 -- Tenancy (sql/15_tenancy.sql): an event carries its emitter's bound tenant and is seen
 -- only by jobs of that tenant; an event of an unbound emitter (tenant null) by all.
 --
--- Locks (why no event falls between a wait and an emit): both take a transaction-level
--- advisory lock per event name — an emit SHARE (emits never block each other), a wait
--- EXCLUSIVE, in name order — so a wait's look-back and an emit's wake-up never run
--- concurrently for one name: either the emit commits first and the wait sees the event,
--- or the wait (and its park) commits first and the emit sees the wait and wakes it.
--- An emit inside a long transaction holds its share lock until commit, delaying waits
--- on that name (not other emits). Lock order: the job row (fence), then the advisory
--- locks. A transaction that emits several names may deadlock with a wait on the same
--- names (PostgreSQL aborts one; the client retries the wait).
+-- Locks (why no event falls between a wait and an emit): both lock rows of
+-- jobs.lock_key per event name and tenant (jobs.event_locks below) — an emit SHARE
+-- (emits never block each other), a wait EXCLUSIVE, in key order — so a wait's
+-- look-back and an emit's wake-up never run concurrently for one name: either the emit
+-- commits first and the wait sees the event, or the wait (and its park) commits first
+-- and the emit sees the wait and wakes it. Row locks on a private table, not advisory
+-- locks: no session can take them but through these functions, and the keys carry the
+-- tenant, so a tenant's session holds up only its own tenant's emits and waits (and,
+-- through a wait held open in a transaction, the emits that carry no tenant). An emit
+-- inside a long transaction holds its share lock until commit, delaying waits on that
+-- name (not other emits). Lock order: the job row (fence), then the key rows. A
+-- transaction that emits several names may deadlock with a wait on the same names
+-- (PostgreSQL aborts one; the client retries the wait).
 -- Retention: event waits go with their job (on delete cascade); events themselves are
 -- purged by age with jobs.purge_events.
 
--- The advisory lock key of an event name (one per name; a hash collision only
--- serializes two names more than needed).
+-- jobs.event_lock_key(name): version 1's advisory lock key of an event name. Nothing
+-- calls it since version 2 (row locks, below); a released function stays until the
+-- release its retirement names (migrations/versions/RETIRED).
 create or replace function jobs.event_lock_key(p_name text)
 returns bigint
 language sql
 immutable
 set search_path = ''
 as $$ select pg_catalog.hashtextextended('sqljobs.event:' || p_name, 0) $$;
+
+-- jobs.event_locks(tenant, names, waiting) -> lock keys and modes for jobs.lock_keys
+-- (sql/10_errors.sql): what an emit or a wait of these event names by that tenant
+-- (null: none) must hold so that a wait's look-back and an emit's wake-up never run
+-- concurrently for one name. An emit of tenant T shares 'event|T|<name>'; an emit
+-- without a tenant (it wakes every tenant's waiters) takes 'event||<name>' exclusive;
+-- a wait of tenant T takes 'event|T|<name>' exclusive and shares 'event||<name>'; a
+-- wait of a job without a tenant takes 'event||<name>' exclusive. So emits of one
+-- tenant never wait on another tenant's, and a tenant's session can hold up only its
+-- own tenant's emits and waits, or (by a wait held open) the emits without a tenant.
+create or replace function jobs.event_locks(p_tenant text, p_names text[], p_waiting boolean,
+                                            out keys text[], out modes text[])
+language sql
+immutable
+set search_path = ''
+as $$
+  select pg_catalog.array_agg(l.key order by l.key), pg_catalog.array_agg(l.mode order by l.key)
+    from pg_catalog.unnest(p_names) as n(name)
+   cross join lateral (
+     values ('event|' || coalesce(p_tenant, '') || '|' || n.name,
+             case when p_waiting or p_tenant is null then 'update' else 'share' end),
+            (case when p_waiting and p_tenant is not null then 'event||' || n.name end, 'share')
+   ) as l(key, mode)
+   where l.key is not null
+$$;
 
 -- ---------------------------------------------------------------------------
 -- jobs.emit_event(name, payload) -> the event's id.
@@ -57,18 +87,18 @@ declare
   v_tenant text := jobs.bound_tenant();  -- wakes only this tenant's waiters (null: all)
 begin
   -- GUARD
-  if p_name is null or p_name = '' then
-    perform jobs.raise_error('invalid_argument', 'an event needs a name');
-  end if;
+  perform jobs.check_name(p_name, 'an event name');
   if p_payload is null or pg_catalog.jsonb_typeof(p_payload) <> 'object' then
     perform jobs.raise_error('invalid_argument', 'an event payload must be a JSON object');
   end if;
+  perform jobs.check_value(p_payload, 'an event payload');
   if pg_catalog.octet_length(p_payload::text) > jobs.max_payload_bytes() then
     perform jobs.raise_error('payload_too_large',
       pg_catalog.format('event payload is larger than %s bytes', jobs.max_payload_bytes()));
   end if;
-  -- LOCK (share: emits of one name run side by side; waits on it wait for us)
-  perform pg_catalog.pg_advisory_xact_lock_shared(jobs.event_lock_key(p_name));
+  -- LOCK (jobs.event_locks: emits of one name and tenant run side by side; waits on it
+  -- wait for us)
+  perform jobs.lock_keys(l.keys, l.modes) from jobs.event_locks(v_tenant, array[p_name], false) l;
   -- WRITE
   insert into jobs.event as e (name, payload, created_at, tenant)
   values (p_name, p_payload, jobs.now(), v_tenant)
@@ -131,7 +161,6 @@ declare
   v_seq      integer;
   v_value    jsonb;
   v_names    text[];
-  v_name     text;
   v_cursor   timestamptz;
   v_deadline timestamptz;
   v_event    record;
@@ -144,11 +173,12 @@ begin
      or exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
                  where pg_catalog.jsonb_typeof(x) <> 'object'
                     or pg_catalog.jsonb_typeof(x->'event') is distinct from 'string'
-                    or x->>'event' = ''
+                    or x->>'event' = '' or pg_catalog.octet_length(x->>'event') > 200
                     or (x ? 'match' and pg_catalog.jsonb_typeof(x->'match') <> 'object')) then
     perform jobs.raise_error('invalid_argument',
-      'specs must be a non-empty array of {"event": name, "match": object}');
+      'specs must be a non-empty array of {"event": name (at most 200 bytes), "match": object}');
   end if;
+  perform jobs.check_value(p_specs, 'specs');
   if p_timeout_s < 0 or p_timeout_s > 1e9 then  -- (NaN too: it sorts above every number)
     perform jobs.raise_error('invalid_argument', 'timeout_s must be 0 to 1e9 seconds');
   end if;
@@ -159,12 +189,11 @@ begin
     return query select v_value, false;
     return;
   end if;
-  -- LOCK every name, exclusive, in name order.
+  -- LOCK every name (jobs.event_locks, the job's tenant), in key order.
   v_names := array(select distinct x->>'event' from pg_catalog.jsonb_array_elements(p_specs) x
                     order by 1);
-  foreach v_name in array v_names loop
-    perform pg_catalog.pg_advisory_xact_lock(jobs.event_lock_key(v_name));
-  end loop;
+  perform jobs.lock_keys(l.keys, l.modes)
+     from jobs.event_locks((select j.tenant from jobs.job j where j.id = p_id), v_names, true) l;
   -- REGISTER once (a later call keeps the first deadline).
   insert into jobs.event_wait as w (job_id, step, specs, names, deadline, created_at)
   values (p_id, p_name, p_specs, v_names,

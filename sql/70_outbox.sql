@@ -12,10 +12,11 @@
 -- (One race is left to the relay: a job enqueued directly for a key whose staged row
 -- is not yet published; that row publishes as 'deduped' and records the job's id.)
 --
--- Ordering: a spec may carry `ordering_key` (text). Rows of one ordering key are staged
--- under a transaction-scoped advisory lock on that key, so their ids follow commit
--- order; the relay publishes them in id order and never has two of them in flight in
--- two relays at once. Rows without an ordering key are unordered.
+-- Ordering: a spec may carry `ordering_key` (text, at most 1000 bytes), ordered within
+-- its tenant. Rows of one (tenant, ordering key) are staged under that key's lock row
+-- (jobs.lock_keys, held to commit), so their ids follow commit order; the relay
+-- publishes them in id order and never has two of them in flight in two relays at
+-- once. Rows without an ordering key are unordered.
 --
 -- Relay (jobs.relay(batch, relay_id, lease_s)): each call is one transaction that
 --   1. PUBLISHES the rows this relay claimed on its previous call: enqueues them as one
@@ -45,9 +46,9 @@
 --   * outcome 'staged': a new row whose id is its future job's id; 'deduped': the key
 --     already has a job (its id) or an unpublished staged row (its id).
 --   * Writes in the caller's transaction; notifies 'jobs_outbox' once.
--- Locks: a transaction advisory lock per distinct ordering key (in key order), held to
---   commit, so one key's rows are staged one transaction at a time; then the insert,
---   in (name, tenant, key) order.
+-- Locks: the lock row of each distinct (tenant, ordering key) (jobs.lock_keys, in key
+--   order), held to commit, so one key's rows are staged one transaction at a time;
+--   then the insert, in (name, tenant, key) order.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.stage_many(p_specs jsonb)
 returns table (ord integer, id bigint, outcome text)
@@ -67,14 +68,15 @@ begin
   select pg_catalog.format('spec %s: %s', e.ord, case
            when pg_catalog.jsonb_typeof(e.spec) = 'object' and e.spec ? 'on_conflict'
              then 'on_conflict is not accepted by stage: an existing key is always answered as deduped'
-           else 'ordering_key must be a non-empty string' end)
+           else 'ordering_key must be a non-empty string of at most 1000 bytes' end)
     into v_problem
     from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
    where pg_catalog.jsonb_typeof(e.spec) = 'object'
      and (e.spec ? 'on_conflict'
           or (e.spec ? 'ordering_key' and pg_catalog.jsonb_typeof(e.spec->'ordering_key') <> 'null'
               and (pg_catalog.jsonb_typeof(e.spec->'ordering_key') <> 'string'
-                   or e.spec->>'ordering_key' = '')))
+                   or e.spec->>'ordering_key' = ''
+                   or pg_catalog.octet_length(e.spec->>'ordering_key') > 1000)))
    order by e.ord
    limit 1;
   if v_problem is not null then
@@ -88,13 +90,13 @@ begin
        from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)));
   p_specs := jobs.tenant_specs(p_specs);  -- a tenant-bound session's tenant (sql/15_tenancy.sql)
 
-  -- LOCK ACQUISITION: one advisory lock per ordering key, in a fixed order.
-  perform pg_catalog.pg_advisory_xact_lock(
-            pg_catalog.hashtextextended('sqljobs.outbox:' || k.ordering_key, 0))
-     from (select distinct e.spec->>'ordering_key' as ordering_key
-             from pg_catalog.jsonb_array_elements(p_specs) as e(spec)
-            where e.spec->>'ordering_key' is not null
-            order by 1) k;
+  -- LOCK ACQUISITION: the lock row of each (tenant, ordering key), in key order
+  -- (jobs.lock_keys: a tenant's session can hold up only its own tenant's keys).
+  perform jobs.lock_keys(k.keys, array(select 'update' from pg_catalog.unnest(k.keys)))
+     from (select array(select distinct 'outbox|' || coalesce(e.spec->>'tenant', '') || '|'
+                                        || (e.spec->>'ordering_key')
+                          from pg_catalog.jsonb_array_elements(p_specs) as e(spec)
+                         where e.spec->>'ordering_key' is not null) as keys) k;
 
   -- WRITE: keys with no job and no unpublished staged row; a key repeated in the batch
   -- is staged from its first spec.
@@ -219,9 +221,7 @@ begin
   if p_batch is null or p_batch < 0 or p_batch > 10000 then
     perform jobs.raise_error('invalid_argument', 'batch must be between 0 and 10000');
   end if;
-  if p_relay_id is null or p_relay_id = '' then
-    perform jobs.raise_error('invalid_argument', 'relay_id is required');
-  end if;
+  perform jobs.check_name(p_relay_id, 'relay_id');
   -- bounded (about 31 years): now + lease must stay a timestamp (NaN is refused too)
   if p_lease_s is null or not (p_lease_s > 0 and p_lease_s <= 1e9) then
     perform jobs.raise_error('invalid_argument', 'lease_s must be positive and at most 1e9 seconds');
@@ -263,7 +263,7 @@ begin
   -- CLAIM: the next batch under a lease; an ordering key only from its head.
   if p_batch > 0 then
     with cand as materialized (
-      select o.id, o.ordering_key
+      select o.id, o.ordering_key, coalesce(o.tenant, '') as tenant
         from jobs.outbox o
        where o.published_at is null
          and (o.claimed_by is null or o.lease_expires_at <= v_now)
@@ -275,26 +275,27 @@ begin
     -- by a live lease elsewhere, locked by another relay, or past the limit). Rows of
     -- the key after that one must wait; the seek stops at the first such row.
     keyed as (
-      select c.ordering_key, pg_catalog.array_agg(c.id) as ids, pg_catalog.min(c.id) as head
+      select c.tenant, c.ordering_key, pg_catalog.array_agg(c.id) as ids,
+             pg_catalog.min(c.id) as head
         from cand c
        where c.ordering_key is not null
-       group by c.ordering_key
+       group by c.tenant, c.ordering_key
     ),
     -- FAIR SHARE: a key is in flight in one relay only, so a relay that took every key
     -- of its window would leave the others nothing to claim until it published. It
     -- takes at most half the keys (rounded up; the oldest heads first) and leaves the
     -- rest of them to the next relay.
     taken as (
-      select k.ordering_key, k.ids
+      select k.tenant, k.ordering_key, k.ids
         from keyed k
        order by k.head
        limit (select (pg_catalog.count(*) + 1) / 2 from keyed)
     ),
     blocked as (
-      select k.ordering_key,
+      select k.tenant, k.ordering_key,
              (select p.id from jobs.outbox p
-               where p.ordering_key = k.ordering_key and p.published_at is null
-                 and p.id <> all (k.ids)
+               where p.ordering_key = k.ordering_key and coalesce(p.tenant, '') = k.tenant
+                 and p.published_at is null and p.id <> all (k.ids)
                order by p.id
                limit 1) as first_out
         from taken k
@@ -302,7 +303,7 @@ begin
     ok as (
       select c.id
         from cand c
-        left join blocked b on b.ordering_key = c.ordering_key
+        left join blocked b on b.ordering_key = c.ordering_key and b.tenant = c.tenant
        where c.ordering_key is null
           or (b.ordering_key is not null and (b.first_out is null or c.id < b.first_out))
     ),

@@ -36,7 +36,7 @@ set search_path = ''
 as $$
 begin
   perform jobs.fleet_only('jobs.leader_acquire');  -- (sql/15_tenancy.sql)
-  return jobs.lease_acquire(p_role, p_holder, p_lease_s);
+  return jobs.lease_take(p_role, p_holder, p_lease_s, true);
 end
 $$;
 
@@ -51,13 +51,15 @@ set search_path = ''
 as $$
 begin
   perform jobs.fleet_only('jobs.leader_release');  -- (sql/15_tenancy.sql)
-  return jobs.lease_release(p_role, p_holder, p_token);
+  return jobs.lease_give_up(p_role, p_holder, p_token);
 end
 $$;
 
 comment on function jobs.leader_release(text, text, bigint) is
   'Give up a leader lease (fenced on holder and token).';
 
+-- jobs.leaders(): version 1's view of the leases. Its token column stays (a released
+-- result never changes) but is null: a token is its holder's proof (sql/00_schema.sql).
 create or replace function jobs.leaders()
 returns table (role text, holder text, token bigint, lease_expires_at timestamptz,
                acquired_at timestamptz, live boolean)
@@ -66,11 +68,11 @@ stable
 set search_path = ''
 as $$
   select jobs.fleet_only('jobs.leaders');  -- (sql/15_tenancy.sql)
-  select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at, l.live
+  select l.name, l.holder, null::bigint, l.lease_expires_at, l.acquired_at, l.live
     from jobs.leases() l
 $$;
 
-comment on function jobs.leaders() is 'Leader leases and whether each is live.';
+comment on function jobs.leaders() is 'Leader leases and whether each is live (the token column is always null).';
 
 -- ---------------------------------------------------------------------------
 -- jobs.schedule_definition_problem(definition) -> the first thing wrong, or null.
@@ -161,9 +163,8 @@ declare
   v_new     boolean;
 begin
   perform jobs.fleet_only('jobs.schedule_put');  -- (sql/15_tenancy.sql)
-  if p_name is null or p_name = '' then
-    perform jobs.raise_error('invalid_argument', 'a schedule needs a name');
-  end if;
+  perform jobs.check_name(p_name, 'a schedule name');
+  perform jobs.check_value(p_definition, 'a schedule definition');
   v_problem := jobs.schedule_definition_problem(p_definition);
   if v_problem is not null then
     perform jobs.raise_error('invalid_argument', 'schedule ' || p_name || ': ' || v_problem);

@@ -162,7 +162,7 @@ as $$
            -- a running attempt ends here: it joins the history (sql/40_settle.sql)
            attempts = case when j.state = 'running' then
              jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
-               'attempt', j.attempt, 'claim', j.claim, 'worker', j.worker,
+               'attempt', j.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
                'started_at', j.started_at, 'ended_at', jobs.now(), 'outcome', 'cancelled',
                'error', null))
              else j.attempts end
@@ -255,6 +255,9 @@ declare
 begin
   if p_ids is null or pg_catalog.cardinality(p_ids) = 0 then
     perform jobs.raise_error('invalid_argument', 'requeue needs at least one job id');
+  end if;
+  if pg_catalog.array_position(p_ids, null) is not null then
+    perform jobs.raise_error('job_not_found', 'no job has id null');
   end if;
   -- LOCK in id order, then GUARD.
   perform 1 from jobs.job j where j.id = any (p_ids) order by j.id for update;

@@ -326,11 +326,17 @@ declare
   v_field   text;
   v_problem text;
 begin
-  if p_name is null or p_name = '' then
-    return 'a job type needs a name';
+  if p_name is null or p_name = '' or pg_catalog.octet_length(p_name) > 200 then
+    return 'a job type needs a name of at most 200 bytes';
   end if;
   if p_def is null or pg_catalog.jsonb_typeof(p_def) <> 'object' then
     return 'a job type definition is a JSON object';
+  end if;
+  if p_def @? jobs.too_deep() then
+    return 'a job type definition must be nested less than 100 levels deep';
+  end if;
+  if pg_catalog.octet_length(p_def->>'queue') > 200 then
+    return 'queue must be at most 200 bytes';
   end if;
   select k into v_field from pg_catalog.jsonb_object_keys(p_def) k
    where k not in ('queue', 'sensitive', 'personal', 'payload_schema', 'retry', 'timeout_s',
@@ -377,9 +383,13 @@ $$;
 comment on function jobs.job_type_problem(text, jsonb) is
   'Why a job type definition is refused (null when it is fine).';
 
--- jobs.job_type_put(name, definition): register (or replace) a job type; true when it
--- is new. Errors: invalid_job_type (SJ017), nothing written.
-create or replace function jobs.job_type_put(p_name text, p_def jsonb)
+-- jobs.job_type_write(name, definition, widen) -> true when the type is new. Private:
+-- what job_type_put (replace) and job_type_declare (widen) share. A new type is
+-- registered as given. Replacing a known one writes every field; widening one only
+-- adds: its sensitive and personal paths become the union of the stored and the given
+-- ones, its queue and origin are kept, and its schema, retry policy and timeout
+-- (descriptions) follow the code. Errors: invalid_job_type (SJ017), nothing written.
+create or replace function jobs.job_type_write(p_name text, p_def jsonb, p_widen boolean)
 returns boolean
 language plpgsql
 volatile
@@ -389,7 +399,6 @@ declare
   v_problem text := jobs.job_type_problem(p_name, p_def);
   v_new     boolean;
 begin
-  perform jobs.fleet_only('jobs.job_type_put');  -- (sql/15_tenancy.sql)
   if v_problem is not null then
     perform jobs.raise_error('invalid_job_type', v_problem);
   end if;
@@ -402,19 +411,69 @@ begin
                   coalesce(p_def->'personal', '[]')) e order by e),
           pg_catalog.jsonb_strip_nulls(p_def)->'payload_schema',
           pg_catalog.jsonb_strip_nulls(p_def)->'retry',
-          (p_def->>'timeout_s')::double precision, coalesce(p_def->>'origin', 'api'), jobs.now())
+          (p_def->>'timeout_s')::double precision,
+          case when p_widen then 'declared' else coalesce(p_def->>'origin', 'api') end, jobs.now())
   on conflict (name) do update
-     set queue = excluded.queue, sensitive_paths = excluded.sensitive_paths,
-         personal_paths = excluded.personal_paths, payload_schema = excluded.payload_schema,
-         retry = excluded.retry, timeout_s = excluded.timeout_s, origin = excluded.origin,
+     set queue = case when p_widen then coalesce(t.queue, excluded.queue) else excluded.queue end,
+         sensitive_paths = case when p_widen
+                             then array(select distinct e from pg_catalog.unnest(
+                                    t.sensitive_paths || excluded.sensitive_paths) e order by e)
+                             else excluded.sensitive_paths end,
+         personal_paths = case when p_widen
+                            then array(select distinct e from pg_catalog.unnest(
+                                   t.personal_paths || excluded.personal_paths) e order by e)
+                            else excluded.personal_paths end,
+         payload_schema = excluded.payload_schema, retry = excluded.retry,
+         timeout_s = excluded.timeout_s,
+         origin = case when p_widen then t.origin else excluded.origin end,
          updated_at = excluded.updated_at
   returning (xmax = 0) into v_new;
   return v_new;
 end
 $$;
 
+comment on function jobs.job_type_write(text, jsonb, boolean) is
+  'Private: register a job type, replacing a known one or (widen) only adding to it; true when new.';
+
+-- jobs.job_type_put(name, definition): register (or replace) a job type; true when it
+-- is new. An operator's: it may narrow what a type hides, or move it to another queue.
+-- Errors: invalid_job_type (SJ017), nothing written.
+create or replace function jobs.job_type_put(p_name text, p_def jsonb)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.fleet_only('jobs.job_type_put');  -- (sql/15_tenancy.sql)
+  return jobs.job_type_write(p_name, p_def, false);
+end
+$$;
+
 comment on function jobs.job_type_put(text, jsonb) is
   'Register (or replace) a job type and its sensitive and personal paths; true when it is new. SJ017 when refused.';
+
+-- jobs.job_type_declare(name, definition): what a worker writes of the jobs it serves
+-- as it starts. A new job type is registered as given (origin 'declared'); a known one
+-- only gains: its sensitive and personal paths become the union of the stored and the
+-- given ones, and its schema, retry policy and timeout (descriptions) follow the code.
+-- What would expose or move a job (dropping a sensitive path, another queue) is an
+-- operator's (jobs.job_type_put): a worker's login cannot narrow what every reader's
+-- view hides. True when it is new. Errors: invalid_job_type (SJ017), nothing written.
+create or replace function jobs.job_type_declare(p_name text, p_def jsonb)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.fleet_only('jobs.job_type_declare');  -- (sql/15_tenancy.sql)
+  return jobs.job_type_write(p_name, p_def, true);
+end
+$$;
+
+comment on function jobs.job_type_declare(text, jsonb) is
+  'A worker''s registration of a job type it serves: new as given, known only widened (redaction kept); true when new.';
 
 -- jobs.job_type_remove(name). Errors: job_type_not_found (SJ016).
 create or replace function jobs.job_type_remove(p_name text)
@@ -443,6 +502,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.job_types');  -- (sql/15_tenancy.sql)
   select t.name, t.queue, t.sensitive_paths, t.personal_paths, t.payload_schema, t.retry,
          t.timeout_s, t.origin, t.updated_at
     from jobs.job_type t
@@ -476,7 +536,9 @@ comment on function jobs.personal_data() is
 create or replace view jobs.job_view as
   select j.id, j.name, j.queue, j.tenant, j.key, j.state, j.priority, j.run_at, j.attempt,
          j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.dead_letter,
-         j.timeout_s, j.claim, j.lease_expires_at, j.worker,
+         -- which claim of the job this is (its token's high bits), never the token: a
+         -- live token is its worker's proof (sql/00_schema.sql, "Fencing tokens")
+         j.timeout_s, j.claim >> 32 as claim, j.lease_expires_at, j.worker,
          jobs.redact_job_output(j.progress, j.payload, t.sensitive_paths) as progress,
          jobs.redact_job_output(j.last_error, j.payload, t.sensitive_paths) as last_error,
          jobs.redact_job_output(j.result, j.payload, t.sensitive_paths) as result,

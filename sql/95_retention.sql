@@ -142,10 +142,11 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_queue text := coalesce(nullif(p_queue, ''), '*');
+  v_queue text := coalesce(p_queue, '*');
 begin
   perform jobs.fleet_only('jobs.retention_put');  -- (sql/15_tenancy.sql)
-  -- GUARD
+  -- GUARD ('' names no queue: it is not another way to write '*')
+  perform jobs.check_name(v_queue, 'queue');
   perform jobs.retention_check(p_policy, false);
   if v_queue <> '*' and p_policy ? 'events' then
     perform jobs.raise_error('invalid_retention',
@@ -191,7 +192,8 @@ set search_path = ''
 as $$
 begin
   perform jobs.fleet_only('jobs.retention_remove');  -- (sql/15_tenancy.sql)
-  delete from jobs.retention r where r.queue = coalesce(nullif(p_queue, ''), '*');
+  perform jobs.check_name(coalesce(p_queue, '*'), 'queue');
+  delete from jobs.retention r where r.queue = coalesce(p_queue, '*');
   return found;
 end
 $$;
@@ -450,6 +452,17 @@ begin
     end if;
   end if;
 
+  -- Lock rows (jobs.lock_key) unused for a day: not counted, at most 1,000 a call; one
+  -- locked now is skipped (and one deleted under a locker is made again by it).
+  if not p_dry_run then
+    delete from jobs.lock_key k
+     using (select o.key from jobs.lock_key o
+             where o.created_at < v_now - interval '1 day'
+             limit 1000
+               for update skip locked) as old
+     where k.key = old.key;
+  end if;
+
   return query values ('job'::text, v_jobs, v_jrest),
                       ('outbox'::text, v_outbox, null::bigint),
                       ('event'::text, v_events, v_erest);
@@ -458,3 +471,18 @@ $$;
 
 comment on function jobs.purge(integer, boolean, jsonb) is
   'Retention: delete at most p_max finished jobs (with their steps, waits, outbox rows) and old events; answers deleted and still eligible.';
+
+-- jobs.retention_sweep(max) -> jobs.purge(max) under the stored policy: what the
+-- scheduler's leader runs every period (sql/98_roles.sql grants it to the scheduler's
+-- role, which may not pass a policy of its own: only an operator deletes by other ages).
+create or replace function jobs.retention_sweep(p_max integer default 1000)
+returns table (what text, deleted bigint, remaining bigint)
+language sql
+volatile
+set search_path = ''
+as $$
+  select p.what, p.deleted, p.remaining from jobs.purge(p_max, false, null) p
+$$;
+
+comment on function jobs.retention_sweep(integer) is
+  'One bounded retention batch under the stored policy (jobs.purge without an override).';

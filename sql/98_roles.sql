@@ -1,14 +1,32 @@
--- Least-privilege roles (docs/design/roles.md): four NOLOGIN roles a host grants to its
+-- Least-privilege roles (docs/design/roles.md): five NOLOGIN roles a host grants to its
 -- login roles. Every function in schema jobs runs as the schema owner (security
 -- definer, search_path pinned to ''), nobody but the owner is granted anything on the
 -- tables, and EXECUTE is the only gate: granted per role, revoked from PUBLIC.
 --
+--   sqljobs_producer   puts jobs and events in; awaits the outcome of a job (redacted)
+--   sqljobs_worker     runs jobs: claims, settles, steps, events, the enqueues and
+--                      stages a run makes, the outbox relay, application locks, its own
+--                      row in the worker registry, and the job types it serves (it may
+--                      add a job type or widen what it hides, never narrow it)
+--   sqljobs_scheduler  the fleet's configuration from code: leads, fires schedules,
+--                      writes the declared tasks, limits and job types, and sweeps
+--                      retention under the stored policy
+--   sqljobs_operator   the operator's verbs and every setting (a member of reader)
+--   sqljobs_reader     views and read functions only, redacted
+--
 -- Runs last (after every function exists), in a fresh install from sql/ and at the end
--- of each revision that adds or changes functions (`select jobs.install_roles();`).
+-- of each revision (`select jobs.install_roles();`), which also takes back from each
+-- role what an earlier version granted it and this one does not.
 -- `set sqljobs.create_roles = off` (or PGOPTIONS='-c sqljobs.create_roles=off', or
 -- `alter database ... set sqljobs.create_roles = off`) skips creating the roles, for
--- hosts that forbid CREATE ROLE: the grants then go only to those of the four roles a
+-- hosts that forbid CREATE ROLE: the grants then go only to those of the five roles a
 -- DBA made beforehand.
+--
+-- A function created in schema jobs by other means than a revision is executable by
+-- PUBLIC (PostgreSQL's default) until install_roles() runs again: a per-schema default
+-- privilege cannot take back the global one, and a global one would change every
+-- function the installing role creates anywhere. tests pin that after every install
+-- PUBLIC executes only the three functions jobs.job_view needs.
 
 create or replace function jobs.role_grants()
 returns table (role_name text, fn regprocedure)
@@ -17,21 +35,20 @@ stable
 set search_path = ''
 as $$
   select g.role_name, g.fn::pg_catalog.regprocedure
-    from (values
-      -- every role: what a client asks once it connects
-      ('sqljobs_producer', 'jobs.schema_version()'), ('sqljobs_worker', 'jobs.schema_version()'),
-      ('sqljobs_operator', 'jobs.schema_version()'), ('sqljobs_reader', 'jobs.schema_version()'),
-      ('sqljobs_producer', 'jobs.schema_floor()'), ('sqljobs_worker', 'jobs.schema_floor()'),
-      ('sqljobs_operator', 'jobs.schema_floor()'), ('sqljobs_reader', 'jobs.schema_floor()'),
-      ('sqljobs_producer', 'jobs.spec_defaults()'), ('sqljobs_worker', 'jobs.spec_defaults()'),
-      ('sqljobs_operator', 'jobs.spec_defaults()'), ('sqljobs_reader', 'jobs.spec_defaults()'),
-      ('sqljobs_producer', 'jobs.now()'), ('sqljobs_worker', 'jobs.now()'),
-      ('sqljobs_operator', 'jobs.now()'), ('sqljobs_reader', 'jobs.now()'),
-      ('sqljobs_producer', 'jobs.error_codes()'), ('sqljobs_worker', 'jobs.error_codes()'),
-      ('sqljobs_operator', 'jobs.error_codes()'), ('sqljobs_reader', 'jobs.error_codes()'),
-      ('sqljobs_producer', 'jobs.max_payload_bytes()'), ('sqljobs_worker', 'jobs.max_payload_bytes()'),
-      ('sqljobs_operator', 'jobs.max_payload_bytes()'), ('sqljobs_reader', 'jobs.max_payload_bytes()'),
-      -- producer: puts jobs and events in, reads the outcome of what it put in
+    from (
+      -- every role: what a client asks once it connects, and pure helpers
+      select r.role_name, f.fn
+        from (values ('sqljobs_producer'), ('sqljobs_worker'), ('sqljobs_scheduler'),
+                     ('sqljobs_operator'), ('sqljobs_reader')) as r(role_name)
+       cross join (values ('jobs.schema_version()'), ('jobs.schema_floor()'),
+                          ('jobs.spec_defaults()'), ('jobs.spec_fields()'), ('jobs.now()'),
+                          ('jobs.error_codes()'), ('jobs.max_payload_bytes()'),
+                          ('jobs.backoff_s(integer,double precision,double precision,text)'),
+                          ('jobs.retention_defaults()'), ('jobs.role_grants()'),
+                          ('jobs.redact(text,jsonb)')) as f(fn)
+      union all
+      select g.role_name, g.fn from (values
+      -- producer: puts jobs and events in, awaits the outcome of what it put in
       ('sqljobs_producer', 'jobs.enqueue(text,text,jsonb,jsonb)'),
       ('sqljobs_producer', 'jobs.enqueue_many(jsonb)'),
       ('sqljobs_producer', 'jobs.enqueue_batch(jsonb,text[],jsonb)'),
@@ -39,8 +56,8 @@ as $$
       ('sqljobs_producer', 'jobs.stage_many(jsonb)'),
       ('sqljobs_producer', 'jobs.emit_event(text,jsonb)'),
       ('sqljobs_producer', 'jobs.watch_outcome(bigint)'),
-      -- worker: runs jobs, and what the runtime beside it keeps (schedules, relay,
-      -- leases, limits, the job-type registry, the worker registry, retention)
+      ('sqljobs_producer', 'jobs.watch_token(bigint)'),
+      -- worker: runs jobs
       ('sqljobs_worker', 'jobs.claim(text[],text,integer,double precision,jsonb)'),
       ('sqljobs_worker', 'jobs.ack(bigint,bigint,jsonb)'),
       ('sqljobs_worker', 'jobs.ack_many(bigint[],bigint[],jsonb[])'),
@@ -59,29 +76,34 @@ as $$
       ('sqljobs_worker', 'jobs.enqueue(text,text,jsonb,jsonb)'),
       ('sqljobs_worker', 'jobs.enqueue_many(jsonb)'),
       ('sqljobs_worker', 'jobs.enqueue_batch(jsonb,text[],jsonb)'),
+      ('sqljobs_worker', 'jobs.stage(text,text,jsonb,jsonb)'),
       ('sqljobs_worker', 'jobs.stage_many(jsonb)'),
+      ('sqljobs_worker', 'jobs.watch_outcome(bigint)'),
+      ('sqljobs_worker', 'jobs.watch_token(bigint)'),
+      ('sqljobs_worker', 'jobs.wake_tokens(text[])'),
       ('sqljobs_worker', 'jobs.relay(integer,text,double precision)'),
       ('sqljobs_worker', 'jobs.purge_outbox(double precision,integer)'),
-      ('sqljobs_worker', 'jobs.schedule_fire(text,timestamp with time zone[],timestamp with time zone,bigint)'),
-      ('sqljobs_worker', 'jobs.schedule_put(text,jsonb)'),
-      ('sqljobs_worker', 'jobs.schedule_pause(text)'),
-      ('sqljobs_worker', 'jobs.schedule_resume(text)'),
-      ('sqljobs_worker', 'jobs.schedule_remove(text)'),
-      ('sqljobs_worker', 'jobs.schedules()'),
-      ('sqljobs_worker', 'jobs.leader_acquire(text,text,double precision)'),
-      ('sqljobs_worker', 'jobs.leader_release(text,text,bigint)'),
       ('sqljobs_worker', 'jobs.lease_acquire(text,text,double precision)'),
       ('sqljobs_worker', 'jobs.lease_renew(text,text,bigint,double precision)'),
       ('sqljobs_worker', 'jobs.lease_release(text,text,bigint)'),
       ('sqljobs_worker', 'jobs.lease_holds(text,bigint)'),
-      ('sqljobs_worker', 'jobs.limit_put(text,jsonb)'),
-      ('sqljobs_worker', 'jobs.limit_remove(text)'),
       ('sqljobs_worker', 'jobs.limits()'),
-      ('sqljobs_worker', 'jobs.limit_stats()'),
-      ('sqljobs_worker', 'jobs.job_type_put(text,jsonb)'),
+      ('sqljobs_worker', 'jobs.job_types()'),
+      ('sqljobs_worker', 'jobs.job_type_declare(text,jsonb)'),
       ('sqljobs_worker', 'jobs.worker_heartbeat(text,text[],text[],integer,double precision,text,integer,jsonb)'),
       ('sqljobs_worker', 'jobs.worker_stop(text)'),
-      ('sqljobs_worker', 'jobs.purge(integer,boolean,jsonb)'),
+      -- scheduler: the fleet's configuration from code, the schedules, retention
+      ('sqljobs_scheduler', 'jobs.leader_acquire(text,text,double precision)'),
+      ('sqljobs_scheduler', 'jobs.leader_release(text,text,bigint)'),
+      ('sqljobs_scheduler', 'jobs.leaders()'),
+      ('sqljobs_scheduler', 'jobs.schedule_fire(text,timestamp with time zone[],timestamp with time zone,bigint)'),
+      ('sqljobs_scheduler', 'jobs.schedule_put(text,jsonb)'),
+      ('sqljobs_scheduler', 'jobs.schedules()'),
+      ('sqljobs_scheduler', 'jobs.limit_put(text,jsonb)'),
+      ('sqljobs_scheduler', 'jobs.limits()'),
+      ('sqljobs_scheduler', 'jobs.job_type_declare(text,jsonb)'),
+      ('sqljobs_scheduler', 'jobs.job_types()'),
+      ('sqljobs_scheduler', 'jobs.retention_sweep(integer)'),
       -- operator: the operator verbs and settings (it is a member of sqljobs_reader too)
       ('sqljobs_operator', 'jobs.cancel(bigint)'),
       ('sqljobs_operator', 'jobs.requeue(bigint[])'),
@@ -101,14 +123,17 @@ as $$
       ('sqljobs_operator', 'jobs.limit_put(text,jsonb)'),
       ('sqljobs_operator', 'jobs.limit_remove(text)'),
       ('sqljobs_operator', 'jobs.job_type_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.job_type_declare(text,jsonb)'),
       ('sqljobs_operator', 'jobs.job_type_remove(text)'),
       ('sqljobs_operator', 'jobs.retention_put(text,jsonb)'),
       ('sqljobs_operator', 'jobs.retention_remove(text)'),
       ('sqljobs_operator', 'jobs.purge(integer,boolean,jsonb)'),
+      ('sqljobs_operator', 'jobs.retention_sweep(integer)'),
       ('sqljobs_operator', 'jobs.purge_outbox(double precision,integer)'),
       ('sqljobs_operator', 'jobs.purge_events(timestamp with time zone,integer)'),
-      ('sqljobs_operator', 'jobs.lease_release(text,text,bigint)'),
       ('sqljobs_operator', 'jobs.worker_stop(text)'),
+      ('sqljobs_operator', 'jobs.watch_outcome(bigint)'),
+      ('sqljobs_operator', 'jobs.watch_token(bigint)'),
       ('sqljobs_operator', 'jobs.tenant_bind(text,text)'),
       ('sqljobs_operator', 'jobs.tenant_unbind(text)'),
       ('sqljobs_operator', 'jobs.tenant_bindings()'),
@@ -141,13 +166,14 @@ as $$
       ('public', 'jobs.redact_payload(jsonb,text[])'),
       ('public', 'jobs.bound_tenant()'),
       ('public', 'jobs.redact_job_output(jsonb,jsonb,text[])')
-    ) as g(role_name, fn)
+      ) as g(role_name, fn)
+    ) as g
    -- a function another file drops or has not made yet is left out, not an error
    where pg_catalog.to_regprocedure(g.fn) is not null
 $$;
 
 comment on function jobs.role_grants() is
-  'Which role may execute which function: the whole EXECUTE grant list of the four sqljobs roles, and the two redaction functions jobs.job_view needs granted to public (docs/design/roles.md).';
+  'Which role may execute which function: the whole EXECUTE grant list of the five sqljobs roles, and the three functions jobs.job_view needs granted to public (docs/design/roles.md).';
 
 create or replace function jobs.install_roles()
 returns void
@@ -158,12 +184,13 @@ declare
   v_create boolean := coalesce(
     pg_catalog.lower(pg_catalog.current_setting('sqljobs.create_roles', true)), 'on')
     not in ('off', 'false', '0', 'no');
-  v_role text;
-  v_grant record;
+  v_roles  text[] := array['sqljobs_producer', 'sqljobs_worker', 'sqljobs_scheduler',
+                           'sqljobs_operator', 'sqljobs_reader'];
+  v_role   text;
+  v_grant  record;
 begin
   if v_create then
-    foreach v_role in array array['sqljobs_producer', 'sqljobs_worker', 'sqljobs_operator',
-                                  'sqljobs_reader'] loop
+    foreach v_role in array v_roles loop
       if not exists (select from pg_catalog.pg_roles r where r.rolname = v_role) then
         begin
           execute pg_catalog.format('create role %I nologin', v_role);
@@ -187,11 +214,12 @@ begin
   revoke all on all functions in schema jobs from public;
   revoke all on all tables in schema jobs from public;
   revoke all on all sequences in schema jobs from public;
-  alter default privileges in schema jobs revoke execute on functions from public;
 
-  foreach v_role in array array['sqljobs_producer', 'sqljobs_worker', 'sqljobs_operator',
-                                'sqljobs_reader'] loop
+  -- each role gets exactly its list: what an earlier version granted and this one does
+  -- not is taken back
+  foreach v_role in array v_roles loop
     if exists (select from pg_catalog.pg_roles r where r.rolname = v_role) then
+      execute pg_catalog.format('revoke all on all functions in schema jobs from %I', v_role);
       execute pg_catalog.format('grant usage on schema jobs to %I', v_role);
     end if;
   end loop;
@@ -215,6 +243,6 @@ end
 $$;
 
 comment on function jobs.install_roles() is
-  'Creates the four NOLOGIN roles (unless sqljobs.create_roles = off), makes every jobs function security definer, revokes PUBLIC and grants EXECUTE per jobs.role_grants().';
+  'Creates the five NOLOGIN roles (unless sqljobs.create_roles = off), makes every jobs function security definer, revokes PUBLIC and gives each role exactly its EXECUTE grants per jobs.role_grants().';
 
 select jobs.install_roles();

@@ -34,8 +34,8 @@ select is((select count(*)::int from jobs.job where name = 'cw.job' and state = 
               and finished_at = '2030-01-01 00:00:05+00' and lease_expires_at is null), 4,
           'each cancelled job is finished now, with no lease');
 select is((select state from jobs.job where name = 'cw.other'), 'ready'::jobs.job_state, 'a job the filter did not match is untouched');
-select is(jobs.heartbeat((select id from jobs.job where name = 'cw.job' and key = '3'), 1, 30), false,
-          'the cancelled running job''s heartbeat answers false');
+select is(jobs.heartbeat(test.jid('cw.job', '3'), test.claim_of('cw.job', '3'), 30), false,
+          'the cancelled running job''s heartbeat (under its own claim token) answers false');
 
 select results_eq($$ select moved, remaining from jobs.cancel_where('{"name": "cw.other", "queue": "q_nope"}') $$,
                   $$ values (0, 0::bigint) $$, 'a filter matching nothing: 0, 0');

@@ -4,10 +4,7 @@ begin;
 select plan(12);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
-create schema jobs_test;
-create function jobs_test.jid(p_key text) returns bigint language sql as $$
-  select j.id from jobs.job j where j.name = 'order.job' and j.key = p_key
-$$;
+-- (test.jid: sqltests/_helpers.sql)
 
 -- run_at relative to 2030-01-01 00:00:00
 select lives_ok($$ select * from jobs.enqueue_many('[
@@ -25,20 +22,20 @@ create temp table first3 as
   select pg_catalog.row_number() over () as pos, c.id
     from jobs.claim('{q_ord_a,q_ord_b}', 'w', 3, 3600) c;
 select results_eq($$ select id from first3 order by pos $$,
-                  $$ values (jobs_test.jid('a2')), (jobs_test.jid('a3')), (jobs_test.jid('b1')) $$,
+                  $$ values (test.jid('order.job', 'a2')), (test.jid('order.job', 'a3')), (test.jid('order.job', 'b1')) $$,
                   'limit 3: the best three across both queues, in (priority, run_at) order');
 
 create temp table next10 as
   select pg_catalog.row_number() over () as pos, c.id
     from jobs.claim('{q_ord_a,q_ord_b}', 'w', 10, 3600) c;
 select results_eq($$ select id from next10 order by pos $$,
-                  $$ values (jobs_test.jid('a1')), (jobs_test.jid('b2')) $$,
+                  $$ values (test.jid('order.job', 'a1')), (test.jid('order.job', 'b2')) $$,
                   'the next claim answers the rest, fewer than its limit');
-select is((select state from jobs.job where id = jobs_test.jid('a4')), 'ready'::jobs.job_state,
+select is((select state from jobs.job where id = test.jid('order.job', 'a4')), 'ready'::jobs.job_state,
           'a job whose run_at is in the future is skipped, whatever its priority');
 select is((select count(*)::int from jobs.claim('{q_ord_a,q_ord_b}', 'w', 10, 3600)), 0,
           'nothing else is claimable now');
-select is((select state from jobs.job where id = jobs_test.jid('c1')), 'ready'::jobs.job_state,
+select is((select state from jobs.job where id = test.jid('order.job', 'c1')), 'ready'::jobs.job_state,
           'a queue not named is never claimed from');
 
 set local jobs.fake_now = '2030-01-01 00:00:59.999+00';
@@ -46,7 +43,7 @@ select is((select count(*)::int from jobs.claim('{q_ord_a}', 'w', 10, 3600)), 0,
           'not a moment before its run_at');
 set local jobs.fake_now = '2030-01-01 00:01:00+00';
 select results_eq($$ select id from jobs.claim('{q_ord_a}', 'w', 10, 3600) $$,
-                  $$ values (jobs_test.jid('a4')) $$,
+                  $$ values (test.jid('order.job', 'a4')) $$,
                   'once jobs.now() reaches its run_at, the job is claimed');
 
 -- ties on (priority, run_at) go by id
@@ -55,13 +52,13 @@ select lives_ok($$ select * from jobs.enqueue_many('[
   {"name": "order.job", "key": "t2", "queue": "q_ord_t"},
   {"name": "order.job", "key": "t3", "queue": "q_ord_t"}
 ]') $$, 'setup: three jobs with the same priority and run_at');
-select ok(jobs_test.jid('t1') < jobs_test.jid('t2') and jobs_test.jid('t2') < jobs_test.jid('t3'),
+select ok(test.jid('order.job', 't1') < test.jid('order.job', 't2') and test.jid('order.job', 't2') < test.jid('order.job', 't3'),
           'setup: their ids ascend in input order');
 select results_eq($$ select id from jobs.claim('{q_ord_t}', 'w', 2, 3600) $$,
-                  $$ values (jobs_test.jid('t1')), (jobs_test.jid('t2')) $$,
+                  $$ values (test.jid('order.job', 't1')), (test.jid('order.job', 't2')) $$,
                   'ties are claimed by id');
 select results_eq($$ select id from jobs.claim('{q_ord_t}', 'w', 2, 3600) $$,
-                  $$ values (jobs_test.jid('t3')) $$, 'then the last');
+                  $$ values (test.jid('order.job', 't3')) $$, 'then the last');
 
 select * from finish();
 rollback;

@@ -7,35 +7,28 @@ begin;
 select plan(21);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
-create schema jobs_test;
-create function jobs_test.error_of(p_sql text) returns text language plpgsql as $$
-begin
-  execute p_sql;
-  return null;
-exception when others then
-  return sqlstate || ' ' || sqlerrm;
-end $$;
+-- (test.error_of: sqltests/_helpers.sql)
 
-select is(jobs_test.error_of($$ select * from jobs.enqueue('pc.job', 'k1', '[1, 2]') $$),
+select is(test.error_of($$ select * from jobs.enqueue('pc.job', 'k1', '[1, 2]') $$),
           'SJ001 sqljobs.invalid_argument: spec 1: payload must be a JSON object',
           'enqueue refuses an array payload');
-select is(jobs_test.error_of($$ select * from jobs.enqueue('pc.job', 'k1', '"text"') $$),
+select is(test.error_of($$ select * from jobs.enqueue('pc.job', 'k1', '"text"') $$),
           'SJ001 sqljobs.invalid_argument: spec 1: payload must be a JSON object',
           'enqueue refuses a string payload');
-select is(jobs_test.error_of($$ select * from jobs.enqueue('pc.job', 'k1', '3') $$),
+select is(test.error_of($$ select * from jobs.enqueue('pc.job', 'k1', '3') $$),
           'SJ001 sqljobs.invalid_argument: spec 1: payload must be a JSON object',
           'enqueue refuses a number payload');
-select is(jobs_test.error_of($$ select * from jobs.enqueue_many(
+select is(test.error_of($$ select * from jobs.enqueue_many(
             '[{"name": "pc.job", "key": "k1"}, {"name": "pc.job", "key": "k2", "payload": true}]') $$),
           'SJ001 sqljobs.invalid_argument: spec 2: payload must be a JSON object',
           'enqueue_many names the spec whose payload is not an object');
-select is(jobs_test.error_of($$ select * from jobs.stage('pc.job', 'k1', '[]') $$),
+select is(test.error_of($$ select * from jobs.stage('pc.job', 'k1', '[]') $$),
           'SJ001 sqljobs.invalid_argument: spec 1: payload must be a JSON object',
           'stage refuses it');
-select is(jobs_test.error_of($$ select * from jobs.stage_many('[{"name": "pc.job", "key": "k1", "payload": [1]}]') $$),
+select is(test.error_of($$ select * from jobs.stage_many('[{"name": "pc.job", "key": "k1", "payload": [1]}]') $$),
           'SJ001 sqljobs.invalid_argument: spec 1: payload must be a JSON object',
           'stage_many refuses it');
-select is(jobs_test.error_of($$ select jobs.schedule_put('pc.sched', '{"job": "pc.job", "cron": "* * * * *", "payload": [1]}') $$),
+select is(test.error_of($$ select jobs.schedule_put('pc.sched', '{"job": "pc.job", "cron": "* * * * *", "payload": [1]}') $$),
           'SJ001 sqljobs.invalid_argument: schedule pc.sched: spec 1: payload must be a JSON object',
           'a schedule definition refuses it');
 select is((select count(*)::int from jobs.job where name = 'pc.job') + (select count(*)::int from jobs.outbox)
@@ -54,7 +47,8 @@ select results_eq($$ select key, payload from jobs.job where name = 'pc.job' ord
 create temp table many as
   select * from jobs.enqueue_many('[{"name": "pc.z", "key": "b"}, {"name": "pc.a", "key": "z"},
                                     {"name": "pc.z", "key": "a"}, {"name": "pc.z", "key": "b", "payload": {"other": 1}}]');
-select results_eq($$ select m.ord, j.name || '/' || j.key, m.outcome from many m join jobs.job j on j.id = m.id $$,
+select results_eq($$ select m.ord, j.name || '/' || j.key, m.outcome from many m join jobs.job j on j.id = m.id
+                     order by m.ord $$,
                   $$ values (1, 'pc.z/b', 'created'), (2, 'pc.a/z', 'created'), (3, 'pc.z/a', 'created'),
                             (4, 'pc.z/b', 'deduped') $$,
                   'enqueue_many answers each spec at its input position (a repeated key: deduped, payload ignored)');
@@ -64,18 +58,18 @@ select is((select payload from jobs.job where name = 'pc.z' and key = 'b'), '{}'
 -- step_invoke: a child spec with a non-object payload is refused, the parent stays running
 select lives_ok($$ select * from jobs.enqueue('pc.parent', 'p', '{}', '{"queue": "q_pc"}') $$, 'setup: a parent');
 create temp table c1 as select id, claim from jobs.claim('{q_pc}', 'w', 1, 30);
-select is(jobs_test.error_of(format($$ select * from jobs.step_invoke(%s, %s, '{a}', '[{"name": "pc.child", "payload": [1]}]') $$,
+select is(test.error_of(format($$ select * from jobs.step_invoke(%s, %s, '{a}', '[{"name": "pc.child", "payload": [1]}]') $$,
                                     (select id from c1), (select claim from c1))),
           'SJ001 sqljobs.invalid_argument: spec 1: payload must be a JSON object',
           'step_invoke refuses a child payload that is not an object');
 
 -- nack: kind and message, when given, are strings
-select is(jobs_test.error_of(format($$ select jobs.nack(%s, %s, '{"kind": 5, "message": "m"}') $$,
+select is(test.error_of(format($$ select jobs.nack(%s, %s, '{"kind": 5, "message": "m"}') $$,
                                     (select id from c1), (select claim from c1))),
           'SJ001 sqljobs.invalid_argument: error 1: kind must be a JSON string, got number'
           || ' (send {"kind": "...", "message": "...", "detail": ...}, see docs/howto-other-languages.md)',
           'nack refuses a kind that is not a string');
-select is(jobs_test.error_of(format($$ select * from jobs.nack_many(array[%s, %s], array[%s, 1]::bigint[],
+select is(test.error_of(format($$ select * from jobs.nack_many(array[%s, %s], array[%s, 1]::bigint[],
                                          array['{"kind": "error"}', '{"message": {"text": "m"}}']::jsonb[]) $$,
                                     (select id from c1), (select id from c1), (select claim from c1))),
           'SJ001 sqljobs.invalid_argument: error 2: message must be a JSON string, got object'

@@ -7,9 +7,7 @@ select plan(24);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
-create function jobs_test.jid(p_name text, p_key text) returns bigint language sql as $$
-  select j.id from jobs.job j where j.name = p_name and j.key = p_key
-$$;
+-- (test.jid: sqltests/_helpers.sql)
 create function jobs_test.jobs() returns bigint language sql as $$
   select pg_catalog.count(*) from jobs.job
 $$;
@@ -24,10 +22,10 @@ select results_eq($$ select pos::int, ord from b1 order by pos $$,
                   $$ values (1, 1), (2, 2), (3, 3), (4, 4) $$,
                   'one answer per key, in input order');
 select results_eq($$ select ord, id, outcome from b1 order by ord $$,
-                  $$ values (1, jobs_test.jid('eb.job', 'c'), 'created'),
-                            (2, jobs_test.jid('eb.job', 'a'), 'created'),
-                            (3, jobs_test.jid('eb.job', 'b'), 'created'),
-                            (4, jobs_test.jid('eb.job', 'a'), 'deduped') $$,
+                  $$ values (1, test.jid('eb.job', 'c'), 'created'),
+                            (2, test.jid('eb.job', 'a'), 'created'),
+                            (3, test.jid('eb.job', 'b'), 'created'),
+                            (4, test.jid('eb.job', 'a'), 'deduped') $$,
                   'each key answers its job; a key repeated in the batch is deduped');
 select results_eq($$ select key, payload, queue, priority::int, max_attempts, state::text
                        from jobs.job where name = 'eb.job' order by key $$,
@@ -37,7 +35,7 @@ select results_eq($$ select key, payload, queue, priority::int, max_attempts, st
                   'the shared fields and each own key and payload are stored; a null payload is {}');
 select is((select pg_catalog.count(distinct created_at)::int from jobs.job where name = 'eb.job'),
           1, 'one enqueue time for the batch');
-select is((select run_at from jobs.job where id = jobs_test.jid('eb.job', 'a')),
+select is((select run_at from jobs.job where id = test.jid('eb.job', 'a')),
           '2030-01-01 00:00:00+00'::timestamptz, 'runnable now');
 
 -- the same batch through enqueue_many stores the same rows
@@ -56,8 +54,8 @@ select results_eq(
 create temp table b2 as
   select * from jobs.enqueue_batch('{"name": "eb.job", "queue": "q_eb"}', array['d', 'a']);
 select results_eq($$ select ord, id, outcome from b2 order by ord $$,
-                  $$ values (1, jobs_test.jid('eb.job', 'd'), 'created'),
-                            (2, jobs_test.jid('eb.job', 'a'), 'deduped') $$,
+                  $$ values (1, test.jid('eb.job', 'd'), 'created'),
+                            (2, test.jid('eb.job', 'a'), 'deduped') $$,
                   'a key that has a job answers it, deduped; payloads may be left out');
 
 -- ---------------------------------------------------------------- delayed and tenant

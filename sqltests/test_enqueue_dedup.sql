@@ -4,18 +4,13 @@ begin;
 select plan(27);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
-create schema jobs_test;
-create function jobs_test.jid(p_name text, p_key text, p_tenant text default null)
-returns bigint language sql as $$
-  select j.id from jobs.job j
-   where j.name = p_name and j.key = p_key and coalesce(j.tenant, '') = coalesce(p_tenant, '')
-$$;
+-- (test.jid: sqltests/_helpers.sql)
 
 -- ---------------------------------------------------------------- live job
 create temp table r1 as
   select * from jobs.enqueue('dedup.a', 'k1', '{"n": 1}', '{"queue": "q_dedup", "priority": 3}');
 select is((select outcome from r1), 'created', 'the first enqueue of a key is created');
-select is((select id from r1), jobs_test.jid('dedup.a', 'k1'), 'it answers the id of the new row');
+select is((select id from r1), test.jid('dedup.a', 'k1'), 'it answers the id of the new row');
 
 create temp table r2 as
   select * from jobs.enqueue('dedup.a', 'k1', '{"n": 2}', '{"queue": "q_other", "priority": 9}');

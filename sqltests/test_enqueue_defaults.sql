@@ -4,10 +4,7 @@ begin;
 select plan(24);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
-create schema jobs_test;
-create function jobs_test.job(p_key text) returns jobs.job language sql as $$
-  select j from jobs.job j where j.name = 'def.job' and j.key = p_key
-$$;
+-- (test.job: sqltests/_helpers.sql)
 
 -- ---------------------------------------------------------------- defaults
 create temp table d as select * from jobs.enqueue('def.job', 'plain');
@@ -28,13 +25,13 @@ select results_eq(
   $$ values (0::bigint, null::timestamptz, null::text, null::jsonb, null::jsonb, null::jsonb,
              null::text, null::timestamptz, null::timestamptz) $$,
   'a new job has claim 0 and no lease, worker, progress, error, result or start');
-select is((jobs_test.job('plain')).run_at, '2030-01-01 00:00:00+00'::timestamptz,
+select is((test.job('def.job', 'plain')).run_at, '2030-01-01 00:00:00+00'::timestamptz,
           'run_at defaults to jobs.now()');
-select is((jobs_test.job('plain')).created_at, '2030-01-01 00:00:00+00'::timestamptz,
+select is((test.job('def.job', 'plain')).created_at, '2030-01-01 00:00:00+00'::timestamptz,
           'created_at is jobs.now()');
 select lives_ok($$ select * from jobs.enqueue_many('[{"name": "def.job", "key": "null-payload", "payload": null}]') $$,
                 'setup: a spec with payload null');
-select is((jobs_test.job('null-payload')).payload, '{}'::jsonb, 'a null payload is stored as {}');
+select is((test.job('def.job', 'null-payload')).payload, '{}'::jsonb, 'a null payload is stored as {}');
 
 -- ---------------------------------------------------------------- every field stored
 select lives_ok($$
@@ -65,25 +62,25 @@ create temp table more as
 select throws_ok($$ select * from jobs.enqueue('def.job', 'bigbase', '{}', '{"retry_base_s": 7200}') $$,
                  'SJ001', 'sqljobs.invalid_argument: spec 1: retry_cap_s must be at least retry_base_s',
                  'a base above the default cap of 3600 s needs a cap of its own');
-select is((jobs_test.job('pmax')).priority, 32767::smallint, 'priority 32767 is accepted');
-select is((jobs_test.job('pmin')).priority, (-32768)::smallint, 'priority -32768 is accepted');
-select is((jobs_test.job('once')).max_attempts, 1, 'max_attempts 1 is accepted');
+select is((test.job('def.job', 'pmax')).priority, 32767::smallint, 'priority 32767 is accepted');
+select is((test.job('def.job', 'pmin')).priority, (-32768)::smallint, 'priority -32768 is accepted');
+select is((test.job('def.job', 'once')).max_attempts, 1, 'max_attempts 1 is accepted');
 
 -- ---------------------------------------------------------------- run_at
 select lives_ok($$ select * from jobs.enqueue('def.job', 'delay', '{}', '{"delay_s": 90}') $$,
                 'setup: delay_s 90');
-select is((jobs_test.job('delay')).run_at, '2030-01-01 00:01:30+00'::timestamptz,
+select is((test.job('def.job', 'delay')).run_at, '2030-01-01 00:01:30+00'::timestamptz,
           'delay_s sets run_at = jobs.now() + delay_s');
 select lives_ok($$ select * from jobs.enqueue('def.job', 'delay-frac', '{}', '{"delay_s": 0.25}') $$,
                 'setup: delay_s 0.25');
-select is((jobs_test.job('delay-frac')).run_at, '2030-01-01 00:00:00.25+00'::timestamptz,
+select is((test.job('def.job', 'delay-frac')).run_at, '2030-01-01 00:00:00.25+00'::timestamptz,
           'fractional seconds are kept');
 select lives_ok($$ select * from jobs.enqueue('def.job', 'delay0', '{}', '{"delay_s": 0}') $$,
                 'setup: delay_s 0');
-select is((jobs_test.job('delay0')).run_at, jobs.now(), 'delay_s 0 is now');
+select is((test.job('def.job', 'delay0')).run_at, jobs.now(), 'delay_s 0 is now');
 select lives_ok($$ select * from jobs.enqueue('def.job', 'at', '{}', '{"run_at": "2030-06-01T12:00:00+02:00"}') $$,
                 'setup: an explicit run_at');
-select is((jobs_test.job('at')).run_at, '2030-06-01 10:00:00+00'::timestamptz, 'run_at is stored as given');
+select is((test.job('def.job', 'at')).run_at, '2030-06-01 10:00:00+00'::timestamptz, 'run_at is stored as given');
 
 select * from finish();
 rollback;

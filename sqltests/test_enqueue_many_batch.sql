@@ -4,15 +4,9 @@ begin;
 select plan(30);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
-create schema jobs_test;
-create function jobs_test.jid(p_key text) returns bigint language sql as $$
-  select j.id from jobs.job j where j.name = 'batch.job' and j.key = p_key
-$$;
--- The sequence behind job ids is not transactional: a refused call that reached its
--- INSERT would have moved it even though the error rolled the rows back.
-create function jobs_test.seq() returns bigint language sql as $$
-  select s.last_value from jobs.job_id_seq s
-$$;
+-- (test.jid, test.seq: sqltests/_helpers.sql). The sequence behind job ids is not
+-- transactional: a refused call that reached its INSERT would have moved it even though
+-- the error rolled the rows back.
 
 -- ---------------------------------------------------------------- input order
 -- keys out of sort order, so the (name, tenant, key)-ordered insert differs from input
@@ -25,10 +19,10 @@ select results_eq($$ select pos::int, ord from b1 order by pos $$,
                   $$ values (1, 1), (2, 2), (3, 3) $$,
                   'one answer per spec, returned in input order');
 select results_eq($$ select ord, id, outcome from b1 order by ord $$,
-                  $$ values (1, jobs_test.jid('c'), 'created'), (2, jobs_test.jid('a'), 'created'),
-                            (3, jobs_test.jid('b'), 'created') $$,
+                  $$ values (1, test.jid('batch.job', 'c'), 'created'), (2, test.jid('batch.job', 'a'), 'created'),
+                            (3, test.jid('batch.job', 'b'), 'created') $$,
                   'each ord answers the id of its own spec, created');
-select is((select queue from jobs.job where id = jobs_test.jid('a')), 'q_batch_2',
+select is((select queue from jobs.job where id = test.jid('batch.job', 'a')), 'q_batch_2',
           'each spec''s own fields are stored');
 
 -- ---------------------------------------------------------------- mixed created / deduped
@@ -37,8 +31,8 @@ create temp table b2 as
                                     {"name": "batch.job", "key": "a"},
                                     {"name": "batch.job", "key": "e"}]');
 select results_eq($$ select ord, id, outcome from b2 order by ord $$,
-                  $$ values (1, jobs_test.jid('d'), 'created'), (2, jobs_test.jid('a'), 'deduped'),
-                            (3, jobs_test.jid('e'), 'created') $$,
+                  $$ values (1, test.jid('batch.job', 'd'), 'created'), (2, test.jid('batch.job', 'a'), 'deduped'),
+                            (3, test.jid('batch.job', 'e'), 'created') $$,
                   'an existing key in a batch is deduped, the new ones created');
 
 -- ---------------------------------------------------------------- key repeated in the batch
@@ -52,8 +46,8 @@ select results_eq($$ select ord, outcome from b3 order by ord $$,
                   'a key repeated in one batch: the first spec is created, the repeats deduped');
 select is((select count(distinct id)::int from b3 where ord in (1, 3, 4)), 1,
           'the repeats answer the same id');
-select is((select id from b3 where ord = 1), jobs_test.jid('r'), 'which is the one row with that key');
-select is((select payload from jobs.job where id = jobs_test.jid('r')), '{"n": 1}'::jsonb,
+select is((select id from b3 where ord = 1), test.jid('batch.job', 'r'), 'which is the one row with that key');
+select is((select payload from jobs.job where id = test.jid('batch.job', 'r')), '{"n": 1}'::jsonb,
           'the stored job is the first spec''s');
 
 -- A larger batch that must really be sorted: keys k40..k01 descending, with key 'dup'
@@ -68,7 +62,7 @@ create temp table b4 as
                                                      'key', 'k' || pg_catalog.lpad((41 - g)::text, 2, '0'))
              end order by g)
       from pg_catalog.generate_series(1, 40) g));
-select is((select payload from jobs.job where id = jobs_test.jid('dup')), '{"ord": 5}'::jsonb,
+select is((select payload from jobs.job where id = test.jid('batch.job', 'dup')), '{"ord": 5}'::jsonb,
           'in a sorted batch too, the stored job is the first spec''s');
 select results_eq($$ select ord, outcome from b4 where ord in (5, 17, 23, 38) order by ord $$,
                   $$ values (5, 'created'), (17, 'deduped'), (23, 'deduped'), (38, 'deduped') $$,
@@ -106,11 +100,11 @@ select results_eq(
 -- ---------------------------------------------------------------- one spec
 select results_eq(
   $$ select ord, id, outcome from jobs.enqueue_many('[{"name": "batch.job", "key": "a"}]') $$,
-  $$ values (1, jobs_test.jid('a'), 'deduped') $$,
+  $$ values (1, test.jid('batch.job', 'a'), 'deduped') $$,
   'a one-spec batch of an existing key answers that job, deduped');
 select throws_ok(
   $$ select * from jobs.enqueue_many('[{"name": "batch.job", "key": "a", "on_conflict": "error"}]') $$,
-  'SJ003', 'sqljobs.duplicate_job: spec 1: job ' || jobs_test.jid('a') || ' already exists for key ''a''',
+  'SJ003', 'sqljobs.duplicate_job: spec 1: job ' || test.jid('batch.job', 'a') || ' already exists for key ''a''',
   'a strict one-spec batch of an existing key is refused, naming the job');
 
 -- ---------------------------------------------------------------- empty and large batches
@@ -129,25 +123,25 @@ select is((select count(*)::int from big b join jobs.job j on j.id = b.id
             where j.key = 'b' || (1001 - b.ord)), 1000, 'each ord answers its own spec''s id');
 
 -- ---------------------------------------------------------------- refusals write nothing
-create temp table seq0 as select jobs_test.seq() as v;
+create temp table seq0 as select test.seq() as v;
 select throws_ok(
   $$ select * from jobs.enqueue_many('[{"name": "batch.job", "key": "new1"},
                                        {"name": "batch.job", "key": "a", "on_conflict": "error"}]') $$,
   'SJ003', null, 'on_conflict = error meeting an existing key refuses the whole batch');
-select is(jobs_test.jid('new1'), null, 'the valid spec of the refused batch was not written');
-select is(jobs_test.seq(), (select v from seq0), 'the refusal came before the insert (no id drawn)');
+select is(test.jid('batch.job', 'new1'), null, 'the valid spec of the refused batch was not written');
+select is(test.seq(), (select v from seq0), 'the refusal came before the insert (no id drawn)');
 select throws_ok(
   $$ select * from jobs.enqueue_many('[{"name": "batch.job", "key": "new2"},
                                        {"name": "batch.job", "key": "new3", "priority": 99999}]') $$,
   'SJ001', null, 'one invalid spec refuses the whole batch');
-select is(jobs_test.jid('new2'), null, 'its valid spec was not written');
-select is(jobs_test.seq(), (select v from seq0), 'no id was drawn');
+select is(test.jid('batch.job', 'new2'), null, 'its valid spec was not written');
+select is(test.seq(), (select v from seq0), 'no id was drawn');
 select throws_ok(
   $$ select * from jobs.enqueue_many('[{"name": "batch.job", "key": "new4"},
                                        {"name": "batch.job", "key": "new4", "on_conflict": "error"}]') $$,
   'SJ003', null, 'on_conflict = error on a key an earlier spec of the same batch takes refuses the batch');
-select is(jobs_test.jid('new4'), null, 'and writes nothing');
-select is(jobs_test.seq(), (select v from seq0), 'no id was drawn');
+select is(test.jid('batch.job', 'new4'), null, 'and writes nothing');
+select is(test.seq(), (select v from seq0), 'no id was drawn');
 select is((select count(*)::int from jobs.job where name = 'batch.job'),
           (select count(distinct id)::int from (select id from b1 union all select id from b2
                                                 union all select id from b3 union all select id from b4) x) + 2,

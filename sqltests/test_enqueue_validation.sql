@@ -1,15 +1,13 @@
 -- jobs.enqueue_many / jobs.enqueue: every invalid spec is refused with invalid_argument
 -- (SJ001) before the first write.
 begin;
-select plan(69);
+select plan(88);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
 -- The sequence behind job ids is not transactional: a refused call that reached its
--- INSERT would have moved it even though the error rolled the rows back.
-create function jobs_test.seq() returns bigint language sql as $$
-  select s.last_value from jobs.job_id_seq s
-$$;
+-- INSERT would have moved it even though the error rolled the rows back (test.seq,
+-- test.error_of: sqltests/_helpers.sql).
 -- Refused: a batch of one valid spec followed by the given invalid one.
 create function jobs_test.refused(p_bad jsonb) returns text language sql as $$
   select pg_catalog.format('select * from jobs.enqueue_many(%L::jsonb)',
@@ -20,7 +18,7 @@ create function jobs_test.bad(p_fields jsonb) returns text language sql as $$
 $$;
 
 select lives_ok($$ select jobs.enqueue('v.warmup', 'w') $$, 'setup: draw an id');
-create temp table seq0 as select jobs_test.seq() as v;
+create temp table seq0 as select test.seq() as v;
 
 -- ---------------------------------------------------------------- shape
 select throws_ok($$ select * from jobs.enqueue_many('{"name": "v", "key": "k"}') $$, 'SJ001', null,
@@ -84,7 +82,44 @@ select throws_ok(jobs_test.bad('{"retry_base_s": "NaN", "retry_cap_s": "NaN"}'),
                  'a NaN backoff (which no retry could compute) is refused');
 select throws_ok(jobs_test.bad('{"timeout_s": "NaN"}'), 'SJ001', null, 'timeout_s NaN is refused');
 
-select is(jobs_test.seq(), (select v from seq0), 'no refused batch drew an id');
+-- ---------------------------------------------------------------- bounds (docs/reference/sql.md, "Limits")
+select throws_ok(jobs_test.bad(jsonb_build_object('name', repeat('n', 201))), 'SJ001', null,
+                 'a name over 200 bytes is refused');
+select throws_ok(jobs_test.bad(jsonb_build_object('name', repeat('é', 101))), 'SJ001', null,
+                 'the bound counts bytes: 101 two-byte characters are over 200');
+select throws_ok(jobs_test.bad(jsonb_build_object('key', repeat('k', 1001))), 'SJ001', null,
+                 'a key over 1000 bytes is refused');
+select throws_ok(jobs_test.bad(jsonb_build_object('queue', repeat('q', 201))), 'SJ001', null,
+                 'a queue over 200 bytes is refused');
+select throws_ok(jobs_test.bad(jsonb_build_object('tenant', repeat('t', 201))), 'SJ001', null,
+                 'a tenant over 200 bytes is refused');
+select throws_ok(jobs_test.bad(jsonb_build_object('group_key', repeat('g', 1001), 'singleton', true)), 'SJ001', null,
+                 'a group_key over 1000 bytes is refused');
+select throws_ok(jobs_test.bad(jsonb_build_object('traceparent', repeat('0', 257))), 'SJ001', null,
+                 'a traceparent over 256 bytes is refused');
+select throws_ok(jobs_test.bad(jsonb_build_object('payload', (repeat('{"a": ', 100) || '1' || repeat('}', 100))::jsonb)),
+                 'SJ001', null, 'a payload nested 100 levels deep is refused');
+select throws_ok(jobs_test.bad('{"run_at": "infinity"}'), 'SJ001', null, 'run_at infinity is refused');
+select throws_ok(jobs_test.bad('{"run_at": "-infinity"}'), 'SJ001', null, 'run_at -infinity is refused');
+select throws_ok(jobs_test.bad('{"run_at": "1969-12-31T23:59:59Z"}'), 'SJ001', null, 'a run_at before 1970 is refused');
+select throws_ok(jobs_test.bad('{"run_at": "2200-01-01T00:00:01Z"}'), 'SJ001', null, 'a run_at after 2200 is refused');
+select throws_ok(jobs_test.bad('{"delay_s": 3.3e9}'), 'SJ001', null, 'a delay_s over 3.2e9 s is refused');
+select throws_ok(jobs_test.bad('{"timeout_s": 1.1e9}'), 'SJ001', null, 'a timeout_s over 1e9 s is refused');
+select throws_ok(jobs_test.bad('{"retry_base_s": 1e308, "retry_cap_s": 1e308}'), 'SJ001', null,
+                 'a retry_base_s over 1e9 s is refused');
+select throws_ok(jobs_test.bad('{"retry_cap_s": 1.1e9}'), 'SJ001', null, 'a retry_cap_s over 1e9 s is refused');
+select throws_ok(jobs_test.bad('{"debounce_s": 1.1e9, "singleton": true, "group_key": "g"}'), 'SJ001', null,
+                 'a debounce_s over 1e9 s is refused');
+select throws_ok(jobs_test.bad('{"throttle_n": 1, "throttle_per_s": 1.1e9, "group_key": "g"}'), 'SJ001', null,
+                 'a throttle_per_s over 1e9 s is refused');
+select is(jobs.spec_problem(jsonb_build_array(jsonb_build_object(
+            'name', repeat('n', 200), 'key', repeat('k', 1000), 'queue', repeat('q', 200),
+            'tenant', repeat('t', 200), 'traceparent', repeat('0', 256),
+            'payload', (repeat('{"a": ', 99) || '1' || repeat('}', 99))::jsonb,
+            'run_at', '2199-12-31T23:59:59Z', 'timeout_s', 1e9, 'retry_base_s', 1e9, 'retry_cap_s', 1e9))),
+          null, 'every bound is inclusive: values at it are accepted');
+
+select is(test.seq(), (select v from seq0), 'no refused batch drew an id');
 select is((select count(*)::int from jobs.job where name in ('v.ok', 'v.bad')), 0,
           'no refused batch wrote a row');
 
@@ -98,18 +133,9 @@ select throws_ok($$ select * from jobs.enqueue('v.bad', 'k', '{}', null) $$, 'SJ
                  'enqueue: null options are refused');
 select throws_ok($$ select * from jobs.enqueue('v.bad', 'k', '{}', '{"key": "other"}') $$, 'SJ001', null,
                  'enqueue: options carrying key are refused');
-select is(jobs_test.seq(), (select v from seq0), 'no refused enqueue drew an id');
+select is(test.seq(), (select v from seq0), 'no refused enqueue drew an id');
 
 -- ---------------------------------------------------------------- messages
--- The error a statement raises, as 'SQLSTATE message', or null when it succeeds.
-create function jobs_test.error_of(p_sql text) returns text language plpgsql as $$
-begin
-  execute p_sql;
-  return null;
-exception when others then
-  return sqlstate || ' ' || sqlerrm;
-end
-$$;
 select is(jobs.spec_problem('[{"name": "v", "key": "k", "zeta": 1, "alpha": 2}]'),
           'spec 1: unknown field ''zeta''', 'the unknown field named is the first in jsonb key order');
 select is(jobs.spec_problem('[{"name": "v", "key": 5, "queue": 7}]'),
@@ -162,15 +188,15 @@ create temp table lean as
                  ('{"a": "b", "c": 1}')) p(v);
 select is_empty(
   $$ select l.* from lean l
-      where jobs_test.error_of(pg_catalog.format('select * from jobs.enqueue(%L, %L, %L)', l.name, l.key, l.payload))
+      where test.error_of(pg_catalog.format('select * from jobs.enqueue(%L, %L, %L)', l.name, l.key, l.payload))
             is distinct from
-            jobs_test.error_of(pg_catalog.format('select * from jobs.enqueue_many(%L)',
+            test.error_of(pg_catalog.format('select * from jobs.enqueue_many(%L)',
               jobs.one_spec(l.name, l.key, l.payload, '{}'))) $$,
   'enqueue and enqueue_many refuse each (name, key, payload) alike: the same code and message');
-select is(jobs_test.error_of($$ select * from jobs.enqueue(null, null, '"a string of 16"') $$),
+select is(test.error_of($$ select * from jobs.enqueue(null, null, '"a string of 16"') $$),
           'SJ001 sqljobs.invalid_argument: spec 1: name is required',
           'a name problem is reported before a key or payload problem');
-select is(jobs_test.error_of($$ select * from jobs.enqueue('v.lean', 'k', '"a string of 16"') $$),
+select is(test.error_of($$ select * from jobs.enqueue('v.lean', 'k', '"a string of 16"') $$),
           'SJ001 sqljobs.invalid_argument: spec 1: payload must be a JSON object',
           'a string payload is refused (not an object) before it is measured');
 reset jobs.max_payload_bytes;

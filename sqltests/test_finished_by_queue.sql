@@ -7,34 +7,17 @@ begin;
 select plan(13);
 
 set local timezone = 'UTC';
-create schema jobs_test;
--- enqueue, claim and settle one job at p_at: p_how is ack, fail, dead or cancel
-create function jobs_test.finish(p_key text, p_queue text, p_at timestamptz, p_how text)
-returns void language plpgsql as $$
-declare v_id bigint; v_claim bigint;
-begin
-  perform pg_catalog.set_config('jobs.fake_now', p_at::text, true);
-  perform jobs.enqueue('fbq.job', p_key, '{}', pg_catalog.jsonb_build_object('queue', p_queue, 'max_attempts', 1));
-  if p_how = 'cancel' then
-    perform jobs.cancel(j.id) from jobs.job j where j.key = p_key;
-    return;
-  end if;
-  select c.id, c.claim into strict v_id, v_claim from jobs.claim(array[p_queue], 'w', 1, 30) c;
-  if p_how = 'ack' then perform jobs.ack(v_id, v_claim);
-  elsif p_how = 'fail' then perform jobs.nack(v_id, v_claim, null, 'fail');
-  else perform jobs.nack(v_id, v_claim);  -- the only attempt: dead
-  end if;
-end $$;
+-- (test.finish: sqltests/_helpers.sql)
 
 select has_function('jobs', 'finished_by_queue', array['integer', 'integer'], 'jobs.finished_by_queue exists');
 do $$ begin
-  perform jobs_test.finish('old', 'q_fa', '2030-01-01 09:40:00+00', 'ack');   -- before the window
-  perform jobs_test.finish('a1', 'q_fa', '2030-01-01 09:55:00+00', 'ack');    -- first bucket's start
-  perform jobs_test.finish('a2', 'q_fa', '2030-01-01 10:01:10+00', 'ack');
-  perform jobs_test.finish('a3', 'q_fa', '2030-01-01 10:03:00+00', 'fail');
-  perform jobs_test.finish('b1', 'q_fb', '2030-01-01 10:06:00+00', 'dead');
-  perform jobs_test.finish('b2', 'q_fb', '2030-01-01 10:07:20+00', 'cancel');
-  perform jobs_test.finish('b3', 'q_fb', '2030-01-01 10:07:25+00', 'ack');
+  perform test.finish('fbq.job', 'old', '{"queue": "q_fa"}', 'succeeded', p_at => '2030-01-01 09:40:00+00');   -- before the window
+  perform test.finish('fbq.job', 'a1', '{"queue": "q_fa"}', 'succeeded', p_at => '2030-01-01 09:55:00+00');    -- first bucket's start
+  perform test.finish('fbq.job', 'a2', '{"queue": "q_fa"}', 'succeeded', p_at => '2030-01-01 10:01:10+00');
+  perform test.finish('fbq.job', 'a3', '{"queue": "q_fa"}', 'failed', p_at => '2030-01-01 10:03:00+00');
+  perform test.finish('fbq.job', 'b1', '{"queue": "q_fb"}', 'dead', p_at => '2030-01-01 10:06:00+00');
+  perform test.finish('fbq.job', 'b2', '{"queue": "q_fb"}', 'cancelled', p_at => '2030-01-01 10:07:20+00');
+  perform test.finish('fbq.job', 'b3', '{"queue": "q_fb"}', 'succeeded', p_at => '2030-01-01 10:07:25+00');
 end $$;
 set local jobs.fake_now = '2030-01-01 10:07:30+00';
 

@@ -33,9 +33,10 @@ select is(pg_catalog.pg_get_function_result('jobs.limits()'::regprocedure),
 select is(pg_catalog.pg_get_function_result('jobs.limit_stats()'::regprocedure),
           'TABLE(limit_name text, grp text, concurrency integer, running bigint, waiting bigint, rate_n integer, rate_per_s double precision, recent_starts integer, deferred bigint)',
           'limit_stats returns these columns');
+-- version 2: no token column (a lease's token is its holder's proof, sql/00_schema.sql)
 select is(pg_catalog.pg_get_function_result('jobs.leases()'::regprocedure),
-          'TABLE(name text, holder text, token bigint, lease_expires_at timestamp with time zone, acquired_at timestamp with time zone, live boolean)',
-          'leases returns these columns');
+          'TABLE(name text, holder text, lease_expires_at timestamp with time zone, acquired_at timestamp with time zone, live boolean)',
+          'leases returns these columns, and no token');
 
 select * from finish();
 rollback;

@@ -5,13 +5,7 @@ begin;
 select plan(21);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
-create schema jobs_test;
--- claim the one job named p_name of p_queue
-create function jobs_test.take(p_queue text, p_name text) returns table (id bigint, claim bigint)
-language sql as $$
-  select c.id, c.claim from jobs.claim(array[p_queue], 'w', 1, 30,
-                                       pg_catalog.jsonb_build_object('names', array[p_name])) c
-$$;
+-- (test.take: sqltests/_helpers.sql)
 
 -- ---------------------------------------------------------------- the queue gauges
 do $$ begin
@@ -31,13 +25,13 @@ do $$ begin
     {"name": "mx.lim", "key": "bolt", "queue": "q_mx_c", "payload": {"customer": "bolt-secret"}},
     {"name": "mx.done", "key": "x", "queue": "q_mx_done"}
   ]');
-  perform from jobs_test.take('q_mx_a', 'mx.run');
-  perform jobs.nack(t.id, t.claim, null, 'park') from jobs_test.take('q_mx_a', 'mx.park') t;
-  perform jobs.nack(t.id, t.claim, null, 'interrupt') from jobs_test.take('q_mx_a', 'mx.int') t;
-  perform jobs.ack(t.id, t.claim) from jobs_test.take('q_mx_a', 'mx.ok') t;
-  perform jobs.nack(t.id, t.claim) from jobs_test.take('q_mx_a', 'mx.dead') t;
+  perform from test.take('q_mx_a', 'mx.run');
+  perform jobs.nack(t.id, t.claim, null, 'park') from test.take('q_mx_a', 'mx.park') t;
+  perform jobs.nack(t.id, t.claim, null, 'interrupt') from test.take('q_mx_a', 'mx.int') t;
+  perform jobs.ack(t.id, t.claim) from test.take('q_mx_a', 'mx.ok') t;
+  perform jobs.nack(t.id, t.claim) from test.take('q_mx_a', 'mx.dead') t;
   perform jobs.cancel(j.id) from jobs.job j where j.name = 'mx.cancel';
-  perform jobs.ack(t.id, t.claim) from jobs_test.take('q_mx_done', 'mx.done') t;
+  perform jobs.ack(t.id, t.claim) from test.take('q_mx_done', 'mx.done') t;
   perform jobs.pause_queue('q_mx_b');
   perform from jobs.claim('{q_mx_c}', 'w', 3, 30);  -- acme1 and bolt run, acme2 waits
 end $$;
@@ -88,20 +82,20 @@ do $$ begin
     {"name": "st.s3", "key": "x", "queue": "q_mx_s"}, {"name": "st.fl", "key": "x", "queue": "q_mx_s"},
     {"name": "st.cx", "key": "x", "queue": "q_mx_s"}, {"name": "st.old", "key": "x", "queue": "q_mx_s"}
   ]');
-  perform jobs.ack(t.id, t.claim) from jobs_test.take('q_mx_s', 'st.old') t;  -- finished at 01:00:00
+  perform jobs.ack(t.id, t.claim) from test.take('q_mx_s', 'st.old') t;  -- finished at 01:00:00
 end $$;
 create temporary table st_claims (name text, id bigint, claim bigint);
 set local jobs.fake_now = '2030-01-01 01:00:02+00';
-insert into st_claims select 'st.s1', t.id, t.claim from jobs_test.take('q_mx_s', 'st.s1') t;
+insert into st_claims select 'st.s1', t.id, t.claim from test.take('q_mx_s', 'st.s1') t;
 set local jobs.fake_now = '2030-01-01 01:00:04+00';
-insert into st_claims select 'st.s2', t.id, t.claim from jobs_test.take('q_mx_s', 'st.s2') t;
+insert into st_claims select 'st.s2', t.id, t.claim from test.take('q_mx_s', 'st.s2') t;
 select lives_ok($$ select jobs.ack(c.id, c.claim) from st_claims c where c.name = 'st.s1' $$,
                 'setup: s1 waited 2 s, ran 2 s');
 set local jobs.fake_now = '2030-01-01 01:00:10+00';
-insert into st_claims select 'st.s3', t.id, t.claim from jobs_test.take('q_mx_s', 'st.s3') t;
+insert into st_claims select 'st.s3', t.id, t.claim from test.take('q_mx_s', 'st.s3') t;
 select lives_ok($$ select jobs.ack(c.id, c.claim) from st_claims c where c.name = 'st.s2' $$,
                 'setup: s2 waited 4 s, ran 6 s');
-select lives_ok($$ select jobs.nack(t.id, t.claim, null, 'fail') from jobs_test.take('q_mx_s', 'st.fl') t $$,
+select lives_ok($$ select jobs.nack(t.id, t.claim, null, 'fail') from test.take('q_mx_s', 'st.fl') t $$,
                 'setup: fl waited 10 s, failed at once');
 set local jobs.fake_now = '2030-01-01 01:00:20+00';
 select lives_ok($$ select jobs.ack(c.id, c.claim) from st_claims c where c.name = 'st.s3' $$,

@@ -7,36 +7,7 @@ select plan(19);
 
 set local jobs.notify = off;
 create schema jobs_test;
--- A job of queue p_queue, key p_key, taken to p_outcome now (jobs.fake_now).
-create function jobs_test.finish(p_key text, p_queue text, p_outcome text) returns void
-language plpgsql as $$
-declare
-  v_id bigint;
-  v_claim bigint;
-begin
-  select e.id into v_id from jobs.enqueue('purge.job', p_key, '{}',
-    pg_catalog.jsonb_build_object('queue', p_queue, 'max_attempts', 1)) e;
-  if p_outcome = 'cancelled' then
-    perform jobs.cancel(v_id);
-    return;
-  end if;
-  if p_outcome = 'ready' then
-    return;
-  end if;
-  select c.claim into v_claim from jobs.claim(array[p_queue], 'w', 1, 3600) c where c.id = v_id;
-  if v_claim is null then
-    raise exception 'setup: % was not claimed', p_key;
-  end if;
-  if p_outcome = 'succeeded' then
-    perform jobs.ack(v_id, v_claim);
-  elsif p_outcome = 'failed' then
-    perform jobs.nack(v_id, v_claim, '{"m": "x"}', 'fail');
-  elsif p_outcome = 'dead' then
-    perform jobs.nack(v_id, v_claim, '{"m": "x"}');   -- max_attempts 1: dead
-  elsif p_outcome = 'parked' then
-    perform jobs.nack(v_id, v_claim, null, 'park');
-  end if;                                              -- 'running': left running
-end $$;
+-- (test.finish: sqltests/_helpers.sql)
 create function jobs_test.keys() returns text[] language sql as $$
   select array(select j.key from jobs.job j where j.name = 'purge.job' order by j.key)
 $$;
@@ -50,31 +21,31 @@ select is((select row(p.queue, p.succeeded_s, p.failed_s, p.dead_s, p.cancelled_
 -- T0 = 2030-01-01; the purge runs at T0 + 31 days (2030-02-01).
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 do $$ begin
-  perform jobs_test.finish('a_s_old', 'q', 'succeeded');
-  perform jobs_test.finish('a_c_old', 'q', 'cancelled');
-  perform jobs_test.finish('a_f_old', 'q', 'failed');
-  perform jobs_test.finish('a_d_old', 'q', 'dead');
-  perform jobs_test.finish('a_ready', 'q_ready', 'ready');
-  perform jobs_test.finish('a_running', 'q_run', 'running');
-  perform jobs_test.finish('a_parked', 'q_park', 'parked');
-  perform jobs_test.finish('k_s_old', 'keep', 'succeeded');    -- queue 'keep': forever
-  perform jobs_test.finish('f_c_old', 'fast', 'cancelled');
+  perform test.finish('purge.job', 'a_s_old', '{"queue": "q"}', 'succeeded');
+  perform test.finish('purge.job', 'a_c_old', '{"queue": "q"}', 'cancelled');
+  perform test.finish('purge.job', 'a_f_old', '{"queue": "q"}', 'failed');
+  perform test.finish('purge.job', 'a_d_old', '{"queue": "q"}', 'dead');
+  perform test.finish('purge.job', 'a_ready', '{"queue": "q_ready"}', 'ready');
+  perform test.finish('purge.job', 'a_running', '{"queue": "q_run"}', 'running');
+  perform test.finish('purge.job', 'a_parked', '{"queue": "q_park"}', 'parked');
+  perform test.finish('purge.job', 'k_s_old', '{"queue": "keep"}', 'succeeded');    -- queue 'keep': forever
+  perform test.finish('purge.job', 'f_c_old', '{"queue": "fast"}', 'cancelled');
 end $$;
 set local jobs.fake_now = '2030-01-24 00:00:00+00';          -- 8 days before the purge
 do $$ begin
-  perform jobs_test.finish('b_c_8d', 'q', 'cancelled');
-  perform jobs_test.finish('b_f_8d', 'q', 'failed');
+  perform test.finish('purge.job', 'b_c_8d', '{"queue": "q"}', 'cancelled');
+  perform test.finish('purge.job', 'b_f_8d', '{"queue": "q"}', 'failed');
 end $$;
 set local jobs.fake_now = '2030-01-30 00:00:00+00';          -- 2 days before the purge
 do $$ begin
-  perform jobs_test.finish('c_s_2d', 'q', 'succeeded');
-  perform jobs_test.finish('c_c_2d', 'q', 'cancelled');
-  perform jobs_test.finish('c_d_2d', 'q', 'dead');
-  perform jobs_test.finish('f_c_2d', 'fast', 'cancelled');
+  perform test.finish('purge.job', 'c_s_2d', '{"queue": "q"}', 'succeeded');
+  perform test.finish('purge.job', 'c_c_2d', '{"queue": "q"}', 'cancelled');
+  perform test.finish('purge.job', 'c_d_2d', '{"queue": "q"}', 'dead');
+  perform test.finish('purge.job', 'f_c_2d', '{"queue": "fast"}', 'cancelled');
 end $$;
 set local jobs.fake_now = '2030-01-31 23:00:00+00';          -- 1 hour before
 do $$ begin
-  perform jobs_test.finish('d_s_1h', 'q', 'succeeded');
+  perform test.finish('purge.job', 'd_s_1h', '{"queue": "q"}', 'succeeded');
 end $$;
 select lives_ok($$ select * from jobs.retention_put('keep', '{"succeeded": "forever"}') $$,
                 'a stored override: queue keep keeps succeeded jobs forever');

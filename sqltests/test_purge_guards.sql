@@ -5,21 +5,7 @@ begin;
 select plan(11);
 
 set local jobs.notify = off;
-create schema jobs_test;
-create function jobs_test.id(p_key text) returns bigint language sql as $$
-  select j.id from jobs.job j where j.key = p_key
-$$;
-create function jobs_test.run(p_key text, p_queue text) returns bigint language plpgsql as $$
-declare
-  v_claim bigint;
-begin
-  perform jobs.enqueue('guard.job', p_key, '{}', pg_catalog.jsonb_build_object('queue', p_queue));
-  select c.claim into v_claim from jobs.claim(array[p_queue], 'w', 1, 3600) c;
-  return v_claim;
-end $$;
-create function jobs_test.present(p_key text) returns boolean language sql as $$
-  select exists (select 1 from jobs.job j where j.key = p_key)
-$$;
+-- (test.start / test.jid: sqltests/_helpers.sql)
 
 -- ---------------------------------------------------------------- awaited
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
@@ -27,16 +13,16 @@ do $$
 declare
   v_claim bigint;
 begin
-  v_claim := jobs_test.run('w_watched', 'qw');
-  perform jobs.watch_outcome(jobs_test.id('w_watched'));      -- app.result is waiting
-  perform jobs.ack(jobs_test.id('w_watched'), v_claim);
-  v_claim := jobs_test.run('w_plain', 'qw');
-  perform jobs.ack(jobs_test.id('w_plain'), v_claim);
+  v_claim := test.start('guard.job', 'w_watched', '{"queue": "qw"}', 3600);
+  perform jobs.watch_outcome(test.jid('guard.job', 'w_watched'));      -- app.result is waiting
+  perform jobs.ack(test.jid('guard.job', 'w_watched'), v_claim);
+  v_claim := test.start('guard.job', 'w_plain', '{"queue": "qw"}', 3600);
+  perform jobs.ack(test.jid('guard.job', 'w_plain'), v_claim);
 end $$;
 set local jobs.fake_now = '2030-01-01 00:30:00+00';
 select results_eq($$ select deleted from jobs.purge(100, false, '{"succeeded": 60}') where what = 'job' $$,
                   $$ values (1::bigint) $$, 'succeeded 60 s, 30 min later: one job goes...');
-select ok(jobs_test.present('w_watched') and not jobs_test.present('w_plain'),
+select ok(test.jid('guard.job', 'w_watched') is not null and test.jid('guard.job', 'w_plain') is null,
           '...the unwatched one: an awaited job is kept for the awaited age (1 h)');
 set local jobs.fake_now = '2030-01-01 01:00:01+00';
 select results_eq($$ select deleted from jobs.purge(100, false, '{"succeeded": 60}') where what = 'job' $$,
@@ -78,8 +64,8 @@ select results_eq($$ select deleted, remaining from jobs.purge(100, false, '{"su
                      where what = 'job' $$,
                   $$ values (2::bigint, 0::bigint) $$,
                   'the first parent and its child go (both final); the cancelled parent is not eligible');
-select ok(jobs_test.present('p2') and jobs_test.present('c2')
-          and not jobs_test.present('p1') and not jobs_test.present('c1'),
+select ok(test.jid('guard.parent', 'p2') is not null and test.jid('guard.child', 'c2') is not null
+          and test.jid('guard.parent', 'p1') is null and test.jid('guard.child', 'c1') is null,
           'a parent whose child is live stays, and so does the live child');
 
 select * from finish();

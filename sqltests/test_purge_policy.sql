@@ -1,9 +1,10 @@
 -- The stored retention policy (jobs.retention_put / retention_remove / retention_policy)
 -- and the refusals: invalid_retention (SJ014) for a bad age or batch, unknown_retention_key
 -- (SJ015) for a key that is not a final state, awaited or events. A refused call
--- changes nothing.
+-- changes nothing. '' names no queue (invalid_argument SJ001; null is '*'). And
+-- jobs.retention_sweep, the scheduler's batch: jobs.purge under the stored policy.
 begin;
-select plan(21);
+select plan(27);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 
@@ -50,7 +51,22 @@ select throws_ok($$ select * from jobs.purge(10, false, '{"queues": {"mail": {"e
                  '...nor in a call''s queue override');
 select throws_ok($$ select * from jobs.retention_put('mail', '{"queues": {}}') $$, 'SJ015', null,
                  'a stored row takes no queues key');
+select throws_ok($$ select * from jobs.retention_put('', '{"succeeded": 60}') $$, 'SJ001', null,
+                 'retention_put(''''): invalid_argument ('''' is not another way to write ''*'')');
+select throws_ok($$ select jobs.retention_remove('') $$, 'SJ001', null, 'retention_remove(''''): invalid_argument');
 select is((select count(*)::int from jobs.retention), 0, 'the refused calls stored nothing');
+
+-- ---------------------------------------------------------------- retention_sweep
+select lives_ok($$ select test.finish('pp.job', 'old', '{}', 'succeeded'), test.finish('pp.job', 'kept', '{}', 'failed') $$,
+                'setup: a succeeded and a failed job...');
+select lives_ok($$ select * from jobs.retention_put(null, '{"succeeded": 60}') $$,
+                '...and a stored policy that keeps succeeded jobs 60 s');
+set local jobs.fake_now = '2030-01-01 00:02:00+00';
+select results_eq($$ select what, deleted from jobs.retention_sweep(10) order by what $$,
+                  $$ values ('event', 0::bigint), ('job', 1::bigint), ('outbox', 0::bigint) $$,
+                  'two minutes on, retention_sweep deletes the succeeded job under the stored policy');
+select ok(test.jid('pp.job', 'old') is null and test.jid('pp.job', 'kept') is not null,
+          'the failed job stays (30 days by default)');
 
 select * from finish();
 rollback;

@@ -5,11 +5,7 @@ begin;
 select plan(12);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
-create schema jobs_test;
--- claim the one job named p_name in q_qs_a
-create function jobs_test.take(p_name text) returns table (id bigint, claim bigint) language sql as $$
-  select c.id, c.claim from jobs.claim('{q_qs_a}', 'w', 1, 30, pg_catalog.jsonb_build_object('names', array[p_name])) c
-$$;
+-- (test.take: sqltests/_helpers.sql)
 
 do $$ begin
   perform jobs.enqueue_many('[
@@ -23,12 +19,12 @@ do $$ begin
     {"name": "qs.cancel", "key": "x", "queue": "q_qs_a"},
     {"name": "qs.later", "key": "x", "queue": "q_qs_c", "delay_s": 60}
   ]');
-  perform from jobs_test.take('qs.run');
-  perform jobs.nack(t.id, t.claim, null, 'park') from jobs_test.take('qs.park') t;
-  perform jobs.nack(t.id, t.claim, null, 'interrupt') from jobs_test.take('qs.int') t;
-  perform jobs.ack(t.id, t.claim) from jobs_test.take('qs.ok') t;
-  perform jobs.nack(t.id, t.claim, null, 'fail') from jobs_test.take('qs.fail') t;
-  perform jobs.nack(t.id, t.claim) from jobs_test.take('qs.dead') t;
+  perform from test.take('q_qs_a', 'qs.run');
+  perform jobs.nack(t.id, t.claim, null, 'park') from test.take('q_qs_a', 'qs.park') t;
+  perform jobs.nack(t.id, t.claim, null, 'interrupt') from test.take('q_qs_a', 'qs.int') t;
+  perform jobs.ack(t.id, t.claim) from test.take('q_qs_a', 'qs.ok') t;
+  perform jobs.nack(t.id, t.claim, null, 'fail') from test.take('q_qs_a', 'qs.fail') t;
+  perform jobs.nack(t.id, t.claim) from test.take('q_qs_a', 'qs.dead') t;
   perform jobs.cancel(j.id) from jobs.job j where j.name = 'qs.cancel';
   perform jobs.pause_queue('q_qs_b');
 end $$;

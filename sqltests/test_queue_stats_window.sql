@@ -4,28 +4,13 @@
 begin;
 select plan(6);
 
-create schema jobs_test;
-create function jobs_test.finish(p_key text, p_state text, p_at timestamptz) returns void
-language plpgsql as $$
-begin
-  perform set_config('jobs.fake_now', p_at::text, true);
-  perform jobs.enqueue('qw.job', p_key, '{}', '{"queue": "q_qw", "max_attempts": 1}');
-  if p_state = 'cancelled' then
-    perform jobs.cancel(j.id) from jobs.job j where j.name = 'qw.job' and j.key = p_key;
-    return;
-  end if;
-  perform case p_state when 'succeeded' then jobs.ack(c.id, c.claim)::text
-                       when 'failed' then jobs.nack(c.id, c.claim, null, 'fail')::text
-                       else jobs.nack(c.id, c.claim)::text end
-     from jobs.claim('{q_qw}', 'w', 1, 30) c;
-end $$;
-
-select lives_ok($$ select jobs_test.finish('old-ok', 'succeeded', '2030-01-01 00:00:00+00'),
-                          jobs_test.finish('old-fail', 'failed', '2030-01-01 00:00:01+00'),
-                          jobs_test.finish('old-cancel', 'cancelled', '2030-01-01 00:00:02+00'),
-                          jobs_test.finish('old-dead', 'dead', '2030-01-01 00:00:03+00'),
-                          jobs_test.finish('new-ok', 'succeeded', '2030-01-03 00:00:00+00'),
-                          jobs_test.finish('new-cancel', 'cancelled', '2030-01-03 00:00:01+00') $$,
+-- (test.finish: sqltests/_helpers.sql)
+select lives_ok($$ select test.finish('qw.job', 'old-ok', '{"queue": "q_qw"}', 'succeeded', p_at => '2030-01-01 00:00:00+00'),
+                          test.finish('qw.job', 'old-fail', '{"queue": "q_qw"}', 'failed', p_at => '2030-01-01 00:00:01+00'),
+                          test.finish('qw.job', 'old-cancel', '{"queue": "q_qw"}', 'cancelled', p_at => '2030-01-01 00:00:02+00'),
+                          test.finish('qw.job', 'old-dead', '{"queue": "q_qw"}', 'dead', p_at => '2030-01-01 00:00:03+00'),
+                          test.finish('qw.job', 'new-ok', '{"queue": "q_qw"}', 'succeeded', p_at => '2030-01-03 00:00:00+00'),
+                          test.finish('qw.job', 'new-cancel', '{"queue": "q_qw"}', 'cancelled', p_at => '2030-01-03 00:00:01+00') $$,
                 'setup: jobs finished two days apart');
 select lives_ok($$ select jobs.enqueue('qw.job', 'live', '{}', '{"queue": "q_qw", "run_at": "2029-12-01T00:00:00Z"}') $$,
                 'setup: a job waiting for a month');

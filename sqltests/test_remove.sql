@@ -4,46 +4,43 @@ begin;
 select plan(14);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
-create schema jobs_test;
-create function jobs_test.id(p_key text) returns bigint language sql as $$
-  select j.id from jobs.job j where j.name = 'remove.job' and j.key = p_key
-$$;
-create function jobs_test.start(p_key text) returns void language plpgsql as $$
-begin
-  perform jobs.enqueue('remove.job', p_key, '{}', pg_catalog.jsonb_build_object('queue', 'q_remove_' || p_key));
-  perform from jobs.claim(array['q_remove_' || p_key], 'w', 1, 30);
-end $$;
+-- (test.start / test.jid / test.claim_of: sqltests/_helpers.sql): each started job in its
+-- own queue q_remove_<key>
 
 do $$ begin
   perform jobs.enqueue('remove.job', 'ready', '{}', '{"queue": "q_remove_ready"}');
-  perform jobs_test.start('run');
-  perform jobs_test.start('park');  perform jobs.nack(jobs_test.id('park'), 1, null, 'park');
-  perform jobs_test.start('int');   perform jobs.nack(jobs_test.id('int'), 1, null, 'interrupt');
-  perform jobs_test.start('done');  perform jobs.ack(jobs_test.id('done'), 1);
-  perform jobs_test.start('fail');  perform jobs.nack(jobs_test.id('fail'), 1, null, 'fail');
+  perform test.start('remove.job', 'run', '{"queue": "q_remove_run"}');
+  perform test.start('remove.job', 'park', '{"queue": "q_remove_park"}');
+    perform jobs.nack(test.jid('remove.job', 'park'), test.claim_of('remove.job', 'park'), null, 'park');
+  perform test.start('remove.job', 'int', '{"queue": "q_remove_int"}');
+    perform jobs.nack(test.jid('remove.job', 'int'), test.claim_of('remove.job', 'int'), null, 'interrupt');
+  perform test.start('remove.job', 'done', '{"queue": "q_remove_done"}');
+    perform jobs.ack(test.jid('remove.job', 'done'), test.claim_of('remove.job', 'done'));
+  perform test.start('remove.job', 'fail', '{"queue": "q_remove_fail"}');
+    perform jobs.nack(test.jid('remove.job', 'fail'), test.claim_of('remove.job', 'fail'), null, 'fail');
   perform jobs.enqueue('remove.job', 'dead', '{}', '{"queue": "q_remove_dead", "max_attempts": 1}');
   perform from jobs.claim('{q_remove_dead}', 'w', 1, 30);
-  perform jobs.nack(jobs_test.id('dead'), 1);
+  perform jobs.nack(test.jid('remove.job', 'dead'), test.claim_of('remove.job', 'dead'));
   perform jobs.enqueue('remove.job', 'cancel', '{}', '{"queue": "q_remove_cancel"}');
-  perform jobs.cancel(jobs_test.id('cancel'));
+  perform jobs.cancel(test.jid('remove.job', 'cancel'));
 end $$;
 select results_eq($$ select j.state::text from jobs.job j where j.name = 'remove.job' order by j.state $$,
                   $$ values ('ready'), ('running'), ('parked'), ('succeeded'), ('failed'), ('dead'),
                             ('cancelled'), ('interrupted') $$,
                   'setup: one job in every state');
 
-select throws_ok(format('select jobs.remove(%s)', jobs_test.id('run')), 'SJ009', null,
+select throws_ok(format('select jobs.remove(%s)', test.jid('remove.job', 'run')), 'SJ009', null,
                  'remove of a running job raises job_running');
-select is((select state from jobs.job where id = jobs_test.id('run')), 'running'::jobs.job_state, 'it is still there, running');
+select is((select state from jobs.job where id = test.jid('remove.job', 'run')), 'running'::jobs.job_state, 'it is still there, running');
 select throws_ok('select jobs.remove(-1)', 'SJ006', null, 'remove of a missing job raises job_not_found');
 
-select lives_ok(format('select jobs.remove(%s)', jobs_test.id('ready')), 'remove a ready job');
-select lives_ok(format('select jobs.remove(%s)', jobs_test.id('park')), 'remove a parked job');
-select lives_ok(format('select jobs.remove(%s)', jobs_test.id('int')), 'remove an interrupted job');
-select lives_ok(format('select jobs.remove(%s)', jobs_test.id('done')), 'remove a succeeded job');
-select lives_ok(format('select jobs.remove(%s)', jobs_test.id('fail')), 'remove a failed job');
-select lives_ok(format('select jobs.remove(%s)', jobs_test.id('dead')), 'remove a dead job');
-select lives_ok(format('select jobs.remove(%s)', jobs_test.id('cancel')), 'remove a cancelled job');
+select lives_ok(format('select jobs.remove(%s)', test.jid('remove.job', 'ready')), 'remove a ready job');
+select lives_ok(format('select jobs.remove(%s)', test.jid('remove.job', 'park')), 'remove a parked job');
+select lives_ok(format('select jobs.remove(%s)', test.jid('remove.job', 'int')), 'remove an interrupted job');
+select lives_ok(format('select jobs.remove(%s)', test.jid('remove.job', 'done')), 'remove a succeeded job');
+select lives_ok(format('select jobs.remove(%s)', test.jid('remove.job', 'fail')), 'remove a failed job');
+select lives_ok(format('select jobs.remove(%s)', test.jid('remove.job', 'dead')), 'remove a dead job');
+select lives_ok(format('select jobs.remove(%s)', test.jid('remove.job', 'cancel')), 'remove a cancelled job');
 select results_eq($$ select key from jobs.job where name = 'remove.job' $$, $$ values ('run') $$,
                   'they are deleted; the running job remains');
 

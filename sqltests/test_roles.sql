@@ -1,8 +1,10 @@
--- Least-privilege roles (sql/98_roles.sql, docs/design/roles.md): as each of the four
+-- Least-privilege roles (sql/98_roles.sql, docs/design/roles.md): as each of the five
 -- NOLOGIN roles, the calls it is given pass, and every other function and every table
--- is refused by PostgreSQL's permission check (42501).
+-- is refused by PostgreSQL's permission check (42501). Version 2 split the fleet's
+-- configuration (leadership, schedules, limits, job types, retention) from the worker
+-- into sqljobs_scheduler.
 begin;
-select plan(39 + 4 * (select pg_catalog.count(*)::int from pg_catalog.pg_class c
+select plan(66 + 5 * (select pg_catalog.count(*)::int from pg_catalog.pg_class c
                        where c.relnamespace = 'jobs'::regnamespace and c.relkind in ('r', 'S')));
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
@@ -17,6 +19,9 @@ select lives_ok($$ select jobs.enqueue_many('[{"name": "roles.send", "key": "r-2
 select lives_ok($$ select jobs.stage('roles.send', 'r-3', '{}', '{"queue": "roles"}') $$, 'producer: jobs.stage');
 select lives_ok($$ select jobs.emit_event('roles.ping', '{}') $$, 'producer: jobs.emit_event');
 select lives_ok($$ select jobs.schema_version() $$, 'producer: jobs.schema_version');
+select lives_ok($$ select jobs.watch_token(pg_catalog.current_setting('roles_test.id')::bigint) $$,
+                'producer: jobs.watch_token');
+select throws_ok($$ select jobs.wake_tokens(array['roles']) $$, '42501', null, 'producer cannot ask the queues'' wake tokens');
 select throws_ok($$ select jobs.claim(array['roles'], 'w', 1) $$, '42501', null, 'producer cannot claim');
 select throws_ok($$ select jobs.cancel(1) $$, '42501', null, 'producer cannot cancel');
 select throws_ok($$ select jobs.queue_stats() $$, '42501', null, 'producer cannot read queue_stats');
@@ -39,9 +44,44 @@ select lives_ok($$ select jobs.ack(pg_catalog.current_setting('roles_test.id')::
                 'worker: jobs.ack');
 select lives_ok($$ select jobs.worker_heartbeat('w-1', array['roles'], array['roles.send'], 1, 30, 'h', 1, '{}') $$,
                 'worker: jobs.worker_heartbeat');
+select lives_ok($$ select jobs.job_type_declare('roles.send', '{"sensitive": ["card"]}') $$,
+                'worker: jobs.job_type_declare (the job types it serves)');
+select lives_ok($$ select jobs.wake_tokens(array['roles']) $$, 'worker: jobs.wake_tokens');
+select lives_ok($$ select jobs.watch_token(pg_catalog.current_setting('roles_test.id')::bigint) $$,
+                'worker: jobs.watch_token');
 select throws_ok($$ select jobs.cancel(1) $$, '42501', null, 'worker cannot cancel');
 select throws_ok($$ select jobs.remove_where('{}') $$, '42501', null, 'worker cannot remove');
 select throws_ok($$ select 1 from jobs.job_view $$, '42501', null, 'worker cannot read jobs.job_view');
+select throws_ok($$ select jobs.job_type_put('roles.send', '{}') $$, '42501', null,
+                 'worker cannot put a job type (it would narrow redaction)');
+select throws_ok($$ select jobs.limit_put('roles_lim', '{"scope": "queue", "target": "roles", "concurrency": 1}') $$,
+                 '42501', null, 'worker cannot put a limit');
+select throws_ok($$ select jobs.limit_remove('roles_lim') $$, '42501', null, 'worker cannot remove a limit');
+select throws_ok($$ select jobs.schedule_put('roles.s', '{"job": "roles.send", "cron": "* * * * *"}') $$,
+                 '42501', null, 'worker cannot put a schedule');
+select throws_ok($$ select jobs.leader_acquire('scheduler', 'w-1', 30) $$, '42501', null,
+                 'worker cannot lead the scheduler');
+select throws_ok($$ select jobs.purge(10, true, null) $$, '42501', null, 'worker cannot purge');
+select throws_ok($$ select jobs.limit_stats() $$, '42501', null, 'worker cannot read limit_stats');
+
+-- the scheduler configures the fleet from code, leads and sweeps; it runs no job
+set local role sqljobs_scheduler;
+select lives_ok($$ select jobs.leader_acquire('scheduler', 's-1', 30) $$, 'scheduler: jobs.leader_acquire');
+select lives_ok($$ select jobs.leaders() $$, 'scheduler: jobs.leaders');
+select lives_ok($$ select jobs.schedule_put('roles.s', '{"job": "roles.send", "cron": "0 3 * * *"}') $$,
+                'scheduler: jobs.schedule_put');
+select lives_ok($$ select jobs.schedules() $$, 'scheduler: jobs.schedules');
+select lives_ok($$ select jobs.limit_put('roles_lim', '{"scope": "queue", "target": "roles_other", "concurrency": 1}') $$,
+                'scheduler: jobs.limit_put');
+select lives_ok($$ select jobs.job_type_declare('roles.other', '{}') $$, 'scheduler: jobs.job_type_declare');
+select lives_ok($$ select jobs.retention_sweep(10) $$, 'scheduler: jobs.retention_sweep');
+select throws_ok($$ select jobs.claim(array['roles'], 'w', 1) $$, '42501', null, 'scheduler cannot claim');
+select throws_ok($$ select jobs.enqueue('roles.send', 'r-9') $$, '42501', null, 'scheduler cannot enqueue');
+select throws_ok($$ select jobs.purge(10, false, '{"succeeded_s": 0}') $$, '42501', null,
+                 'scheduler cannot purge by ages of its own');
+select throws_ok($$ select jobs.job_type_put('roles.send', '{}') $$, '42501', null, 'scheduler cannot put a job type');
+select throws_ok($$ select jobs.schedule_remove('roles.s') $$, '42501', null, 'scheduler cannot remove a schedule');
+select throws_ok($$ select jobs.limit_remove('roles_lim') $$, '42501', null, 'scheduler cannot remove a limit');
 
 -- the producer reads the outcome of its job
 set local role sqljobs_producer;
@@ -72,7 +112,8 @@ reset role;
 select throws_ok(pg_catalog.format('select 1 from %s limit 1', c.oid::regclass), '42501', null,
                  r.role || ' cannot read ' || c.oid::regclass::text)
   from pg_catalog.pg_class c,
-       (values ('sqljobs_producer'), ('sqljobs_worker'), ('sqljobs_operator'), ('sqljobs_reader')) r(role)
+       (values ('sqljobs_producer'), ('sqljobs_worker'), ('sqljobs_scheduler'), ('sqljobs_operator'),
+               ('sqljobs_reader')) r(role)
  where c.relnamespace = 'jobs'::regnamespace and c.relkind in ('r', 'S')
    and pg_catalog.set_config('role', r.role, true) is not null
  order by r.role, 1;
@@ -82,7 +123,8 @@ reset role;
 select is_empty($$
   select r.role, p.oid::regprocedure::text
     from pg_catalog.pg_proc p,
-         (values ('sqljobs_producer'), ('sqljobs_worker'), ('sqljobs_operator'), ('sqljobs_reader')) r(role)
+         (values ('sqljobs_producer'), ('sqljobs_worker'), ('sqljobs_scheduler'), ('sqljobs_operator'),
+                 ('sqljobs_reader')) r(role)
    where p.pronamespace = 'jobs'::regnamespace
      and pg_catalog.has_function_privilege(r.role, p.oid, 'execute')
   except
@@ -92,9 +134,17 @@ select is_empty($$
   except
   select r.role, g.fn::text
     from jobs.role_grants() g,
-         (values ('sqljobs_producer'), ('sqljobs_worker'), ('sqljobs_operator'), ('sqljobs_reader')) r(role)
+         (values ('sqljobs_producer'), ('sqljobs_worker'), ('sqljobs_scheduler'), ('sqljobs_operator'),
+                 ('sqljobs_reader')) r(role)
    where g.role_name = 'public' $$,
   'no role may execute a function beyond its grant list');
+select is_empty($$
+  select g.role_name, g.fn::text from jobs.role_grants() g
+   where g.role_name <> 'public' and not pg_catalog.has_function_privilege(g.role_name, g.fn, 'execute') $$,
+  'every role may execute each function of its grant list');
+select is((select pg_catalog.array_agg(distinct g.role_name order by g.role_name) from jobs.role_grants() g),
+          array['public', 'sqljobs_operator', 'sqljobs_producer', 'sqljobs_reader', 'sqljobs_scheduler', 'sqljobs_worker'],
+          'the grant list names the five roles (and public)');
 select is_empty($$
   select p.oid::regprocedure from pg_catalog.pg_proc p
    where p.pronamespace = 'jobs'::regnamespace

@@ -1,7 +1,9 @@
 -- A staged row's id IS the id of the job it becomes; its spec is published as given
--- (delay_s counts from staging); an ordering key serialises stagers.
+-- (delay_s counts from staging); an ordering key serialises stagers: its lock row in
+-- jobs.lock_key ('outbox|<tenant>|<key>', jobs.lock_keys), held to commit; version 2
+-- takes no advisory lock (pg_locks would show it to everyone).
 begin;
-select plan(7);
+select plan(9);
 
 set local jobs.notify = off;
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
@@ -27,9 +29,15 @@ select results_eq(
 select results_eq($$ select job_id, outcome, published_at from jobs.outbox $$,
                   $$ select s.id, 'created'::text, '2030-01-01 00:00:30+00'::timestamptz from staged s $$,
                   'the row records its job and outcome');
-select ok(exists (select 1 from pg_catalog.pg_locks
-                   where locktype = 'advisory' and pid = pg_catalog.pg_backend_pid()),
-          'staging with an ordering key holds an advisory lock to commit');
+select is((select array_agg(k.key order by k.key) from jobs.lock_key k), array['outbox|t|acct-1'],
+          'staging with an ordering key made its (tenant, key) lock row');
+-- the row was made in this transaction, so no other one can have locked it: a set xmax
+-- is this transaction's row lock, held to commit
+select ok((select k.xmax::text <> '0' from jobs.lock_key k where k.key = 'outbox|t|acct-1'),
+          'and holds it locked to commit');
+select ok(not exists (select 1 from pg_catalog.pg_locks
+                       where locktype = 'advisory' and pid = pg_catalog.pg_backend_pid()),
+          'no advisory lock is taken');
 
 select * from finish();
 rollback;

@@ -1,6 +1,6 @@
 -- jobs.stage / jobs.stage_many refuse bad input with a coded error and write nothing.
 begin;
-select plan(9);
+select plan(13);
 
 select throws_ok($$ select jobs.stage_many('{"name": "x"}') $$, 'SJ001', null,
                  'specs must be an array');
@@ -10,8 +10,17 @@ select throws_ok($$ select jobs.stage('sv.job', 'k', '{}', '{"ordering_key": 7}'
                  'SJ001', null, 'an ordering_key that is not a string is refused');
 select throws_ok($$ select jobs.stage('sv.job', 'k', '{}', '{"ordering_key": ""}') $$,
                  'SJ001', null, 'an empty ordering_key is refused');
+select throws_ok(format('select jobs.stage(%L, %L, %L, %L)', 'sv.job', 'k', '{}',
+                        jsonb_build_object('ordering_key', repeat('o', 1001))),
+                 'SJ001', null, 'an ordering_key over 1000 bytes is refused');
 select throws_ok($$ select jobs.stage('sv.job', '', '{}') $$, 'SJ001', null,
                  'the idempotency key is required');
+select throws_ok($$ select jobs.stage('sv.job', 'k', '{}', '{"run_at": "infinity"}') $$, 'SJ001', null,
+                 'a run_at past 2200 (infinity) is refused');
+select throws_ok(format('select jobs.stage(%L, %L, %L)', 'sv.job', 'k', repeat('{"a": ', 150) || '1' || repeat('}', 150)),
+                 'SJ001', null, 'a payload nested 150 levels deep is refused');
+select throws_ok(format('select jobs.stage(%L, %L)', repeat('n', 10000), 'k'), 'SJ001', null,
+                 'a 10,000-byte name is refused');
 select throws_ok($$ select jobs.stage_many('[{"name": "sv.job", "key": "ok"},
                                              {"name": "sv.job", "key": "k", "bogus": 1}]') $$,
                  'SJ001', null, 'an unknown field anywhere refuses the whole batch');

@@ -2,7 +2,7 @@
 -- released). A change here is a change to the API: add a function with a new name instead.
 -- Functions not listed here are private helpers.
 begin;
-select plan(93);
+select plan(103);
 
 select has_schema('jobs');
 select has_table('jobs', 'job', 'jobs.job exists');
@@ -135,6 +135,25 @@ select is(jobs.schema_floor(), 1, 'schema_floor: every client of version 1 on is
 select is(pg_catalog.pg_get_function_result('jobs.error_codes()'::regprocedure),
           'TABLE(sqlstate text, name text, meaning text)',
           'error_codes returns these columns');
+
+-- Version 2's new public functions (the trust boundary): the job types a worker serves,
+-- the scheduler's retention batch, the notification tokens.
+select has_function('jobs', 'job_type_declare', array['text', 'jsonb']);
+select function_returns('jobs', 'job_type_declare', array['text', 'jsonb'], 'boolean');
+select has_function('jobs', 'retention_sweep', array['integer']);
+select is(pg_catalog.pg_get_function_result('jobs.retention_sweep(integer)'::regprocedure),
+          'TABLE(what text, deleted bigint, remaining bigint)', 'retention_sweep returns these columns');
+select has_function('jobs', 'wake_tokens', array['text[]']);
+select is(pg_catalog.pg_get_function_result('jobs.wake_tokens(text[])'::regprocedure),
+          'TABLE(queue text, token text)', 'wake_tokens returns these columns');
+select has_function('jobs', 'watch_token', array['bigint']);
+select function_returns('jobs', 'watch_token', array['bigint'], 'text');
+select results_eq($$ select sqlstate, name from jobs.error_codes() where sqlstate in ('SJ019', 'SJ020') order by 1 $$,
+                  $$ values ('SJ019', 'setting_refused'), ('SJ020', 'worker_id_taken') $$,
+                  'error_codes lists version 2''s setting_refused (SJ019) and worker_id_taken (SJ020)');
+select is(pg_catalog.pg_get_function_result('jobs.leaders()'::regprocedure),
+          'TABLE(role text, holder text, token bigint, lease_expires_at timestamp with time zone, acquired_at timestamp with time zone, live boolean)',
+          'leaders keeps version 1''s columns (its token column is null since version 2)');
 
 -- Argument names and types (callers may pass them by name: p_limit => 10), in order.
 select set_eq(

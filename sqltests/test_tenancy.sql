@@ -1,9 +1,13 @@
 -- Tenancy (sql/15_tenancy.sql, docs/design/tenancy.md): a login role bound to tenant
--- acme, holding all four sqljobs roles, acts only within acme. Every function a bound
--- session might use to reach tenant globex's job is tried and refused with
--- tenant_refused (SJ018); every fleet-wide function is refused; nothing changes.
+-- acme, holding all five sqljobs roles, acts only within acme.
+-- Every function a bound session might use to reach tenant globex's job is tried and
+-- refused with tenant_refused (SJ018) (version 2: ack_many, nack_many, heartbeat,
+-- heartbeat_many and progress too, which answered false before); every fleet-wide
+-- function is refused (version 2: limits() and job_types() too); nothing changes.
+-- The bound roles are not superusers, so their sessions run on the real clock
+-- (jobs.fake_now is the superuser's: SJ019 for them).
 begin;
-select plan(88);
+select plan(93);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 set local jobs.notify = off;
@@ -13,17 +17,19 @@ create role tenancy_globex login;
 create role tenancy_free login;                 -- bound to nothing
 create role tenancy_team nologin;               -- bound; tenancy_member is its member
 create role tenancy_member login in role tenancy_team;
-grant sqljobs_producer, sqljobs_worker, sqljobs_operator, sqljobs_reader
+grant sqljobs_producer, sqljobs_worker, sqljobs_scheduler, sqljobs_operator, sqljobs_reader
    to tenancy_acme, tenancy_globex, tenancy_free, tenancy_member;
 
--- globex's job G (claimed by an unbound worker: claim token 1), an untenanted job N,
--- and globex's parked waiter W on event 'paid'
+-- globex's job G (claimed by an unbound worker under claim token t.gc), an untenanted
+-- job N, and globex's parked waiter W on event 'paid'
 do $$ begin perform pg_catalog.set_config('t.g', (select e.id from jobs.enqueue('t.job', 'k1', '{"n": 1}',
          '{"queue": "t", "tenant": "globex"}') e)::text, true); end $$;
 do $$ begin perform pg_catalog.set_config('t.n', (select e.id from jobs.enqueue('t.job', 'n1', '{}',
          '{"queue": "t"}') e)::text, true); end $$;
-select is((select c.claim from jobs.claim(array['t'], 'w-root', 1) c), 1::bigint,
-          'setup: the unbound worker claims globex''s job under claim 1');
+do $$ begin perform pg_catalog.set_config('t.gc', (select c.claim from jobs.claim(array['t'], 'w-root', 1) c)::text,
+                                          true); end $$;
+select is((select j.claim from jobs.job j where j.id = current_setting('t.g')::bigint), current_setting('t.gc')::bigint,
+          'setup: the unbound worker claims globex''s job (G), under claim t.gc');
 do $$ begin perform pg_catalog.set_config('t.w', (select e.id from jobs.enqueue('t.wait', 'w-g', '{}',
          '{"queue": "w", "tenant": "globex"}') e)::text, true); end $$;
 select ok((select s.parked from jobs.claim(array['w'], 'w-root', 1) c
@@ -41,6 +47,7 @@ select throws_ok($$ select jobs.tenant_bind('no_such_role_here', 'acme') $$, 'SJ
 select is(jobs.bound_tenant(), null, 'the superuser stays unbound while bindings exist');
 
 -- ===========================================================================
+set local jobs.fake_now = '';  -- (the test clock is the superuser's)
 set local session authorization tenancy_acme;
 select is(jobs.bound_tenant(), 'acme', 'the login role is bound to acme');
 
@@ -67,27 +74,39 @@ select is((select pg_catalog.array_agg(c.tenant order by c.id) from jobs.claim(a
           array['acme', 'acme'], 'claim returns acme''s two jobs, not N or globex''s');
 
 -- every fenced call on globex's running job G, under its real claim token
-select is((select a.ok from jobs.ack_many(array[current_setting('t.g')::bigint], array[1::bigint]) a),
-          false, 'ack_many of G: not ok');
-select throws_ok($$ select jobs.ack(current_setting('t.g')::bigint, 1) $$, 'SJ018', null, 'ack of G');
-select is((select a.ok from jobs.nack_many(array[current_setting('t.g')::bigint], array[1::bigint]) a),
-          false, 'nack_many of G: not ok');
-select throws_ok($$ select jobs.nack(current_setting('t.g')::bigint, 1, '{"kind": "x", "message": "y"}') $$,
+select throws_ok($$ select jobs.ack_many(array[current_setting('t.g')::bigint], array[current_setting('t.gc')::bigint]) $$,
+                 'SJ018', null, 'ack_many of G (version 2: refused, not answered ok = false)');
+select throws_ok($$ select jobs.ack(current_setting('t.g')::bigint, current_setting('t.gc')::bigint) $$,
+                 'SJ018', null, 'ack of G');
+select throws_ok($$ select jobs.nack_many(array[current_setting('t.g')::bigint], array[current_setting('t.gc')::bigint]) $$,
+                 'SJ018', null, 'nack_many of G (version 2: refused)');
+select throws_ok($$ select jobs.nack(current_setting('t.g')::bigint, current_setting('t.gc')::bigint,
+                                     '{"kind": "x", "message": "y"}') $$,
                  'SJ018', null, 'nack of G');
-select is(jobs.heartbeat(current_setting('t.g')::bigint, 1, 30), false, 'heartbeat of G: false');
-select is((select h.ok from jobs.heartbeat_many(array[current_setting('t.g')::bigint], array[1::bigint], 30) h),
-          false, 'heartbeat_many of G: not ok');
-select is(jobs.progress(current_setting('t.g')::bigint, 1, '{"p": 1}'), false, 'progress of G: false');
-select throws_ok($$ select jobs.step_put(current_setting('t.g')::bigint, 1, 's', '1') $$,
+select throws_ok($$ select jobs.heartbeat(current_setting('t.g')::bigint, current_setting('t.gc')::bigint, 30) $$,
+                 'SJ018', null, 'heartbeat of G (version 2: refused, not false)');
+select throws_ok($$ select jobs.heartbeat_many(array[current_setting('t.g')::bigint],
+                                               array[current_setting('t.gc')::bigint], 30) $$,
+                 'SJ018', null, 'heartbeat_many of G (version 2: refused)');
+select throws_ok($$ select jobs.progress(current_setting('t.g')::bigint, current_setting('t.gc')::bigint, '{"p": 1}') $$,
+                 'SJ018', null, 'progress of G (version 2: refused, not false)');
+select throws_ok($$ select jobs.ack_many(array[current_setting('t.a')::bigint, current_setting('t.g')::bigint],
+                                         array[0, current_setting('t.gc')::bigint]) $$,
+                 'SJ018', null, 'ack_many naming G beside acme''s own job: the whole batch is refused');
+select throws_ok($$ select jobs.step_put(current_setting('t.g')::bigint, current_setting('t.gc')::bigint, 's', '1') $$,
                  'SJ018', null, 'step_put on G');
-select throws_ok($$ select jobs.step_sleep(current_setting('t.g')::bigint, 1, 's', '2031-01-01') $$,
+select throws_ok($$ select jobs.step_sleep(current_setting('t.g')::bigint, current_setting('t.gc')::bigint, 's',
+                                           '2031-01-01') $$,
                  'SJ018', null, 'step_sleep on G');
-select throws_ok($$ select jobs.step_invoke(current_setting('t.g')::bigint, 1, array['c'], '[{"name": "t.c"}]') $$,
+select throws_ok($$ select jobs.step_invoke(current_setting('t.g')::bigint, current_setting('t.gc')::bigint, array['c'],
+                                            '[{"name": "t.c"}]') $$,
                  'SJ018', null, 'step_invoke on G');
-select throws_ok($$ select jobs.step_wait(current_setting('t.g')::bigint, 1, 's', '[{"event": "e"}]') $$,
+select throws_ok($$ select jobs.step_wait(current_setting('t.g')::bigint, current_setting('t.gc')::bigint, 's',
+                                          '[{"event": "e"}]') $$,
                  'SJ018', null, 'step_wait on G');
-select throws_ok($$ select jobs.step_unwound(current_setting('t.g')::bigint, 1) $$,
+select throws_ok($$ select jobs.step_unwound(current_setting('t.g')::bigint, current_setting('t.gc')::bigint) $$,
                  'SJ018', null, 'step_unwound on G');
+select throws_ok($$ select jobs.watch_token(current_setting('t.g')::bigint) $$, 'SJ018', null, 'watch_token of G');
 
 -- operator verbs and reads of G
 select throws_ok($$ select jobs.cancel(current_setting('t.g')::bigint) $$, 'SJ018', null, 'cancel G');
@@ -123,10 +142,12 @@ select throws_ok('select jobs.' || f, 'SJ018', null, 'fleet-wide: jobs.' || f)
                ('limit_put(''l'', ''{}'')'), ('job_type_put(''t.job'', ''{}'')'),
                ('retention_put(''*'', ''{}'')'), ('purge(10, false, ''{}'')'),
                ('pause_queue(''t'')'), ('queue_stats()'), ('stats(300)'), ('workers()'),
-               ('tenant_bind(''tenancy_acme'', ''globex'')'), ('tenant_unbind(''tenancy_acme'')'))
+               ('tenant_bind(''tenancy_acme'', ''globex'')'), ('tenant_unbind(''tenancy_acme'')'),
+               ('job_type_declare(''t.job'', ''{}'')'), ('retention_sweep(10)'), ('leases()'))
        as v(f);
-select lives_ok($$ select jobs.limits() $$, 'limits() (the worker reads its limits at start)');
-select lives_ok($$ select jobs.job_types() $$, 'job_types() (the worker reads them at start)');
+-- version 2: a tenant's limit or job type names others' (sql/35_limits.sql, 92_introspection.sql)
+select throws_ok($$ select jobs.limits() $$, 'SJ018', null, 'fleet-wide (version 2): jobs.limits()');
+select throws_ok($$ select jobs.job_types() $$, 'SJ018', null, 'fleet-wide (version 2): jobs.job_types()');
 select lives_ok($$ select jobs.worker_heartbeat('w-acme', array['t'], array['t.job'], 1, 30, 'h', 1, '{}') $$,
                 'worker_heartbeat');
 
@@ -142,8 +163,12 @@ set local sqljobs.tenant = '';
 
 -- ===========================================================================
 reset session authorization;
-select is((select j.state::text from jobs.job j where j.id = current_setting('t.g')::bigint), 'running',
-          'G is still running under claim 1');
+set local jobs.fake_now = '2030-01-01 00:00:00+00';
+select results_eq($$ select j.state::text, j.claim, j.progress, j.lease_expires_at from jobs.job j
+                      where j.id = current_setting('t.g')::bigint $$,
+                  $$ values ('running', current_setting('t.gc')::bigint, null::jsonb,
+                             '2030-01-01 00:00:30+00'::timestamptz) $$,
+                  'G is still running under its claim, no progress, its lease unmoved');
 select is((select pg_catalog.count(*)::int from jobs.step s where s.job_id = current_setting('t.g')::bigint),
           0, 'G has no step');
 select is((select pg_catalog.count(*)::int from jobs.job j where j.key in ('k3', 'k4', 'k5', 'k6', 'k7')), 0,
@@ -157,10 +182,10 @@ select is((select o.tenant from jobs.outbox o where o.key = 'k8'), 'acme', 'stag
 select is((select e.tenant from jobs.event e order by e.id desc limit 1), 'acme', 'the event carries acme');
 
 -- a child of a tenant's job is of its tenant, even when an unbound worker invokes it
-select throws_ok($$ select jobs.step_invoke(current_setting('t.g')::bigint, 1, array['other'],
+select throws_ok($$ select jobs.step_invoke(current_setting('t.g')::bigint, current_setting('t.gc')::bigint, array['other'],
                                             '[{"name": "t.child", "tenant": "acme"}]') $$,
                  'SJ018', null, 'a child naming another tenant than its parent''s');
-select is((select i.parked from jobs.step_invoke(current_setting('t.g')::bigint, 1, array['child'],
+select is((select i.parked from jobs.step_invoke(current_setting('t.g')::bigint, current_setting('t.gc')::bigint, array['child'],
                                                   '[{"name": "t.child", "queue": "c"}]') i), true,
           'setup: G invokes a child');
 select is((select c.tenant from jobs.job c where c.parent_id = current_setting('t.g')::bigint), 'globex',
@@ -173,6 +198,7 @@ select ok((select s.parked from jobs.claim(array['w'], 'w-root', 1) c
           'globex''s wait does not see acme''s event: it parks again');
 
 -- the session setting binds an unbound role
+set local jobs.fake_now = '';
 set local session authorization tenancy_free;
 select is(jobs.bound_tenant(), null, 'an unbound role');
 set local sqljobs.tenant = 'globex';

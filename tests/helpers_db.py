@@ -37,12 +37,13 @@ def set_clock(conn: psycopg.Connection[Any], when: datetime) -> None:
 
 
 def empty_jobs_tables(conn: psycopg.Connection[Any]) -> None:
-    """Truncate every table in the jobs schema (the sequence of job ids keeps counting)."""
+    """Truncate every table in the jobs schema but jobs.channel_key, the install's secret
+    (the sequence of job ids keeps counting)."""
     tables = [
         row[0]
         for row in conn.execute(
             "select format('%I.%I', schemaname, tablename) from pg_catalog.pg_tables "
-            "where schemaname = 'jobs'"
+            "where schemaname = 'jobs' and tablename <> 'channel_key'"
         ).fetchall()
     ]
     if tables:

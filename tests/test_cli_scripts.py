@@ -205,3 +205,25 @@ def test_on_a_terminal_a_filter_verb_asks(conn: psycopg.Connection[Any], db_dsn:
     assert accepted.returncode == 0, accepted.stderr
     assert accepted.stdout == b"cancel: 3 job(s)\n"
     assert _states(conn) == ["cancelled"] * 3
+
+
+def test_bytes_that_are_not_utf8_are_a_usage_error_in_a_real_process(
+        conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    """The bytes of argv as a shell passes them (Python reads them as surrogates): one
+    usage error, exit code 2, nothing sent; and a refusal of the engine is one line."""
+    env = {**os.environ, "COLUMNS": "200", "SQLJOBS_DSN": db_dsn}
+    for argv in ([b"enqueue", b"mail.\xff", b"--force"],
+                 [b"enqueue", b"mail.send", b"--force", b"--payload", b'{"to": "\xc3("}'],
+                 [b"jobs", b"list", b"--queue", b"\xfe\xff"]):
+        ran = subprocess.run([*_sqljobs_command(), *argv], env=env, capture_output=True,
+                             timeout=60, check=False)
+        assert ran.returncode == 2, ran
+        assert b"Traceback" not in ran.stderr + ran.stdout, ran.stderr
+        assert b"is not valid UTF-8" in ran.stderr, ran.stderr
+    engine = subprocess.run([*_sqljobs_command(), "enqueue", "mail.send", "--force",
+                             "--max-attempts", "0"], env=env, capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert engine.returncode == 1, engine
+    assert engine.stderr.startswith("error: SJ001 invalid_argument: ")
+    assert engine.stderr.count("\n") == 1 and "Traceback" not in engine.stderr
+    assert conn.execute("select count(*) from jobs.job").fetchone() == (0,)

@@ -131,7 +131,7 @@ def lifecycle() -> Scenario:
     j0, j1, j2, jk = claimed
     assert (jk.name, jk.queue, jk.key, jk.tenant, jk.payload) == (
         "mail", "mail", "first", None, {"to": "a"})
-    assert (jk.priority, jk.attempt, jk.max_attempts, jk.claim) == (1, 1, 25, 1)
+    assert (jk.priority, jk.attempt, jk.max_attempts, jk.claim >> 32) == (1, 1, 25, 1)
     assert isinstance(jk.lease_expires_at, datetime) and isinstance(jk.created_at, datetime)
     assert (jk.timeout_s, jk.progress, jk.traceparent) == (None, None, None)
 
@@ -262,7 +262,7 @@ def coded_errors() -> Scenario:
     with pytest.raises(LeaseLost) as lost:
         yield queries.ack(held.id, held.claim + 1)
     check_error(lost.value, LeaseLost, "SJ004", "lease_lost",
-                detail=f"the job is in state running, claim {held.claim}",
+                detail="the job runs under another claim",  # never the live token
                 hint="another worker may have taken it over after the lease lapsed; "
                      "this run must stop")
     with pytest.raises(LeaseLost):
@@ -464,12 +464,16 @@ def wakes_before_fence(listener: psycopg.Connection[Any], producer: psycopg.Conn
     earlier transactions sent arrives before the fence: no waiting and hoping.
     """
     producer.execute("select pg_catalog.pg_notify(%s, %s)", (FENCE, marker))
+    # a payload is a queue's token, never its name (jobs.wake_tokens): read back the names
+    names = {token: queue for queue, token in Client(producer).run(
+        queries.wake_tokens(["red", "blue", "green", "quiet", "default"])).items()}
     wakes: list[str] = []
     for note in listener.notifies(timeout=SAFETY_S):
         if note.channel == FENCE and note.payload == marker:
             return wakes
         assert note.channel == "jobs_wake"
-        wakes.append(note.payload)
+        assert note.payload in names, f"{note.payload!r} is not a token of a queue"
+        wakes.append(names[note.payload])
     raise AssertionError("the fence notification never arrived")
 
 

@@ -13,6 +13,12 @@ exception PostgreSQL raises while reading the input (class 22: 22P02 invalid tex
 large). Never an internal error, never a plain RAISE (P0001), never a statement timeout
 (a hang), and a refused call leaves every table's row count as it was.
 
+Poison values (docs/design/roles.md, "Bounds at the door"): infinite and extreme times,
+1e308 durations, JSON nested past the 100-level bound, names past 200 bytes. One value a
+caller may pass must not break what every other caller reads: after each ACCEPTED call
+the fleet-wide reads (jobs.queue_gauges, queue_stats_v2, list_jobs, stats) still answer,
+and after each function the metrics collector still scrapes (sqljobs_gauges_up 1).
+
 SQLJOBS_FUZZ_EXAMPLES sets the examples per function (CI: the default; `make fuzz`: more).
 """
 
@@ -67,7 +73,14 @@ JSON_SPECIALS = st.sampled_from([
     {"match": None}, {"match": True}, {"match": {"a": {"b": [1, {"c": None}]}}},
     {"concurrency": -1}, {"rate": {"per_s": 0}}, {"state": ["nope"]}, {"ids": [2 ** 63]},
     [{"name": "a", "key": "k"}] * 3, [{"name": "a"}] * 10_000, {"p": "x" * 2_000_000},
+    # poison: what one producer could pass to break every reader
+    {"run_at": "-infinity"}, {"run_at": "200000-01-01T00:00:00Z"}, {"delay_s": 1e308},
+    {"retry_base_s": 1e308, "retry_cap_s": 1e308}, {"timeout_s": 1e308},
+    {"debounce_s": 1e308}, {"throttle_n": 1, "throttle_per_s": 1e308},
+    {"queue": "q" * 10_000}, {"tenant": "t" * 300}, {"group_key": "g" * 2_000},
 ])
+# JSON nested past the 100-level bound, as an object a payload may be
+DEEP = '{"a":' + "[" * 150 + "]" * 150 + "}"
 JSONS: st.SearchStrategy[Any] = JSON_SPECIALS | st.recursive(_json_leaves(),
                                      lambda kids: st.lists(kids, max_size=4)
                                      | st.dictionaries(NAMES, kids, max_size=4),
@@ -76,6 +89,7 @@ JSONS: st.SearchStrategy[Any] = JSON_SPECIALS | st.recursive(_json_leaves(),
 # too deep for Python's own json module to write
 JSON_TEXTS = JSONS.map(json.dumps) | st.sampled_from([
     "[" * 300 + "]" * 300, '{"a":' * 5_000 + "1" + "}" * 5_000, "[" * 100_000 + "]" * 100_000,
+    DEEP, '[{"name": "a", "key": "k", "payload": ' + DEEP + "}]",
     '"\\u0000"', '{"a": "\\ud800"}', "NaN", "Infinity", "-0", "1e400",
 ])
 
@@ -160,6 +174,21 @@ def check_refusal(error: psycopg.Error, what: str) -> None:
         f"{what}: {sqlstate} from inside the function: {error.diag.message_primary}")
 
 
+FLEET_READS = ("select count(*) from jobs.queue_gauges()",
+               "select count(*) from jobs.queue_stats_v2()",
+               "select count(*) from jobs.list_jobs('{}', null, 50)",
+               "select count(*) from jobs.stats(3600)")
+
+
+def fleet_reads_answer(conn: psycopg.Connection[Any], what: str) -> None:
+    for read in FLEET_READS:
+        try:
+            conn.execute(read)
+        except psycopg.Error as error:
+            raise AssertionError(f"{what}: accepted, then {read.split(' from ')[1]} fails: "
+                                 f"{error.diag.sqlstate} {error}") from error
+
+
 def call_checked(conn: psycopg.Connection[Any], statement: sql.Composable, args: list[Any],
                  what: str) -> None:
     before = row_counts(conn)
@@ -168,6 +197,8 @@ def call_checked(conn: psycopg.Connection[Any], statement: sql.Composable, args:
     except psycopg.Error as error:
         check_refusal(error, what)
         assert row_counts(conn) == before, f"{what}: refused, yet rows changed"
+    else:
+        fleet_reads_answer(conn, what)
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +222,22 @@ def test_every_public_function_takes_bad_input(fuzz_conn: psycopg.Connection[Any
             defects.append(str(defect).splitlines()[0])
         except ExceptionGroup as found:  # hypothesis found several distinct defects
             defects += [str(defect).splitlines()[0] for defect in found.exceptions]
+        if not metrics_scrape(fuzz_conn.info.dsn):
+            defects.append(f"jobs.{name}: the metrics collector no longer scrapes")
     assert not defects, "\n".join(defects)
+
+
+def metrics_scrape(dsn: str) -> bool:
+    """Whether the Prometheus collector reads the gauges (sqljobs_gauges_up = 1)."""
+    from sqljobs.metrics import QueueGaugeCollector
+
+    collector = QueueGaugeCollector(dsn, cache_s=0)
+    try:
+        up = [s.value for family in collector.collect() for s in family.samples
+              if s.name == "sqljobs_gauges_up"]
+    finally:
+        collector.close()
+    return up == [1.0]
 
 
 def fuzzer(conn: psycopg.Connection[Any], statement: sql.Composable, name: str,

@@ -36,6 +36,7 @@ PUBLIC = {
     "SqljobsError", "Staged", "StepNameReused", "StepTimeout", "Steps", "TenantRefused",
     "UnknownJob", "Worker", "fresh_key", "key", "queries",
     "AsyncLock", "Lock", "Limits", "Schedules", "errors", "records",  # run-time managers
+    "SettingRefused", "WorkerIdTaken",  # trust boundaries
     "InvalidJobType", "JobTypeNotFound", "PersonalData", "Sensitive",  # redaction
     "InvalidRetention", "UnknownRetentionKey",  # retention
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,15 +47,17 @@ def take_over(conn: psycopg.Connection[Any], name: str) -> int:
 
 def test_one_holder_at_a_time_and_the_token_moves_up(app: App) -> None:
     with app.lock("export", ttl=5) as lock:
-        assert lock.token == 1
+        first = lock.token
         with pytest.raises(LockBusy, match="'export' is held by another holder"), \
                 app.lock("export", timeout=0.3):
             pass
         lock.check()
     with app.lock("export", ttl=5) as again:  # released on exit: free at once
-        assert again.token == 2
+        # each new holder's token is higher, and unguessable: its low half is random
+        assert again.token > first and again.token >> 32 == (first >> 32) + 1
     [lease] = app.client.run(queries.leases())
-    assert (lease.name, lease.holder, lease.token, lease.live) == ("export", None, 2, False)
+    assert (lease.name, lease.holder, lease.live) == ("export", None, False)
+    assert "token" not in lease.model_dump(), "a token is its holder's proof: never shown"
 
 
 def test_a_waiting_lock_takes_over_when_the_holder_releases(app: App) -> None:
@@ -68,7 +71,7 @@ def test_a_waiting_lock_takes_over_when_the_holder_releases(app: App) -> None:
 
     threading.Thread(target=release_soon).start()
     with app.lock("turn", ttl=5, timeout=10) as second:
-        assert released.is_set() and second.token == 2
+        assert released.is_set() and second.token > first.token
 
 
 def test_a_lost_lease_fails_the_next_check_and_the_exit(app: App,
@@ -91,7 +94,7 @@ def test_async_a_lost_lease_cancels_the_guarded_task(app: App,
     async def guarded() -> None:
         await app.open_async()
         async with app.lock_async("sync-job", ttl=1.5) as lock:
-            assert lock.token == 1
+            assert lock.token >> 32 == 1  # the first holder's (its low half is random)
             take_over(conn, "sync-job")
             try:
                 await asyncio.sleep(10)
@@ -121,6 +124,12 @@ def test_bad_arguments_are_refused(app: App, conn: psycopg.Connection[Any]) -> N
     assert scalar(conn, "select count(*) from jobs.lease") == 0
 
 
+def acquired(log: Path) -> int | None:
+    """The fencing token a tests/lock_holder.py process printed, once it has."""
+    match = re.search(r"^acquired (\d+)$", log.read_text(), re.MULTILINE)
+    return int(match.group(1)) if match else None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_holder_stopped_past_its_ttl_loses_and_its_fenced_writes_are_refused(
@@ -141,7 +150,9 @@ def test_a_holder_stopped_past_its_ttl_loses_and_its_fenced_writes_are_refused(
     first = holder(logs[0])
     second: subprocess.Popen[bytes] | None = None
     try:
-        wait_for(lambda: "acquired 1" in logs[0].read_text(), "the first holder", timeout=20)
+        wait_for(lambda: acquired(logs[0]), "the first holder", timeout=20)
+        old = acquired(logs[0])
+        assert old is not None and old >> 32 == 1  # the first holder of this lease
         wait_for(lambda: scalar(conn, "select count(*) from public.fenced_writes"),
                  "a fenced write of the first holder")
         first.send_signal(signal.SIGSTOP)
@@ -149,18 +160,21 @@ def test_a_holder_stopped_past_its_ttl_loses_and_its_fenced_writes_are_refused(
                                       "from jobs.lease where name = 'ledger'"),
                  "the paused holder's TTL to run out")
         second = holder(logs[1])
-        wait_for(lambda: "acquired 2" in logs[1].read_text(), "the second holder", timeout=20)
+        wait_for(lambda: acquired(logs[1]), "the second holder", timeout=20)
+        new = acquired(logs[1])
+        assert new is not None and new >> 32 == 2 and new > old
         taken_at = scalar(conn, "select acquired_at from jobs.lease where name = 'ledger'")
         # the resource refuses the old token and takes the new one
-        assert conn.execute(FENCED_WRITE, (1, os.getpid(), "ledger", 1)).rowcount == 0
-        assert conn.execute(FENCED_WRITE, (2, os.getpid(), "ledger", 2)).rowcount == 1
+        assert conn.execute(FENCED_WRITE, (old, os.getpid(), "ledger", old)).rowcount == 0
+        assert conn.execute(FENCED_WRITE, (new, os.getpid(), "ledger", new)).rowcount == 1
         first.send_signal(signal.SIGCONT)
         assert first.wait(10) == 3, logs[0].read_text()
         assert "lost" in logs[0].read_text()
         late = scalar(conn, "select count(*) from public.fenced_writes "
-                            "where token = 1 and at >= %s", (taken_at,))
+                            "where token = %s and at >= %s", (old, taken_at))
         assert late == 0, "a write fenced on the old token landed after the takeover"
-        assert scalar(conn, "select count(*) from public.fenced_writes where token = 2") > 0
+        assert scalar(conn, "select count(*) from public.fenced_writes where token = %s",
+                      (new,)) > 0
         assert second.poll() is None, "the new holder keeps the lock"
     finally:
         for process in (first, second):

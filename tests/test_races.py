@@ -34,8 +34,9 @@ def enqueue_one(conn: psycopg.Connection[Any], key: str, **options: Any) -> int:
 
 
 def job_row(conn: psycopg.Connection[Any], job_id: int) -> tuple[Any, ...]:
+    """(state, attempt, which claim of the job holds it: its token's high half, result)."""
     row = conn.execute(
-        "select state::text, attempt, claim, result from jobs.job where id = %s", (job_id,)
+        "select state::text, attempt, claim >> 32, result from jobs.job where id = %s", (job_id,)
     ).fetchone()
     assert row is not None
     return tuple(row)
@@ -74,9 +75,9 @@ def test_eight_sessions_claim_ten_thousand_jobs_each_exactly_once(
     ids = Counter(job_id for job_id, _ in claims)
     assert len(claims) == 10_000
     assert len(ids) == 10_000, [i for i, n in ids.items() if n > 1][:10]
-    assert {claim for _, claim in claims} == {1}
+    assert {claim >> 32 for _, claim in claims} == {1}  # every job claimed once
     assert conn.execute(
-        "select state::text, claim, attempt, count(*) from jobs.job group by 1, 2, 3"
+        "select state::text, claim >> 32, attempt, count(*) from jobs.job group by 1, 2, 3"
     ).fetchall() == [("succeeded", 1, 1, 10_000)]
 
 
@@ -88,16 +89,16 @@ def test_stale_ack_after_reclaim_raises_lease_lost(conn: psycopg.Connection[Any]
     job_id = enqueue_one(conn, "lapse")
     with session(db_dsn, T0) as first, session(db_dsn, AFTER_LEASE) as second:
         [held] = Client(first).run(queries.claim(["default"], "first", 1, LEASE_S))
-        assert (held.id, held.claim) == (job_id, 1)
+        assert (held.id, held.claim >> 32) == (job_id, 1)
 
         # The second session's clock is past the lease: its claim recovers the job
         # (attempt counted) and claims it again under a new token.
         [taken] = Client(second).run(queries.claim(["default"], "second", 1, LEASE_S))
-        assert (taken.id, taken.claim, taken.attempt) == (job_id, 2, 2)
+        assert (taken.id, taken.claim >> 32, taken.attempt) == (job_id, 2, 2)
 
         with pytest.raises(LeaseLost) as lost:
             Client(first).run(queries.ack(job_id, held.claim, {"by": "first"}))
-        assert lost.value.detail == "the job is in state running, claim 2"
+        assert lost.value.detail == "the job runs under another claim"  # never its token
         assert job_row(conn, job_id) == ("running", 2, 2, None)
 
         Client(second).run(queries.ack(job_id, taken.claim, {"by": "second"}))
@@ -136,7 +137,7 @@ def test_reclaim_holding_the_row_makes_the_stale_ack_lose(conn: psycopg.Connecti
     ):
         claimer.execute("begin")
         [taken] = Client(claimer).run(queries.claim(["default"], "claimer", 1, LEASE_S))
-        assert taken.claim == 2
+        assert taken.claim > held.claim
 
         def stale_ack() -> LeaseLost | None:
             try:
@@ -185,7 +186,7 @@ def test_ack_and_reclaim_at_the_same_moment_have_exactly_one_winner(
             else:
                 outcomes["claim won"] += 1
                 [taken] = reclaimed
-                assert (taken.id, taken.claim, taken.attempt) == (job_id, 2, 2)
+                assert (taken.id, taken.claim >> 32, taken.attempt) == (job_id, 2, 2)
                 assert job_row(conn, job_id) == ("running", 2, 2, None)
                 Client(second).run(queries.ack(job_id, taken.claim, "second"))
                 assert job_row(conn, job_id) == ("succeeded", 2, 2, "second")
@@ -286,7 +287,7 @@ def test_a_lapsed_lease_locked_elsewhere_does_not_block_recovery(
         with locker.transaction():
             locker.execute("select id from jobs.job where id = %s for update", (lapsed[0],))
             jobs = Client(claimer).run(queries.claim(["default"], "w", 10, 30.0))
-            assert [(j.id, j.claim) for j in jobs] == [(lapsed[1], 2)]
+            assert [(j.id, j.claim >> 32) for j in jobs] == [(lapsed[1], 2)]
             assert job_row(conn, lapsed[0])[:3] == ("running", 1, 1)
         [late] = Client(claimer).run(queries.claim(["default"], "w", 10, 30.0))
-    assert (late.id, late.claim, late.attempt) == (lapsed[0], 2, 2)
+    assert (late.id, late.claim >> 32, late.attempt) == (lapsed[0], 2, 2)

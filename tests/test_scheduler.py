@@ -149,7 +149,9 @@ def test_only_the_leader_fires_and_a_deposed_leader_stops_at_once(
         # The first scheduler's lease lapses (it was paused, say); the second takes over.
         conn.execute("update jobs.lease set lease_expires_at = jobs.now() - interval '1 s'")
         assert await second.acquire()
-        assert second.token == (first.token or 0) + 1
+        # the next holder: one more in the token's high half, fresh random bits below
+        assert second.token is not None and first.token is not None
+        assert (second.token >> 32, second.token > first.token) == ((first.token >> 32) + 1, True)
         assert first.leading, "the first does not know yet ..."
         assert await first.dispatch_round(now=AFTER_OUTAGE) is None
         assert first.token is None and not first.leading, "... until its fire is refused"

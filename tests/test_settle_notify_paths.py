@@ -22,6 +22,13 @@ def _settled_payloads(listener: psycopg.Connection[Any],
     return got
 
 
+def _token(conn: psycopg.Connection[Any], job_id: int) -> str:
+    """What jobs_settled carries for the job (its watch token; never the id)."""
+    row = conn.execute("select jobs.watch_token(%s)", (job_id,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
 def _enqueue(conn: psycopg.Connection[Any], queue: str, options: str = "{}") -> int:
     row = conn.execute("select id from jobs.enqueue('n.x', %s, '{}', "
                        "jsonb_build_object('queue', %s::text) || %s::jsonb)",
@@ -50,7 +57,7 @@ def test_lease_recovery_burying_a_watched_job_notifies(conn: psycopg.Connection[
         conn.execute("select id from jobs.claim(array['qr'], 'w2', 1, 30)")
         states = dict(conn.execute("select id, state::text from jobs.job").fetchall())
         assert states == {watched: "dead", plain: "dead"}
-        assert _settled_payloads(listener, conn) == [str(watched)]
+        assert _settled_payloads(listener, conn) == [_token(conn, watched)]
 
 
 def test_lease_recovery_retrying_a_watched_job_does_not_notify(conn: psycopg.Connection[Any],
@@ -94,7 +101,7 @@ def test_the_end_of_a_saga_unwind_notifies_its_waiter_only(conn: psycopg.Connect
         conn.execute("select jobs.step_unwound(%s, %s)", (watched, watched_claim))
         states = dict(conn.execute("select id, state::text from jobs.job").fetchall())
         assert states == {watched: "failed", plain: "failed"}
-        assert _settled_payloads(listener, conn) == [str(watched)]
+        assert _settled_payloads(listener, conn) == [_token(conn, watched)]
 
 
 def test_a_requeue_ends_the_watch_and_a_new_waiter_renews_it(conn: psycopg.Connection[Any],
@@ -113,7 +120,7 @@ def test_a_requeue_ends_the_watch_and_a_new_waiter_renews_it(conn: psycopg.Conne
         conn.execute("select jobs.requeue(array[%s::bigint])", (job_id,))
         conn.execute("select id from jobs.watch_outcome(%s)", (job_id,))
         conn.execute("select jobs.ack(%s, %s)", (job_id, _claim(conn, "qq")))
-        assert _settled_payloads(listener, conn) == [str(job_id), str(job_id)]
+        assert _settled_payloads(listener, conn) == [_token(conn, job_id)] * 2
 
 
 def test_a_relay_leaves_ordering_keys_to_the_other_relays(conn: psycopg.Connection[Any],

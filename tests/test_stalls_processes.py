@@ -141,8 +141,14 @@ def test_terminated_backends_cost_no_attempt_of_jobs_storing_steps(
     def steps() -> int:
         return int(scalar(conn, "select count(*) from jobs.step where job_id = any(%s)", (ids,)))
 
+    def connected() -> bool:
+        return bool(scalar(conn, "select count(*) > 0 from pg_stat_activity "
+                                 "where datname = current_database() "
+                                 "and application_name like 'sqljobs-worker %%'"))
+
     for _ in range(3):
         before = steps()
+        wait_for(connected, "the worker to hold a connection")
         killed = scalar(conn, "select count(*) from (select pg_terminate_backend(pid) "
                               "from pg_stat_activity where datname = current_database() "
                               "and pid <> pg_backend_pid() and backend_type = 'client backend') t")

@@ -66,7 +66,8 @@ class Job:
     run_at: datetime | None  # None: parked with no wake-up time ('infinity')
     state: str = "ready"
     attempt: int = 0
-    claim: int = 0
+    claim: int = 0  # how many claims the job has had: its token's high half
+    token: int = 0  # the token of the latest claim (the database's; its low half random)
     lease: datetime | None = None
     finished_at: datetime | None = None
     claims_issued: list[int] = field(default_factory=list)
@@ -136,7 +137,7 @@ class JobMachine(RuleBasedStateMachine):
 
     def _stale(self) -> list[tuple[Job, int]]:
         return [(j, c) for j in self.jobs.values() for c in j.claims_issued
-                if not (j.state == "running" and j.claim == c)]
+                if not (j.state == "running" and j.token == c)]
 
     def _row(self, job_id: int) -> Any:
         return self.conn.execute(
@@ -214,11 +215,14 @@ class JobMachine(RuleBasedStateMachine):
             j.attempt += 1
             j.claim += 1
             j.lease = now + timedelta(seconds=lease_s)
-            j.claims_issued.append(j.claim)
         got = self.client.run(queries.claim(list(queues), "w", limit, lease_s))
-        assert [(c.id, c.attempt, c.claim, c.lease_expires_at) for c in got] == [
+        assert [(c.id, c.attempt, c.claim >> 32, c.lease_expires_at) for c in got] == [
             (j.id, j.attempt, j.claim, j.lease) for j in runnable
         ]
+        for j, c in zip(runnable, got, strict=True):
+            assert c.claim not in j.claims_issued
+            j.token = c.claim
+            j.claims_issued.append(c.claim)
 
     # -- settle under a held claim ---------------------------------------------------------
 
@@ -226,7 +230,7 @@ class JobMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def ack(self, data: st.DataObject) -> None:
         job = data.draw(st.sampled_from(self._running()))
-        self.client.run(queries.ack(job.id, job.claim, {"ok": job.claim}))
+        self.client.run(queries.ack(job.id, job.token, {"ok": job.claim}))
         job.settle("succeeded", self.now)
 
     @precondition(lambda self: self._running())
@@ -234,7 +238,7 @@ class JobMachine(RuleBasedStateMachine):
     def nack(self, data: st.DataObject, mode: NackMode, delay: int | None) -> None:
         job = data.draw(st.sampled_from(self._running()))
         event(f"nack: {mode}, {'no delay' if delay is None else 'delay'}")
-        state = self.client.run(queries.nack(job.id, job.claim, {"e": mode}, mode, delay))
+        state = self.client.run(queries.nack(job.id, job.token, {"e": mode}, mode, delay))
         now = self.now
         if mode == "fail":
             job.settle("failed", now)
@@ -266,9 +270,9 @@ class JobMachine(RuleBasedStateMachine):
         """A held claim's heartbeat extends the lease; its progress is recorded."""
         job = data.draw(st.sampled_from(self._running()))
         if verb == "progress":
-            assert self.client.run(queries.progress(job.id, job.claim, {"at": 1})) is True
+            assert self.client.run(queries.progress(job.id, job.token, {"at": 1})) is True
             return
-        assert self.client.run(queries.heartbeat(job.id, job.claim, lease_s)) is True
+        assert self.client.run(queries.heartbeat(job.id, job.token, lease_s)) is True
         job.lease = self.now + timedelta(seconds=lease_s)
 
     # -- a stale claim changes nothing ------------------------------------------------------
@@ -294,7 +298,7 @@ class JobMachine(RuleBasedStateMachine):
         self._stale_call(*data.draw(st.sampled_from(self._stale())), verb)
 
     def _superseded(self) -> list[tuple[Job, int]]:
-        return [(j, c) for j in self._running() for c in j.claims_issued if c != j.claim]
+        return [(j, c) for j in self._running() for c in j.claims_issued if c != j.token]
 
     @precondition(lambda self: self._superseded())
     @rule(data=st.data(), verb=stale_verbs)
@@ -414,7 +418,8 @@ class JobMachine(RuleBasedStateMachine):
         assert [r[0] for r in rows] == sorted(self.jobs)
         for job_id, state, attempt, claim, run_at, lease, finished_at in rows:
             job = self.jobs[job_id]
-            assert (state, attempt, claim) == (job.state, job.attempt, job.claim), job
+            assert (state, attempt, claim >> 32, claim) == (
+                job.state, job.attempt, job.claim, job.token), job
             assert (run_at, lease, finished_at) == (job.run_at, job.lease, job.finished_at), job
             # Invariants that hold whatever the model says:
             assert (lease is not None) == (state == "running")

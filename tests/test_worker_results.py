@@ -141,4 +141,7 @@ def test_only_watched_settlements_notify_once_per_call(conn: psycopg.Connection[
             if notify.payload == "end":
                 break
             got.append(notify.payload)
-    assert got == [f"{ids[0]},{ids[1]}", str(ids[4]), str(ids[3]), "*"]
+    token = {job_id: conn.execute("select jobs.watch_token(%s)", (job_id,)).fetchone()[0]  # type: ignore[index]
+             for job_id in ids}
+    # each names the watched jobs by their watch tokens, never their ids
+    assert got == [f"{token[ids[0]]},{token[ids[1]]}", token[ids[4]], token[ids[3]], "*"]

@@ -32,10 +32,15 @@ export async function outcome(pool, id, timeoutMs = 30000) {
   const client = await pool.connect();
   const final = new Set(["succeeded", "failed", "dead", "cancelled"]);
   let wake = () => {};
-  const onNotify = () => wake();
+  // jobs_settled names settled jobs by their watch tokens (never ids), "*" for "too many"
+  let token = null;
+  const onNotify = (msg) => {
+    if (msg.payload === "*" || msg.payload.split(",").includes(token)) wake();
+  };
   try {
     client.on("notification", onNotify);
     await client.query("listen jobs_settled");
+    ({ rows: [{ token }] } = await client.query("select jobs.watch_token($1) as token", [id]));
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const { rows } = await client.query(
@@ -119,11 +124,15 @@ export class Worker {
     );
   }
 
-  // Wake on NOTIFY jobs_wake (payload: the queue) instead of waiting for the poll.
+  // Wake on NOTIFY jobs_wake instead of waiting for the poll. Its payload is a queue's
+  // token (jobs.wake_tokens), never the queue's name.
   async listen() {
     const client = await this.pool.connect();
+    const { rows } = await client.query("select token from jobs.wake_tokens($1::text[])",
+                                        [this.queues]);
+    const tokens = new Set(rows.map((row) => row.token));
     client.on("notification", (msg) => {
-      if (this.queues.includes(msg.payload) && this._wake) this._wake();
+      if (tokens.has(msg.payload) && this._wake) this._wake();
     });
     await client.query(`listen ${WAKE_CHANNEL}`);
     return client;

@@ -137,6 +137,24 @@ create table jobs.job_type (
 -- jobs.event: the emitter's tenant; jobs.tenant_binding: login roles bound to one tenant
 -- (sql/15_tenancy.sql). Both start empty: no lock beyond the brief one of the column.
 alter table jobs.event add column tenant text;
+-- jobs.worker: the login that registered a row (the only one that renews it while it
+-- is live) and its tenant (sql/45_workers.sql); rows of version 1 have neither.
+alter table jobs.worker add column login text, add column tenant text;
+
+-- jobs.lock_key: the rows the engine locks where version 1 took advisory locks (sql/
+-- 10_errors.sql, jobs.lock_keys); jobs.channel_key: the secret notification payloads are
+-- made from (sql/20_enqueue.sql). New and small: no lock on another table.
+create table jobs.lock_key (
+  key         text primary key,
+  created_at  timestamptz not null
+);
+create table jobs.channel_key (
+  key  bytea not null
+);
+insert into jobs.channel_key (key)
+select pg_catalog.decode(pg_catalog.replace(pg_catalog.gen_random_uuid()::text
+                                              || pg_catalog.gen_random_uuid()::text, '-', ''),
+                         'hex');
 create table jobs.tenant_binding (
   role_name   text primary key,
   tenant      text not null check (tenant <> ''),
@@ -164,12 +182,20 @@ comment on table jobs.job_type is 'Private: job types and their redaction; use j
 comment on table jobs.retention is
   'Private: the retention policy of jobs.purge; use jobs.retention_put / retention_remove / retention_policy.';
 
+comment on table jobs.lock_key is 'Private: the keys the engine locks rows of (sql/10_errors.sql).';
+
+comment on table jobs.channel_key is 'Private: the secret notification payloads are made from.';
+
 comment on table jobs.tenant_binding is
   'Private: roles bound to a tenant; use jobs.tenant_bind / tenant_unbind / tenant_bindings.';
 
 -- ---------------------------------------------------------------------------
--- Clock. Every function reads time through jobs.now(), so tests (and pgTAP, where
--- now() is frozen for the whole transaction) can set `jobs.fake_now`.
+-- Clock. Every function reads time through jobs.now(). The test clock: a session may
+-- set `jobs.fake_now` to run the engine at another time (pgTAP, where now() is frozen
+-- for the whole transaction, and test suites), but only a superuser's session or one
+-- whose login role is (a member of) the owner of schema jobs: for any other caller the
+-- setting would move every lease, rate window and run_at it touches, so the call is
+-- refused (setting_refused, SJ019) and nothing changes (docs/design/roles.md).
 -- ---------------------------------------------------------------------------
 -- PL/pgSQL, not SQL: a SQL function with a SET clause is parsed and planned again in
 -- every transaction that calls it (about 35 us against 6 us, on the enqueue path).
@@ -179,11 +205,45 @@ language plpgsql
 stable
 set search_path = ''
 as $$
+declare
+  v_fake text := nullif(pg_catalog.current_setting('jobs.fake_now', true), '');
 begin
-  return coalesce(nullif(pg_catalog.current_setting('jobs.fake_now', true), '')::timestamptz,
-                  pg_catalog.now());
+  if v_fake is null then
+    return pg_catalog.now();
+  end if;
+  if not coalesce((select r.rolsuper or pg_catalog.pg_has_role(r.oid, n.nspowner, 'MEMBER')
+                     from pg_catalog.pg_roles r, pg_catalog.pg_namespace n
+                    where r.rolname = session_user and n.nspname = 'jobs'), false) then
+    raise exception using errcode = 'SJ019',
+      message = pg_catalog.format('sqljobs.setting_refused: jobs.fake_now is the test clock, '
+                                  'which role %s may not set', session_user),
+      hint = 'unset it (reset jobs.fake_now); only the schema owner or a superuser moves the clock';
+  end if;
+  return v_fake::timestamptz;
 end
 $$;
+
+comment on function jobs.now() is
+  'Current time: now(), or the test clock jobs.fake_now for the schema owner or a superuser (SJ019 for any other role).';
+
+-- ---------------------------------------------------------------------------
+-- Fencing tokens: a job's claim token (sql/30_claim.sql) and a named lease's token
+-- (sql/35_limits.sql). Each new token is greater than the one before it (its high bits
+-- count them, so a guarded resource may keep the highest it saw) and unguessable (its
+-- low 32 bits are random, from the server's strong generator): a fenced call's token
+-- is the proof that its caller holds the job or the lease, which no other caller can
+-- forge and which no error message or view prints.
+--   new token = ((old >> 32) + 1) << 32 | 32 random bits
+-- ---------------------------------------------------------------------------
+create or replace function jobs.random32()
+returns bigint
+language sql
+volatile
+set search_path = ''
+as $$ select ('x' || pg_catalog.substr(pg_catalog.gen_random_uuid()::text, 1, 8))::bit(32)::bigint $$;
+
+comment on function jobs.random32() is
+  '32 random bits from the strong generator (gen_random_uuid), the low half of a fencing token.';
 
 -- ---------------------------------------------------------------------------
 -- Version. Bump with each schema change that ships a new Alembic revision; the
@@ -237,6 +297,8 @@ as $$
     ('SJ016', 'job_type_not_found',  'no job type has that name'),
     ('SJ017', 'invalid_job_type',    'a job type definition is refused: unknown field, bad value or bad path'),
     ('SJ018', 'tenant_refused',      'the session is bound to another tenant, or the function acts on every tenant'),
+    ('SJ019', 'setting_refused',     'a session setting would widen what the caller may do (the test clock)'),
+    ('SJ020', 'worker_id_taken',     'a live worker of that id was registered by another login role'),
     ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
     ('SJ031', 'schedule_not_found',  'no schedule has that name')
 $$;
@@ -279,20 +341,205 @@ begin
 end
 $$;
 
--- The largest payload accepted, in bytes of its jsonb text form. A session or a role
--- may lower or raise it with `set jobs.max_payload_bytes = ...`.
--- PL/pgSQL for the same reason as jobs.now() (sql/00_schema.sql).
+-- The largest payload accepted, in bytes of its jsonb text form: 1 MiB unless an
+-- administrator set `jobs.max_payload_bytes` for the login role or the database
+-- (`alter role ... set`, `alter database ... set`; the most specific one holds, as
+-- PostgreSQL applies them). A session may LOWER it (`set jobs.max_payload_bytes`,
+-- PGOPTIONS), never raise it past what its role and database allow: a session setting
+-- is the caller's input and widens nothing (docs/design/roles.md).
+-- PL/pgSQL for the same reason as jobs.now() (sql/00_schema.sql); the catalog is read
+-- only when the setting is there.
 create or replace function jobs.max_payload_bytes()
 returns integer
 language plpgsql
 stable
 set search_path = ''
 as $$
+declare
+  -- null: the setting exists nowhere (no role or database set it either); '' or a
+  -- value: read what an administrator configured, which the session may only lower
+  v_text       text := pg_catalog.current_setting('jobs.max_payload_bytes', true);
+  v_configured text;
+  v_cap        integer;
 begin
-  return coalesce(nullif(pg_catalog.current_setting('jobs.max_payload_bytes', true), '')::integer,
-                  1048576);
+  if v_text is null then
+    return 1048576;
+  end if;
+  -- what an administrator configured for this login role and database
+  select pg_catalog.substr(c.setting, pg_catalog.length('jobs.max_payload_bytes=') + 1)
+    into v_configured
+    from pg_catalog.pg_db_role_setting s
+   cross join lateral pg_catalog.unnest(s.setconfig) as c(setting)
+   where s.setdatabase in (0, (select d.oid from pg_catalog.pg_database d
+                                where d.datname = pg_catalog.current_database()))
+     and s.setrole in (0, (select r.oid from pg_catalog.pg_roles r where r.rolname = session_user))
+     and c.setting like 'jobs.max\_payload\_bytes=%'
+   order by (s.setrole <> 0) desc, (s.setdatabase <> 0) desc
+   limit 1;
+  begin
+    v_cap := coalesce(nullif(v_configured, ''), '1048576')::integer;
+    return least(coalesce(nullif(v_text, '')::integer, v_cap), v_cap);
+  exception when invalid_text_representation or numeric_value_out_of_range then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('jobs.max_payload_bytes must be a whole number of bytes, got %s',
+                        pg_catalog.quote_literal(v_text)));
+  end;
 end
 $$;
+
+comment on function jobs.max_payload_bytes() is
+  'Payload size limit in bytes: 1 MiB, or what jobs.max_payload_bytes is set to for the role or database; a session may only lower it.';
+
+-- jobs.too_deep(): the JSON path that finds an object or array 99 levels below the
+-- top, i.e. a value nested 100 levels deep or more. Strict mode, so an array counts as
+-- a level as an object does (lax mode unwraps arrays). Immutable with no arguments: the
+-- planner folds `value @? jobs.too_deep()` to a constant path once per plan.
+create or replace function jobs.too_deep()
+returns jsonpath
+language sql
+immutable
+set search_path = ''
+as $$ select 'strict $.**{99} ? (@.type() == "object" || @.type() == "array")'::pg_catalog.jsonpath $$;
+
+comment on function jobs.too_deep() is
+  'Private: the JSON path matching a value nested 100 levels deep or more.';
+
+-- jobs.check_value(value, what): a JSON value (a result, progress, an error, a step's
+-- value, an event's payload) nested 100 levels deep or more is refused: JSON readers
+-- give up somewhere deeper (Python's with a RecursionError at a few thousand), and a
+-- worker must read what it is given.
+create or replace function jobs.check_value(p_value jsonb, p_what text)
+returns void
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  if p_value @? jobs.too_deep() then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('%s must be nested less than 100 levels deep', p_what));
+  end if;
+end
+$$;
+
+comment on function jobs.check_value(jsonb, text) is
+  'Refuse (SJ001) a stored JSON value nested 100 levels deep or more.';
+
+-- jobs.check_values(values, what): jobs.check_value for each of an array ("what N").
+create or replace function jobs.check_values(p_values jsonb[], p_what text)
+returns void
+language plpgsql
+immutable
+set search_path = ''
+as $$
+declare
+  v_ord bigint;
+begin
+  select v.ord into v_ord
+    from pg_catalog.unnest(p_values) with ordinality as v(value, ord)
+   where v.value @? jobs.too_deep()
+   order by v.ord
+   limit 1;
+  if v_ord is not null then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('%s %s must be nested less than 100 levels deep', p_what, v_ord));
+  end if;
+end
+$$;
+
+comment on function jobs.check_values(jsonb[], text) is
+  'Refuse (SJ001) an array of stored JSON values when one is nested 100 levels deep or more.';
+
+-- jobs.check_name(value, what): a name (of a queue, an event, a step, a worker, a
+-- lease, a limit, a schedule, a job type) must be 1 to 200 bytes.
+create or replace function jobs.check_name(p_value text, p_what text)
+returns void
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  if p_value is null or p_value = '' or pg_catalog.octet_length(p_value) > 200 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('%s must be a non-empty string of at most 200 bytes', p_what));
+  end if;
+end
+$$;
+
+comment on function jobs.check_name(text, text) is
+  'Refuse (SJ001) a name that is empty or longer than 200 bytes.';
+
+-- jobs.caller_is(role) -> whether this session's login role may act as `role`: a
+-- superuser, a member of the schema's owner, or a member of `role` (false when no role
+-- of that name exists). For the few functions that do more for an operator than for
+-- the roles also granted them (sql/45_workers.sql).
+create or replace function jobs.caller_is(p_role text)
+returns boolean
+language sql
+stable
+set search_path = ''
+as $$
+  select coalesce((select r.rolsuper
+                          or pg_catalog.pg_has_role(r.oid, n.nspowner, 'MEMBER')
+                          or (pg_catalog.to_regrole(p_role) is not null
+                              and pg_catalog.pg_has_role(r.oid, pg_catalog.to_regrole(p_role),
+                                                         'MEMBER'))
+                     from pg_catalog.pg_roles r, pg_catalog.pg_namespace n
+                    where r.rolname = session_user and n.nspname = 'jobs'), false)
+$$;
+
+comment on function jobs.caller_is(text) is
+  'Whether the session''s login role is a superuser, the schema owner, or a member of the role.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.lock_keys(keys, modes) -> the keys locked, in key order.
+-- Row locks on jobs.lock_key, held to commit, taken in key order (two transactions
+-- locking overlapping keys never deadlock on them). modes, per key: 'update' (wait,
+-- exclusive), 'share' (wait, shared) or 'skip' (exclusive, and a key another
+-- transaction holds is left out of the answer instead of waited for). A key's row is
+-- made on first use; one swept by jobs.purge between that and the lock is made again.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.lock_keys(p_keys text[], p_modes text[])
+returns text[]
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_key    text;
+  v_mode   text;
+  v_locked text[] := '{}';
+begin
+  for v_key, v_mode in
+    select k.key, pg_catalog.max(k.mode)  -- (a key asked twice: the strongest, update)
+      from rows from (pg_catalog.unnest(p_keys), pg_catalog.unnest(p_modes)) as k(key, mode)
+     where k.key is not null
+     group by k.key
+     order by k.key
+  loop
+    loop
+      insert into jobs.lock_key (key, created_at) values (v_key, pg_catalog.now())
+      on conflict (key) do nothing;
+      if v_mode = 'share' then
+        perform from jobs.lock_key l where l.key = v_key for share;
+      elsif v_mode = 'skip' then
+        perform from jobs.lock_key l where l.key = v_key for update skip locked;
+        exit;  -- held elsewhere (or swept): left out
+      else
+        perform from jobs.lock_key l where l.key = v_key for update;
+      end if;
+      exit when found;  -- (swept meanwhile: made again)
+    end loop;
+    if found then
+      v_locked := v_locked || v_key;
+    end if;
+  end loop;
+  return v_locked;
+end
+$$;
+
+comment on function jobs.lock_keys(text[], text[]) is
+  'Lock rows of jobs.lock_key in key order (update | share | skip, per key); answers the keys locked.';
 
 -- === sql/15_tenancy.sql ===
 
@@ -471,9 +718,7 @@ begin
   if p_role is null or not exists (select from pg_catalog.pg_roles r where r.rolname = p_role) then
     perform jobs.raise_error('invalid_argument', pg_catalog.format('no role is named %s', p_role));
   end if;
-  if p_tenant is null or p_tenant = '' or pg_catalog.length(p_tenant) > 200 then
-    perform jobs.raise_error('invalid_argument', 'tenant must be a non-empty string of at most 200 characters');
-  end if;
+  perform jobs.check_name(p_tenant, 'tenant');  -- (the bound of a job's tenant)
   if (select r.rolsuper from pg_catalog.pg_roles r where r.rolname = p_role) then
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('role %s is a superuser: a superuser is never bound', p_role));
@@ -673,6 +918,23 @@ begin
         when {r}.key is null or {r}.key = '' then 'key is required (the idempotency key)'
         -- a payload is what a handler takes as keyword arguments (null or absent: {})
         when pg_catalog.jsonb_typeof({r}.payload) <> 'object' then 'payload must be a JSON object'
+        -- BOUNDS (docs/reference/sql.md, "Limits"): no value a caller may pass breaks an
+        -- index, a fleet-wide read or a later settle of the job
+        when pg_catalog.octet_length({r}.name) > 200 then 'name must be at most 200 bytes'
+        when pg_catalog.octet_length({r}.key) > 1000 then 'key must be at most 1000 bytes'
+        when pg_catalog.octet_length({r}.queue) > 200 then 'queue must be at most 200 bytes'
+        when pg_catalog.octet_length({r}.tenant) > 200 then 'tenant must be at most 200 bytes'
+        when pg_catalog.octet_length({r}.group_key) > 1000 then 'group_key must be at most 1000 bytes'
+        when pg_catalog.octet_length({r}.traceparent) > 256 then 'traceparent must be at most 256 bytes'
+        when {r}.payload @? jobs.too_deep() then 'payload must be nested less than 100 levels deep'
+        when {r}.run_at not between '1970-01-01 00:00:00+00' and '2200-01-01 00:00:00+00'
+          then 'run_at must be between 1970-01-01 and 2200-01-01'
+        when {r}.delay_s > 3.2e9 then 'delay_s must be at most 3.2e9 seconds (a century)'
+        when {r}.timeout_s > 1e9 then 'timeout_s must be at most 1e9 seconds'
+        when {r}.retry_base_s > 1e9 then 'retry_base_s must be at most 1e9 seconds'
+        when {r}.retry_cap_s > 1e9 then 'retry_cap_s must be at most 1e9 seconds'
+        when {r}.debounce_s > 1e9 then 'debounce_s must be at most 1e9 seconds'
+        when {r}.throttle_per_s > 1e9 then 'throttle_per_s must be at most 1e9 seconds'
         when {r}.queue = '' then 'queue must not be empty'
         when {r}.max_attempts < 1 then 'max_attempts must be at least 1'
         when {r}.retry_base_s <= 0 then 'retry_base_s must be positive'
@@ -994,9 +1256,47 @@ end
 $$;
 
 -- ---------------------------------------------------------------------------
--- jobs.wake(queues): one pg_notify('jobs_wake', queue) per queue, unless the session
--- set jobs.notify = off. PostgreSQL delivers them at commit and folds repeats within
--- a transaction, so a transaction wakes each queue once however many calls it makes.
+-- Notification payloads (channels jobs_wake and jobs_settled). Any session may LISTEN
+-- on any channel, a tenant-bound one too: so a payload names no queue and no job, but is
+-- a token, the first 16 hex digits of sha256(jobs.channel_key || what), where `what` is
+-- 'queue:<name>' or 'job:<id>'. A worker asks the tokens of its queues once
+-- (jobs.wake_tokens), a result waiter the token of its job (jobs.watch_token).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.channel_token(p_what text)
+returns text
+language sql
+stable
+set search_path = ''
+as $$
+  select pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
+           k.key || pg_catalog.convert_to(p_what, 'UTF8')), 'hex'), 16)
+    from jobs.channel_key k
+$$;
+
+comment on function jobs.channel_token(text) is
+  'The notification token of a queue (''queue:<name>'') or a job (''job:<id>'').';
+
+-- jobs.wake_tokens(queues) -> (queue, token) per queue: what jobs_wake carries when a
+-- job of that queue becomes runnable (a worker listens for its queues' tokens).
+create or replace function jobs.wake_tokens(p_queues text[])
+returns table (queue text, token text)
+language sql
+stable
+set search_path = ''
+as $$
+  select q.name, jobs.channel_token('queue:' || q.name)
+    from pg_catalog.unnest(p_queues) with ordinality as q(name, ord)
+   order by q.ord
+$$;
+
+comment on function jobs.wake_tokens(text[]) is
+  'Per queue, the token jobs_wake carries when a job of it becomes runnable.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.wake(queues): one pg_notify('jobs_wake', <queue's token>) per queue, unless the
+-- session set jobs.notify = off. PostgreSQL delivers them at commit and folds repeats
+-- within a transaction, so a transaction wakes each queue once however many calls it
+-- makes.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.wake(p_queues text[])
 returns void
@@ -1011,13 +1311,13 @@ begin
     return;
   end if;
   foreach v_queue in array coalesce(p_queues, '{}') loop
-    -- a queue name too long for a notification (8000 bytes) is not woken: its workers
-    -- find its jobs by polling, and the enqueue, relay or resume does not fail
-    continue when pg_catalog.octet_length(v_queue) >= 8000;
-    perform pg_catalog.pg_notify('jobs_wake', v_queue);
+    perform pg_catalog.pg_notify('jobs_wake', jobs.channel_token('queue:' || v_queue));
   end loop;
 end
 $$;
+
+comment on function jobs.wake(text[]) is
+  'Notify jobs_wake once per queue, with its token (off when the session sets jobs.notify = off).';
 
 -- jobs.job_of_group(spec) -> the job holding the spec's group (name, tenant, group_key):
 -- for a singleton spec the live singleton job, for a debounced one the debounced job
@@ -1323,10 +1623,12 @@ begin
      or p_spec->>'debounce_s' is not null or p_spec->>'on_conflict' = 'error'
      or p_spec->>'throttle_n' is not null or jobs.bound_tenant() is not null
      or pg_catalog.array_position(p_keys, null) is not null or '' = any (p_keys)
+     or exists (select from pg_catalog.unnest(p_keys) k where pg_catalog.octet_length(k) > 1000)
      or (p_payloads is not null and exists (
            select from pg_catalog.jsonb_array_elements(p_payloads) as p(payload)
             where pg_catalog.jsonb_typeof(p.payload) not in ('object', 'null')
-               or pg_catalog.octet_length(p.payload::text) > v_max)) then
+               or pg_catalog.octet_length(p.payload::text) > v_max
+               or p.payload @? jobs.too_deep())) then
     return query
       select m.ord, m.id, m.outcome
         from jobs.enqueue_many((
@@ -1465,15 +1767,14 @@ declare
   v_rooms   integer[];  -- limited: per queue of v_queues, what its concurrency limits leave
   v_ids     bigint[];  -- limited: the candidates
   v_tenant  text := jobs.bound_tenant();  -- a bound session claims its tenant's jobs only
+  v_seed    bigint := jobs.random32();     -- the claim tokens' random half
 begin
   -- GUARD
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
     perform jobs.raise_error('queues_required', 'claim needs at least one queue',
                              null, 'pass the queues this worker serves');
   end if;
-  if p_worker is null or p_worker = '' then
-    perform jobs.raise_error('invalid_argument', 'worker is required');
-  end if;
+  perform jobs.check_name(p_worker, 'worker');
   if p_limit is null or p_limit not between 1 and 1000 then
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('limit must be between 1 and 1000, got %s', p_limit));
@@ -1537,7 +1838,7 @@ begin
              -- the attempt history (sql/40_settle.sql): this attempt ended when its
              -- lease lapsed
              attempts = jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
-               'attempt', j.attempt, 'claim', j.claim, 'worker', j.worker,
+               'attempt', j.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
                'started_at', j.started_at, 'ended_at', j.lease_expires_at,
                'outcome', 'lease_expired', 'error', n.error))
         from lapsed n
@@ -1657,7 +1958,10 @@ begin
       update jobs.job as j
          set state = 'running',
              attempt = j.attempt + 1,
-             claim = j.claim + 1,
+             -- the new token (sql/00_schema.sql): one strong random value per claim,
+             -- spread over its jobs by a multiplicative hash of each id
+             claim = (((j.claim >> 32) + 1) << 32)
+                     | ((v_seed # ((j.id & 2147483647) * 2654435761)) & 4294967295),
              worker = p_worker,
              lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s),
              started_at = picked.started_at,
@@ -1693,13 +1997,15 @@ $$;
 
 -- === sql/35_limits.sql ===
 
--- jobs.lease_acquire(name, holder, ttl_s) -> the fencing token, or null when another
--- holder's lease is live. The holder of a live lease renews it (same token); a free,
--- released or lapsed lease is taken (token + 1). A holder whose lease lapsed and was not
--- taken meanwhile keeps its old token. Locks: the lease row.
--- Errors: invalid_argument (SJ001) for an empty name or holder, a ttl that is not
--- positive and finite.
-create or replace function jobs.lease_acquire(p_name text, p_holder text, p_ttl_s double precision)
+-- jobs.lease_take(name, holder, ttl_s, renew) -> the fencing token, or null while a
+-- live lease holds it. Private: what jobs.lease_acquire (an application's lock) and
+-- jobs.leader_acquire (the scheduler's leadership) share. A free, released or lapsed
+-- lease is taken under a new token (greater than the last, its low 32 bits random:
+-- sql/00_schema.sql, "Fencing tokens"), even by the holder it lapsed from; with `renew`,
+-- the holder of a live lease renews it under the same token (the leader's habit: its
+-- role alone may call it). Locks: the lease row.
+create or replace function jobs.lease_take(p_name text, p_holder text, p_ttl_s double precision,
+                                           p_renew boolean)
 returns bigint
 language plpgsql
 volatile
@@ -1709,24 +2015,66 @@ declare
   v_now   timestamptz := jobs.now();
   v_token bigint;
 begin
-  perform jobs.fleet_only('jobs.lease_acquire');  -- (sql/15_tenancy.sql)
   perform jobs.check_lease_args(p_name, p_holder, p_ttl_s);
   insert into jobs.lease as l (name, holder, token, lease_expires_at, acquired_at)
-  values (p_name, p_holder, 1, v_now + pg_catalog.make_interval(secs => p_ttl_s), v_now)
+  values (p_name, p_holder, (1::bigint << 32) | jobs.random32(),
+          v_now + pg_catalog.make_interval(secs => p_ttl_s), v_now)
   on conflict (name) do update
      set holder = excluded.holder,
-         token = case when l.holder = excluded.holder then l.token else l.token + 1 end,
-         acquired_at = case when l.holder = excluded.holder then l.acquired_at
-                            else excluded.acquired_at end,
+         token = case when l.holder = excluded.holder and l.lease_expires_at > v_now
+                      then l.token
+                      else (((l.token >> 32) + 1) << 32) | (excluded.token & 4294967295) end,
+         acquired_at = case when l.holder = excluded.holder and l.lease_expires_at > v_now
+                            then l.acquired_at else excluded.acquired_at end,
          lease_expires_at = excluded.lease_expires_at
-   where l.holder = excluded.holder or l.holder is null or l.lease_expires_at <= v_now
+   where l.holder is null or l.lease_expires_at <= v_now
+      or (p_renew and l.holder = excluded.holder)
   returning l.token into v_token;
   return v_token;
 end
 $$;
 
+comment on function jobs.lease_take(text, text, double precision, boolean) is
+  'Private: take a free or lapsed lease under a new token (with renew: or renew the holder''s live one).';
+
+-- jobs.check_lock_name(name): an application's lock may not be a lease the engine
+-- keeps for itself: the scheduler's leadership ('scheduler') and any 'sqljobs.' name.
+create or replace function jobs.check_lock_name(p_name text)
+returns void
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  if p_name = 'scheduler' or pg_catalog.starts_with(p_name, 'sqljobs.') then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('lease %s is the engine''s own (the scheduler''s leadership): '
+                        'name a lock otherwise', p_name));
+  end if;
+end
+$$;
+
+-- jobs.lease_acquire(name, holder, ttl_s) -> the fencing token, or null while a live
+-- lease holds it (this caller's too: a holder renews with jobs.lease_renew and its
+-- token, never by its name, which jobs.leases() shows to everyone). A free, released
+-- or lapsed lease is taken under a new token. Locks: the lease row.
+-- Errors: invalid_argument (SJ001) for an empty name or holder, one of the engine's own
+-- names, a ttl that is not positive and finite.
+create or replace function jobs.lease_acquire(p_name text, p_holder text, p_ttl_s double precision)
+returns bigint
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.fleet_only('jobs.lease_acquire');  -- (sql/15_tenancy.sql)
+  perform jobs.check_lock_name(p_name);
+  return jobs.lease_take(p_name, p_holder, p_ttl_s, false);
+end
+$$;
+
 comment on function jobs.lease_acquire(text, text, double precision) is
-  'Take or renew a named lease; answers its fencing token, or null while another holds it.';
+  'Take a free or lapsed named lease; answers its new fencing token, or null while a live lease holds it.';
 
 -- jobs.lease_renew(name, holder, token, ttl_s) -> true while the caller still holds the
 -- lease under that token (it is extended to now + ttl_s); false, changing nothing, once
@@ -1741,6 +2089,7 @@ as $$
 begin
   perform jobs.fleet_only('jobs.lease_renew');  -- (sql/15_tenancy.sql)
   perform jobs.check_lease_args(p_name, p_holder, p_ttl_s);
+  perform jobs.check_lock_name(p_name);
   update jobs.lease as l
      set lease_expires_at = jobs.now() + pg_catalog.make_interval(secs => p_ttl_s)
    where l.name = p_name and l.holder = p_holder and l.token = p_token;
@@ -1751,8 +2100,24 @@ $$;
 comment on function jobs.lease_renew(text, text, bigint, double precision) is
   'Extend a lease the caller holds under its token; false once another holder took it.';
 
--- jobs.lease_release(name, holder, token) -> true when released. Fenced on holder and
--- token: a deposed holder releases nothing. The token is kept, so the next is higher.
+-- jobs.lease_give_up(name, holder, token) -> true when released. Private: what
+-- jobs.lease_release and jobs.leader_release share. Fenced on holder and token: a
+-- deposed holder releases nothing. The token is kept, so the next is higher.
+create or replace function jobs.lease_give_up(p_name text, p_holder text, p_token bigint)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  update jobs.lease as l
+     set holder = null, lease_expires_at = null
+   where l.name = p_name and l.holder = p_holder and l.token = p_token;
+  return found;
+end
+$$;
+
+-- jobs.lease_release(name, holder, token) -> true when released (jobs.lease_give_up).
 create or replace function jobs.lease_release(p_name text, p_holder text, p_token bigint)
 returns boolean
 language plpgsql
@@ -1761,10 +2126,8 @@ set search_path = ''
 as $$
 begin
   perform jobs.fleet_only('jobs.lease_release');  -- (sql/15_tenancy.sql)
-  update jobs.lease as l
-     set holder = null, lease_expires_at = null
-   where l.name = p_name and l.holder = p_holder and l.token = p_token;
-  return found;
+  perform jobs.check_lock_name(p_name);
+  return jobs.lease_give_up(p_name, p_holder, p_token);
 end
 $$;
 
@@ -1784,6 +2147,7 @@ set search_path = ''
 as $$
 begin
   perform jobs.fleet_only('jobs.lease_holds');  -- (sql/15_tenancy.sql)
+  perform jobs.check_lock_name(p_name);
   return coalesce((select l.holder is not null and l.lease_expires_at > jobs.now()
                           and l.token = p_token
                      from jobs.lease l
@@ -1795,16 +2159,17 @@ $$;
 comment on function jobs.lease_holds(text, bigint) is
   'True while the token holds the live lease; locks it for share so a fenced write commits first.';
 
--- jobs.leases() -> every lease: name, holder, token, lease_expires_at, acquired_at, live.
+-- jobs.leases() -> every lease: name, holder, lease_expires_at, acquired_at, live. Not
+-- its token: the proof of holding it is its holder's alone (sql/00_schema.sql).
 create or replace function jobs.leases()
-returns table (name text, holder text, token bigint, lease_expires_at timestamptz,
+returns table (name text, holder text, lease_expires_at timestamptz,
                acquired_at timestamptz, live boolean)
 language sql
 stable
 set search_path = ''
 as $$
   select jobs.fleet_only('jobs.leases');  -- (sql/15_tenancy.sql)
-  select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at,
+  select l.name, l.holder, l.lease_expires_at, l.acquired_at,
          l.holder is not null and l.lease_expires_at > jobs.now()
     from jobs.lease l
    order by l.name
@@ -1821,10 +2186,10 @@ immutable
 set search_path = ''
 as $$
 begin
-  if p_name is null or p_name = '' or pg_catalog.length(p_name) > 200
-     or p_holder is null or p_holder = '' then
+  if p_name is null or p_name = '' or pg_catalog.octet_length(p_name) > 200
+     or p_holder is null or p_holder = '' or pg_catalog.octet_length(p_holder) > 200 then
     perform jobs.raise_error('invalid_argument',
-      'a lease needs a name (at most 200 characters) and a holder');
+      'a lease needs a name and a holder, each of at most 200 bytes');
   end if;
   -- bounded (about 31 years): now + ttl must stay a timestamp (NaN is refused too)
   if p_ttl_s is null or not (p_ttl_s > 0 and p_ttl_s <= 1e9) then
@@ -1992,6 +2357,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.limits');  -- (sql/15_tenancy.sql: a tenant's limit names others)
   select l.name, l.scope, l.target, l.key_path, l.concurrency, l.rate_n, l.rate_per_s,
          l.when_busy, l.origin, l.updated_at
     from jobs.limit l
@@ -2062,8 +2428,9 @@ comment on function jobs.limit_stats() is
 -- most p_limit, in candidate order: the limit groups each holds, and the admission's
 -- time (its start). The candidates are ready jobs the claim holds locked, in claim
 -- order. Refused ones are blocked, deferred or failed here (see the file's header);
--- candidates past the limit are left as they are. Locks: an advisory lock per group of
--- the candidates, in group order, held to commit.
+-- candidates past the limit are left as they are. Locks: each group's lock row
+-- (jobs.lock_keys, skip locked: a group another claim admits into is left for the next
+-- claim), in group order, held to commit.
 create or replace function jobs.admit(p_ids bigint[], p_limit integer, p_now timestamptz)
 returns table (id bigint, slots text[], at timestamptz)
 language plpgsql
@@ -2083,6 +2450,7 @@ declare
   a_all    boolean[];       -- a global or queue limit's group
   a_pos    integer[];       -- the group's place in v_names
   v_names  text[];          -- every group of the candidates, sorted (the lock order)
+  v_held   text[];          -- the groups this claim holds the lock of (jobs.lock_keys)
   v_used   integer[];       -- per group: running (then + admitted)
   v_waits  integer[];       -- per group: jobs deferred by its rate so far (null: not read)
   v_starts jsonb := '{}';   -- rate group -> recent starts, oldest first (+ admitted)
@@ -2146,11 +2514,15 @@ begin
     return;
   end if;
 
-  -- LOCK ACQUISITION: one advisory lock per group, in group order.
+  -- LOCK ACQUISITION: each group's lock row (jobs.lock_keys), in group order, never
+  -- waited for: a group another claim is admitting into right now is left for the next
+  -- claim (its candidates stay as they are), so a claim never waits on another, nor on
+  -- a session holding one open.
   v_names := array(select distinct g from pg_catalog.unnest(a_group) g order by 1);
-  perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('sqljobs.limit|' || g, 0))
-     from pg_catalog.unnest(v_names) as g
-    order by g;
+  v_held := array(select pg_catalog.substr(k, 7)  -- (without 'limit|')
+                    from pg_catalog.unnest(jobs.lock_keys(
+                           array(select 'limit|' || g from pg_catalog.unnest(v_names) g),
+                           array(select 'skip' from pg_catalog.unnest(v_names)))) k);
   a_pos := array(select pg_catalog.array_position(v_names, g)
                    from pg_catalog.unnest(a_group) with ordinality as x(g, o) order by x.o);
 
@@ -2161,7 +2533,9 @@ begin
     v_now := pg_catalog.clock_timestamp();
   end if;
 
-  -- USE: the running jobs holding each group (jobs.slot); recent starts.
+  -- USE: the running jobs holding each group (jobs.slot); the recent starts of the
+  -- groups this claim holds (only those: what it writes back at the end must be what
+  -- it read under the lock, or it would undo another claim's starts).
   select pg_catalog.array_agg(coalesce(u.n, 0) order by g.o)
     into v_used
     from pg_catalog.unnest(v_names) with ordinality as g(name, o)
@@ -2173,7 +2547,7 @@ begin
     select coalesce(pg_catalog.jsonb_object_agg(t.grp, pg_catalog.to_jsonb(t.starts)), '{}')
       into v_starts
       from jobs.limit_start t
-     where t.grp = any (v_names);
+     where t.grp = any (v_held);
   end if;
   v_waits := pg_catalog.array_fill(null::integer, array[pg_catalog.cardinality(v_names)]);
 
@@ -2186,9 +2560,17 @@ begin
     end loop;
     v_last := v_k - 1;
     v_refusal := null;
+    -- a group another claim holds: the job is left as it is, for the next claim
+    for v_i in v_first .. v_last loop
+      if not a_group[v_i] = any (v_held) then
+        v_refusal := 'leave';
+        exit;
+      end if;
+    end loop;
     -- concurrency first: a full group blocks (or fails); a full global or queue group
     -- (listed last) leaves the job as it is; then the rates
     for v_i in v_first .. v_last loop
+      exit when v_refusal is not null;
       v_p := a_pos[v_i];
       if a_cap[v_i] is not null and v_used[v_p] >= a_cap[v_i] then
         v_group := a_group[v_i];
@@ -2279,13 +2661,15 @@ begin
      where j.id = b.id;
     -- ROOM LEFT: a group that still has free slots after this admission may have jobs
     -- waiting on it (a waiter woken for its slot and blocked again on another of its
-    -- groups left that slot unused): make as many of them claimable as it has room.
+    -- groups left that slot unused): make as many of them claimable as it has room
+    -- (of a group this claim holds the lock of: another's use it did not read).
     -- Only a claim that blocked a job can have left such a slot.
     perform jobs.unblock(array(
       select w.id
         from (select distinct a_group[x.i] as grp, a_cap[x.i] as cap, v_used[a_pos[x.i]] as used
                 from pg_catalog.generate_subscripts(a_group, 1) as x(i)
-               where a_cap[x.i] > v_used[a_pos[x.i]]) g
+               where a_cap[x.i] > v_used[a_pos[x.i]]
+                 and a_group[x.i] = any (v_held)) g
        cross join lateral (
          select b.id from jobs.job b
           where b.blocked_on = g.grp and b.state in ('ready', 'interrupted')
@@ -2486,9 +2870,52 @@ begin
 end
 $$;
 
--- jobs.watch_outcome(id) -> (id, state, result, last_error): the job as it is now, and
--- from now on its settlement notifies 'jobs_settled' (a waiter LISTENs first, then
--- calls this, so no settlement falls between). No row: no such job.
+-- jobs.watch_token(id) -> the token jobs_settled carries when the job settles.
+create or replace function jobs.watch_token(p_id bigint)
+returns text
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  perform jobs.check_tenant(array[p_id]);
+  return jobs.channel_token('job:' || p_id);
+end
+$$;
+
+comment on function jobs.watch_token(bigint) is
+  'The token jobs_settled carries when this job settles (a result waiter listens for it).';
+
+create or replace function jobs.notify_settled(p_ids bigint[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_payload text;
+begin
+  if p_ids is null or pg_catalog.cardinality(p_ids) = 0
+     or coalesce(pg_catalog.current_setting('jobs.notify', true), '') = 'off' then
+    return;
+  end if;
+  v_payload := (select pg_catalog.string_agg(jobs.channel_token('job:' || i), ',')
+                  from pg_catalog.unnest(p_ids) as i);
+  if pg_catalog.octet_length(v_payload) > 7900 then
+    v_payload := '*';
+  end if;
+  perform pg_catalog.pg_notify('jobs_settled', v_payload);
+end
+$$;
+
+comment on function jobs.notify_settled(bigint[]) is
+  'Notify jobs_settled once with the tokens of these (watched) jobs, or * when too many; off with jobs.notify = off.';
+
+-- jobs.watch_outcome(id) -> (id, state, result, last_error): the job as it is now, its
+-- result and error redacted as every view shows them (a field its job type marks
+-- sensitive reads "[redacted]"), and from now on its settlement notifies 'jobs_settled'
+-- (a waiter LISTENs first, then calls this, so no settlement falls between). No row: no
+-- such job.
 create or replace function jobs.watch_outcome(p_id bigint)
 returns table (id bigint, state jobs.job_state, result jsonb, last_error jsonb)
 language plpgsql
@@ -2500,7 +2927,9 @@ begin
   update jobs.job as j set settle_watched = true
    where j.id = p_id and not j.settle_watched
      and j.state in ('ready', 'running', 'parked', 'interrupted');
-  return query select j.id, j.state, j.result, j.last_error from jobs.job j where j.id = p_id;
+  -- redacted as every view is (jobs.job_view, sql/92_introspection.sql)
+  return query select v.id, v.state, v.result, v.last_error from jobs.job_view v
+                where v.id = p_id;
 end
 $$;
 
@@ -2524,9 +2953,10 @@ declare
   v_now     timestamptz := jobs.now();
   v_done    bigint[];
   v_watched bigint[];
-  v_tenant  text := jobs.bound_tenant();
 begin
   perform jobs.check_batch(p_ids, p_claims, p_results);
+  perform jobs.check_values(p_results, 'result');
+  perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
   with input as (
     select u.id, u.claim, u.result
       from unnest(p_ids, p_claims,
@@ -2544,7 +2974,6 @@ begin
                              then j.last_error || '{"historical": true}' end
       from (select input.id, input.claim, input.result from input order by input.id) as i
      where j.id = i.id and j.claim = i.claim and j.state = 'running'
-       and (v_tenant is null or j.tenant = v_tenant)
     returning j.id, j.settle_watched
   )
   select pg_catalog.array_agg(done.id),
@@ -2560,7 +2989,8 @@ begin
 end
 $$;
 
--- jobs.lease_lost(id, claim): raise SJ004 describing where the job is now.
+-- jobs.lease_lost(id, claim): raise SJ004 describing where the job is now (its state;
+-- never its claim token, the proof of whoever holds it now).
 create or replace function jobs.lease_lost(p_id bigint, p_claim bigint)
 returns void
 language plpgsql
@@ -2569,14 +2999,14 @@ set search_path = ''
 as $$
 declare
   v_state jobs.job_state;
-  v_claim bigint;
 begin
   perform jobs.check_tenant(array[p_id]);  -- (another tenant's job: not described)
-  select j.state, j.claim into v_state, v_claim from jobs.job j where j.id = p_id;
+  select j.state into v_state from jobs.job j where j.id = p_id;
   perform jobs.raise_error('lease_lost',
-    pg_catalog.format('job %s is no longer held by claim %s', p_id, p_claim),
+    pg_catalog.format('job %s is no longer held by this claim', p_id),
     case when v_state is null then 'the job no longer exists'
-         else pg_catalog.format('the job is in state %s, claim %s', v_state, v_claim) end,
+         when v_state = 'running' then 'the job runs under another claim'
+         else pg_catalog.format('the job is %s', v_state) end,
     'another worker may have taken it over after the lease lapsed; this run must stop');
 end
 $$;
@@ -2672,9 +3102,10 @@ declare
   v_done    bigint[];
   v_states  jobs.job_state[];
   v_watched bigint[];
-  v_tenant  text := jobs.bound_tenant();
 begin
   perform jobs.check_batch(p_ids, p_claims, p_errors);
+  perform jobs.check_values(p_errors, 'error');
+  perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
   v_n := pg_catalog.cardinality(p_ids);
   if (p_modes is not null and pg_catalog.cardinality(p_modes) <> v_n)
      or (p_delays_s is not null and pg_catalog.cardinality(p_delays_s) <> v_n) then
@@ -2687,8 +3118,9 @@ begin
       pg_catalog.format('mode %s is not one of retry, fail, park, shed, interrupt',
                         pg_catalog.quote_literal(v_bad)));
   end if;
-  if exists (select 1 from pg_catalog.unnest(p_delays_s) d where d < 0 or d >= 'Infinity') then
-    perform jobs.raise_error('invalid_argument', 'delays_s must be finite and not negative');
+  -- (NaN sorts above every number, so `not (d <= 1e9)` refuses it too)
+  if exists (select 1 from pg_catalog.unnest(p_delays_s) d where d < 0 or not (d <= 1e9)) then
+    perform jobs.raise_error('invalid_argument', 'delays_s must be 0 to 1e9 seconds');
   end if;
   -- last_error is read by every client and the dashboard: {kind, message, detail, ...},
   -- kind and message text when given (a non-object error is wrapped as {message} below)
@@ -2740,7 +3172,6 @@ begin
              end as next_run_at
         from input i
         join jobs.job j on j.id = i.id and j.claim = i.claim and j.state = 'running'
-                       and (v_tenant is null or j.tenant = v_tenant)
        cross join lateral (select case
                                     when i.mode = 'fail' then 'failed'
                                     when i.mode = 'park' then 'parked'
@@ -2767,7 +3198,7 @@ begin
              -- the history: an attempt that failed, ended for good or was interrupted
              attempts = case when t.mode in ('retry', 'fail', 'interrupt') then
                jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
-                 'attempt', t.attempt, 'claim', j.claim, 'worker', j.worker,
+                 'attempt', t.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
                  'started_at', j.started_at, 'ended_at', v_now,
                  'outcome', case when t.mode = 'interrupt' then 'interrupted'
                                  when t.next_state = 'ready' then 'retry'
@@ -2817,9 +3248,9 @@ set search_path = ''
 as $$
 declare
   v_now    timestamptz := jobs.now();
-  v_tenant text := jobs.bound_tenant();
 begin
   perform jobs.check_batch(p_ids, p_claims, null::text[]);
+  perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
   -- NaN and leases past the end of time (now + lease overflows) are refused too
   if p_lease_s is null or not (p_lease_s > 0 and p_lease_s <= 1e9) then
     perform jobs.raise_error('invalid_argument',
@@ -2835,7 +3266,6 @@ begin
          set lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s)
         from (select input.id, input.claim from input order by input.id) as i
        where j.id = i.id and j.claim = i.claim and j.state = 'running'
-         and (v_tenant is null or j.tenant = v_tenant)
       returning j.id
     )
     select input.id, held.id is not null
@@ -2851,13 +3281,12 @@ language plpgsql
 volatile
 set search_path = ''
 as $$
-declare
-  v_tenant text := jobs.bound_tenant();
 begin
+  perform jobs.check_value(p_progress, 'progress');
+  perform jobs.check_tenant(array[p_id]);  -- a bound session: another tenant's job is refused
   update jobs.job as j
      set progress = p_progress
-   where j.id = p_id and j.claim = p_claim and j.state = 'running'
-     and (v_tenant is null or j.tenant = v_tenant);
+   where j.id = p_id and j.claim = p_claim and j.state = 'running';
   return found;
 end
 $$;
@@ -2872,8 +3301,11 @@ $$;
 -- been expired for more than an hour (at most 100 per call).
 -- Idempotent: repeating a call changes only the times.
 -- Locks: the worker's own row (upsert); expired rows with skip locked.
--- Errors: invalid_argument (SJ001) for a missing id, no queue, null names,
---         concurrency < 1, or ttl_s <= 0.
+-- A live row is renewed only by the login role that registered it (`login`; the
+-- tenant it is bound to is kept beside it): another login's live row is refused
+-- (worker_id_taken, SJ020); an expired one is taken over.
+-- Errors: invalid_argument (SJ001) for a missing or too long id (200 bytes), no queue,
+--         null names, concurrency < 1, or ttl_s <= 0; worker_id_taken (SJ020).
 -- ---------------------------------------------------------------------------
 create or replace function jobs.worker_heartbeat(
   p_id          text,
@@ -2895,9 +3327,7 @@ declare
   v_expires timestamptz;
 begin
   -- GUARD
-  if p_id is null or p_id = '' then
-    perform jobs.raise_error('invalid_argument', 'worker id is required');
-  end if;
+  perform jobs.check_name(p_id, 'a worker id');
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
     perform jobs.raise_error('invalid_argument', 'a worker serves at least one queue');
   end if;
@@ -2914,12 +3344,14 @@ begin
       pg_catalog.format('ttl_s must be positive and at most 1e9 seconds, got %s', p_ttl_s));
   end if;
 
-  -- UPSERT
+  -- UPSERT: a live row is renewed only by the login that registered it (an expired
+  -- one is anybody's, e.g. a pod started again under another role)
   v_expires := v_now + pg_catalog.make_interval(secs => p_ttl_s);
   insert into jobs.worker as w
-         (id, started_at, heartbeat_at, expires_at, queues, names, concurrency, host, pid, info)
+         (id, started_at, heartbeat_at, expires_at, queues, names, concurrency, host, pid, info,
+          login, tenant)
   values (p_id, v_now, v_now, v_expires, p_queues, p_names, p_concurrency, p_host, p_pid,
-          coalesce(p_info, '{}'))
+          coalesce(p_info, '{}'), session_user, jobs.bound_tenant())
   on conflict (id) do update
      set heartbeat_at = excluded.heartbeat_at,
          expires_at   = excluded.expires_at,
@@ -2928,7 +3360,17 @@ begin
          concurrency  = excluded.concurrency,
          host         = excluded.host,
          pid          = excluded.pid,
-         info         = excluded.info;
+         info         = excluded.info,
+         login        = excluded.login,
+         tenant       = excluded.tenant,
+         started_at   = case when w.login is distinct from excluded.login then excluded.started_at
+                             else w.started_at end
+   where w.login is null or w.login = excluded.login or w.expires_at <= v_now;
+  if not found then
+    perform jobs.raise_error('worker_id_taken',
+      pg_catalog.format('worker %s is registered by another login role, and live', p_id),
+      null, 'give this worker another id (sqljobs worker --id)');
+  end if;
 
   -- FORGET rows expired for more than an hour (bounded, never waits).
   delete from jobs.worker as w
@@ -2941,6 +3383,46 @@ begin
   return v_expires;
 end
 $$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.worker_stop(id) -> true when a row was removed.
+-- A cleanly exiting worker deregisters. Jobs it still held are not touched here (the
+-- worker settles them first; a lapsed lease recovers anything it could not).
+-- Idempotent: a second call answers false. Locks: the worker's row.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.worker_stop(p_id text)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_login  text;
+  v_tenant text;
+  v_bound  text := jobs.bound_tenant();
+begin
+  select w.login, w.tenant into v_login, v_tenant from jobs.worker w where w.id = p_id for update;
+  if not found then
+    return false;
+  end if;
+  -- a bound session (an operator's too) reaches only its own tenant's rows
+  if v_bound is not null and v_tenant is distinct from v_bound then
+    perform jobs.raise_error('tenant_refused',
+      pg_catalog.format('worker %s is not of tenant %s, to which this session is bound',
+                        p_id, v_bound));
+  end if;
+  -- another login's row: an operator's to remove, not a worker's
+  if v_login is not null and v_login <> session_user and not jobs.caller_is('sqljobs_operator') then
+    perform jobs.raise_error('worker_id_taken',
+      pg_catalog.format('worker %s is registered by another login role', p_id));
+  end if;
+  delete from jobs.worker w where w.id = p_id;
+  return true;
+end
+$$;
+
+comment on function jobs.worker_stop(text) is
+  'Deregister a worker (the login that registered it, or an operator); true when it was registered.';
 
 -- ---------------------------------------------------------------------------
 -- jobs.workers() -> live workers (expires_at > now), oldest first, each with the
@@ -3036,7 +3518,7 @@ begin
 end
 $$;
 
--- Shared guard: a step name is a non-empty string of at most 200 characters, and not
+-- Shared guard: a step name is a non-empty string of at most 200 bytes, and not
 -- one of the runtime's own ('sqljobs.' ...: a saga's unwind and undo records), which
 -- only these functions write (reserved_step_name SJ011).
 create or replace function jobs.check_step_name(p_name text)
@@ -3046,15 +3528,81 @@ immutable
 set search_path = ''
 as $$
 begin
-  if p_name is null or p_name = '' or pg_catalog.length(p_name) > 200 then
-    perform jobs.raise_error('invalid_argument',
-      'a step name must be a non-empty string of at most 200 characters');
-  end if;
+  perform jobs.check_name(p_name, 'a step name');
   if pg_catalog.starts_with(p_name, 'sqljobs.') then
     perform jobs.raise_error('reserved_step_name',
       pg_catalog.format('step name %L starts with sqljobs., which the runtime keeps for itself',
                         p_name), null, 'give the step another name');
   end if;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.step_put(id, claim, name, value, lease_s, options) -> the stored value of the step.
+--
+-- Stores `value` as step `name` of job `id`, if that step is not stored yet, and
+-- answers the stored value (the new one, or the one stored before: the first write
+-- wins). Fenced: raises lease_lost (SJ004), writing nothing, unless the job is running
+-- under p_claim. Extends the lease to now + p_lease_s (left as is when null).
+-- options: {"compensable": true} the step has a compensation (marks the job
+--          compensable); {"undo": true} the value records that the compensation of step
+--          `name` ran: it is stored as step 'sqljobs.undo:<name>' (kind undo).
+-- Errors: invalid_argument (SJ001) for a bad name, lease_s or option; payload_too_large (SJ002)
+-- for a value larger than jobs.max_payload_bytes(); lease_lost (SJ004); reserved_step_name
+-- (SJ011) for a name starting with 'sqljobs.'.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.step_put(
+  p_id      bigint,
+  p_claim   bigint,
+  p_name    text,
+  p_value   jsonb,
+  p_lease_s double precision default null,
+  p_options jsonb default '{}'
+)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_seq   integer;
+  v_value jsonb;
+  v_name  text;
+begin
+  -- GUARD
+  perform jobs.check_step_name(p_name);
+  perform jobs.check_value(p_value, 'a step value');
+  if pg_catalog.octet_length(coalesce(p_value, 'null'::jsonb)::text) > jobs.max_payload_bytes() then
+    perform jobs.raise_error('payload_too_large',
+      pg_catalog.format('step %s: value is larger than %s bytes', p_name, jobs.max_payload_bytes()));
+  end if;
+  if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
+     or exists (select 1 from pg_catalog.jsonb_each(p_options) o
+                 where o.key not in ('compensable', 'undo')
+                    or pg_catalog.jsonb_typeof(o.value) <> 'boolean') then
+    perform jobs.raise_error('invalid_argument',
+      'options takes only {"compensable": boolean, "undo": boolean}');
+  end if;
+  v_name := case when (p_options->>'undo')::boolean then 'sqljobs.undo:' || p_name
+                 else p_name end;
+  -- FENCE (locks the job row)
+  v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
+  -- WRITE, first write wins
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  values (p_id, v_name, v_seq,
+          case when (p_options->>'undo')::boolean then 'undo' else 'run' end,
+          p_value, jobs.now())
+  on conflict (job_id, name) do nothing
+  returning s.value into v_value;
+  if found then
+    if (p_options->>'compensable')::boolean then
+      update jobs.job as j set compensable = true where j.id = p_id and not j.compensable;
+    end if;
+    return v_value;
+  end if;
+  select s.value into v_value from jobs.step s where s.job_id = p_id and s.name = v_name;
+  return v_value;
 end
 $$;
 
@@ -3297,14 +3845,40 @@ $$;
 
 -- === sql/60_events.sql ===
 
--- The advisory lock key of an event name (one per name; a hash collision only
--- serializes two names more than needed).
+-- jobs.event_lock_key(name): version 1's advisory lock key of an event name. Nothing
+-- calls it since version 2 (row locks, below); a released function stays until the
+-- release its retirement names (migrations/versions/RETIRED).
 create or replace function jobs.event_lock_key(p_name text)
 returns bigint
 language sql
 immutable
 set search_path = ''
 as $$ select pg_catalog.hashtextextended('sqljobs.event:' || p_name, 0) $$;
+
+-- jobs.event_locks(tenant, names, waiting) -> lock keys and modes for jobs.lock_keys
+-- (sql/10_errors.sql): what an emit or a wait of these event names by that tenant
+-- (null: none) must hold so that a wait's look-back and an emit's wake-up never run
+-- concurrently for one name. An emit of tenant T shares 'event|T|<name>'; an emit
+-- without a tenant (it wakes every tenant's waiters) takes 'event||<name>' exclusive;
+-- a wait of tenant T takes 'event|T|<name>' exclusive and shares 'event||<name>'; a
+-- wait of a job without a tenant takes 'event||<name>' exclusive. So emits of one
+-- tenant never wait on another tenant's, and a tenant's session can hold up only its
+-- own tenant's emits and waits, or (by a wait held open) the emits without a tenant.
+create or replace function jobs.event_locks(p_tenant text, p_names text[], p_waiting boolean,
+                                            out keys text[], out modes text[])
+language sql
+immutable
+set search_path = ''
+as $$
+  select pg_catalog.array_agg(l.key order by l.key), pg_catalog.array_agg(l.mode order by l.key)
+    from pg_catalog.unnest(p_names) as n(name)
+   cross join lateral (
+     values ('event|' || coalesce(p_tenant, '') || '|' || n.name,
+             case when p_waiting or p_tenant is null then 'update' else 'share' end),
+            (case when p_waiting and p_tenant is not null then 'event||' || n.name end, 'share')
+   ) as l(key, mode)
+   where l.key is not null
+$$;
 
 -- ---------------------------------------------------------------------------
 -- jobs.emit_event(name, payload) -> the event's id.
@@ -3325,18 +3899,18 @@ declare
   v_tenant text := jobs.bound_tenant();  -- wakes only this tenant's waiters (null: all)
 begin
   -- GUARD
-  if p_name is null or p_name = '' then
-    perform jobs.raise_error('invalid_argument', 'an event needs a name');
-  end if;
+  perform jobs.check_name(p_name, 'an event name');
   if p_payload is null or pg_catalog.jsonb_typeof(p_payload) <> 'object' then
     perform jobs.raise_error('invalid_argument', 'an event payload must be a JSON object');
   end if;
+  perform jobs.check_value(p_payload, 'an event payload');
   if pg_catalog.octet_length(p_payload::text) > jobs.max_payload_bytes() then
     perform jobs.raise_error('payload_too_large',
       pg_catalog.format('event payload is larger than %s bytes', jobs.max_payload_bytes()));
   end if;
-  -- LOCK (share: emits of one name run side by side; waits on it wait for us)
-  perform pg_catalog.pg_advisory_xact_lock_shared(jobs.event_lock_key(p_name));
+  -- LOCK (jobs.event_locks: emits of one name and tenant run side by side; waits on it
+  -- wait for us)
+  perform jobs.lock_keys(l.keys, l.modes) from jobs.event_locks(v_tenant, array[p_name], false) l;
   -- WRITE
   insert into jobs.event as e (name, payload, created_at, tenant)
   values (p_name, p_payload, jobs.now(), v_tenant)
@@ -3396,7 +3970,6 @@ declare
   v_seq      integer;
   v_value    jsonb;
   v_names    text[];
-  v_name     text;
   v_cursor   timestamptz;
   v_deadline timestamptz;
   v_event    record;
@@ -3409,11 +3982,12 @@ begin
      or exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
                  where pg_catalog.jsonb_typeof(x) <> 'object'
                     or pg_catalog.jsonb_typeof(x->'event') is distinct from 'string'
-                    or x->>'event' = ''
+                    or x->>'event' = '' or pg_catalog.octet_length(x->>'event') > 200
                     or (x ? 'match' and pg_catalog.jsonb_typeof(x->'match') <> 'object')) then
     perform jobs.raise_error('invalid_argument',
-      'specs must be a non-empty array of {"event": name, "match": object}');
+      'specs must be a non-empty array of {"event": name (at most 200 bytes), "match": object}');
   end if;
+  perform jobs.check_value(p_specs, 'specs');
   if p_timeout_s < 0 or p_timeout_s > 1e9 then  -- (NaN too: it sorts above every number)
     perform jobs.raise_error('invalid_argument', 'timeout_s must be 0 to 1e9 seconds');
   end if;
@@ -3424,12 +3998,11 @@ begin
     return query select v_value, false;
     return;
   end if;
-  -- LOCK every name, exclusive, in name order.
+  -- LOCK every name (jobs.event_locks, the job's tenant), in key order.
   v_names := array(select distinct x->>'event' from pg_catalog.jsonb_array_elements(p_specs) x
                     order by 1);
-  foreach v_name in array v_names loop
-    perform pg_catalog.pg_advisory_xact_lock(jobs.event_lock_key(v_name));
-  end loop;
+  perform jobs.lock_keys(l.keys, l.modes)
+     from jobs.event_locks((select j.tenant from jobs.job j where j.id = p_id), v_names, true) l;
   -- REGISTER once (a later call keeps the first deadline).
   insert into jobs.event_wait as w (job_id, step, specs, names, deadline, created_at)
   values (p_id, p_name, p_specs, v_names,
@@ -3514,9 +4087,9 @@ $$;
 --   * outcome 'staged': a new row whose id is its future job's id; 'deduped': the key
 --     already has a job (its id) or an unpublished staged row (its id).
 --   * Writes in the caller's transaction; notifies 'jobs_outbox' once.
--- Locks: a transaction advisory lock per distinct ordering key (in key order), held to
---   commit, so one key's rows are staged one transaction at a time; then the insert,
---   in (name, tenant, key) order.
+-- Locks: the lock row of each distinct (tenant, ordering key) (jobs.lock_keys, in key
+--   order), held to commit, so one key's rows are staged one transaction at a time;
+--   then the insert, in (name, tenant, key) order.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.stage_many(p_specs jsonb)
 returns table (ord integer, id bigint, outcome text)
@@ -3536,14 +4109,15 @@ begin
   select pg_catalog.format('spec %s: %s', e.ord, case
            when pg_catalog.jsonb_typeof(e.spec) = 'object' and e.spec ? 'on_conflict'
              then 'on_conflict is not accepted by stage: an existing key is always answered as deduped'
-           else 'ordering_key must be a non-empty string' end)
+           else 'ordering_key must be a non-empty string of at most 1000 bytes' end)
     into v_problem
     from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
    where pg_catalog.jsonb_typeof(e.spec) = 'object'
      and (e.spec ? 'on_conflict'
           or (e.spec ? 'ordering_key' and pg_catalog.jsonb_typeof(e.spec->'ordering_key') <> 'null'
               and (pg_catalog.jsonb_typeof(e.spec->'ordering_key') <> 'string'
-                   or e.spec->>'ordering_key' = '')))
+                   or e.spec->>'ordering_key' = ''
+                   or pg_catalog.octet_length(e.spec->>'ordering_key') > 1000)))
    order by e.ord
    limit 1;
   if v_problem is not null then
@@ -3557,13 +4131,13 @@ begin
        from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)));
   p_specs := jobs.tenant_specs(p_specs);  -- a tenant-bound session's tenant (sql/15_tenancy.sql)
 
-  -- LOCK ACQUISITION: one advisory lock per ordering key, in a fixed order.
-  perform pg_catalog.pg_advisory_xact_lock(
-            pg_catalog.hashtextextended('sqljobs.outbox:' || k.ordering_key, 0))
-     from (select distinct e.spec->>'ordering_key' as ordering_key
-             from pg_catalog.jsonb_array_elements(p_specs) as e(spec)
-            where e.spec->>'ordering_key' is not null
-            order by 1) k;
+  -- LOCK ACQUISITION: the lock row of each (tenant, ordering key), in key order
+  -- (jobs.lock_keys: a tenant's session can hold up only its own tenant's keys).
+  perform jobs.lock_keys(k.keys, array(select 'update' from pg_catalog.unnest(k.keys)))
+     from (select array(select distinct 'outbox|' || coalesce(e.spec->>'tenant', '') || '|'
+                                        || (e.spec->>'ordering_key')
+                          from pg_catalog.jsonb_array_elements(p_specs) as e(spec)
+                         where e.spec->>'ordering_key' is not null) as keys) k;
 
   -- WRITE: keys with no job and no unpublished staged row; a key repeated in the batch
   -- is staged from its first spec.
@@ -3659,9 +4233,7 @@ begin
   if p_batch is null or p_batch < 0 or p_batch > 10000 then
     perform jobs.raise_error('invalid_argument', 'batch must be between 0 and 10000');
   end if;
-  if p_relay_id is null or p_relay_id = '' then
-    perform jobs.raise_error('invalid_argument', 'relay_id is required');
-  end if;
+  perform jobs.check_name(p_relay_id, 'relay_id');
   -- bounded (about 31 years): now + lease must stay a timestamp (NaN is refused too)
   if p_lease_s is null or not (p_lease_s > 0 and p_lease_s <= 1e9) then
     perform jobs.raise_error('invalid_argument', 'lease_s must be positive and at most 1e9 seconds');
@@ -3703,7 +4275,7 @@ begin
   -- CLAIM: the next batch under a lease; an ordering key only from its head.
   if p_batch > 0 then
     with cand as materialized (
-      select o.id, o.ordering_key
+      select o.id, o.ordering_key, coalesce(o.tenant, '') as tenant
         from jobs.outbox o
        where o.published_at is null
          and (o.claimed_by is null or o.lease_expires_at <= v_now)
@@ -3715,26 +4287,27 @@ begin
     -- by a live lease elsewhere, locked by another relay, or past the limit). Rows of
     -- the key after that one must wait; the seek stops at the first such row.
     keyed as (
-      select c.ordering_key, pg_catalog.array_agg(c.id) as ids, pg_catalog.min(c.id) as head
+      select c.tenant, c.ordering_key, pg_catalog.array_agg(c.id) as ids,
+             pg_catalog.min(c.id) as head
         from cand c
        where c.ordering_key is not null
-       group by c.ordering_key
+       group by c.tenant, c.ordering_key
     ),
     -- FAIR SHARE: a key is in flight in one relay only, so a relay that took every key
     -- of its window would leave the others nothing to claim until it published. It
     -- takes at most half the keys (rounded up; the oldest heads first) and leaves the
     -- rest of them to the next relay.
     taken as (
-      select k.ordering_key, k.ids
+      select k.tenant, k.ordering_key, k.ids
         from keyed k
        order by k.head
        limit (select (pg_catalog.count(*) + 1) / 2 from keyed)
     ),
     blocked as (
-      select k.ordering_key,
+      select k.tenant, k.ordering_key,
              (select p.id from jobs.outbox p
-               where p.ordering_key = k.ordering_key and p.published_at is null
-                 and p.id <> all (k.ids)
+               where p.ordering_key = k.ordering_key and coalesce(p.tenant, '') = k.tenant
+                 and p.published_at is null and p.id <> all (k.ids)
                order by p.id
                limit 1) as first_out
         from taken k
@@ -3742,7 +4315,7 @@ begin
     ok as (
       select c.id
         from cand c
-        left join blocked b on b.ordering_key = c.ordering_key
+        left join blocked b on b.ordering_key = c.ordering_key and b.tenant = c.tenant
        where c.ordering_key is null
           or (b.ordering_key is not null and (b.first_out is null or c.id < b.first_out))
     ),
@@ -3850,7 +4423,7 @@ set search_path = ''
 as $$
 begin
   perform jobs.fleet_only('jobs.leader_acquire');  -- (sql/15_tenancy.sql)
-  return jobs.lease_acquire(p_role, p_holder, p_lease_s);
+  return jobs.lease_take(p_role, p_holder, p_lease_s, true);
 end
 $$;
 
@@ -3862,10 +4435,12 @@ set search_path = ''
 as $$
 begin
   perform jobs.fleet_only('jobs.leader_release');  -- (sql/15_tenancy.sql)
-  return jobs.lease_release(p_role, p_holder, p_token);
+  return jobs.lease_give_up(p_role, p_holder, p_token);
 end
 $$;
 
+-- jobs.leaders(): version 1's view of the leases. Its token column stays (a released
+-- result never changes) but is null: a token is its holder's proof (sql/00_schema.sql).
 create or replace function jobs.leaders()
 returns table (role text, holder text, token bigint, lease_expires_at timestamptz,
                acquired_at timestamptz, live boolean)
@@ -3874,9 +4449,11 @@ stable
 set search_path = ''
 as $$
   select jobs.fleet_only('jobs.leaders');  -- (sql/15_tenancy.sql)
-  select l.name, l.holder, l.token, l.lease_expires_at, l.acquired_at, l.live
+  select l.name, l.holder, null::bigint, l.lease_expires_at, l.acquired_at, l.live
     from jobs.leases() l
 $$;
+
+comment on function jobs.leaders() is 'Leader leases and whether each is live (the token column is always null).';
 
 -- ---------------------------------------------------------------------------
 -- jobs.schedule_definition_problem(definition) -> the first thing wrong, or null.
@@ -3964,9 +4541,8 @@ declare
   v_new     boolean;
 begin
   perform jobs.fleet_only('jobs.schedule_put');  -- (sql/15_tenancy.sql)
-  if p_name is null or p_name = '' then
-    perform jobs.raise_error('invalid_argument', 'a schedule needs a name');
-  end if;
+  perform jobs.check_name(p_name, 'a schedule name');
+  perform jobs.check_value(p_definition, 'a schedule definition');
   v_problem := jobs.schedule_definition_problem(p_definition);
   if v_problem is not null then
     perform jobs.raise_error('invalid_argument', 'schedule ' || p_name || ': ' || v_problem);
@@ -4335,7 +4911,7 @@ as $$
            -- a running attempt ends here: it joins the history (sql/40_settle.sql)
            attempts = case when j.state = 'running' then
              jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
-               'attempt', j.attempt, 'claim', j.claim, 'worker', j.worker,
+               'attempt', j.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
                'started_at', j.started_at, 'ended_at', jobs.now(), 'outcome', 'cancelled',
                'error', null))
              else j.attempts end
@@ -4381,6 +4957,9 @@ declare
 begin
   if p_ids is null or pg_catalog.cardinality(p_ids) = 0 then
     perform jobs.raise_error('invalid_argument', 'requeue needs at least one job id');
+  end if;
+  if pg_catalog.array_position(p_ids, null) is not null then
+    perform jobs.raise_error('job_not_found', 'no job has id null');
   end if;
   -- LOCK in id order, then GUARD.
   perform 1 from jobs.job j where j.id = any (p_ids) order by j.id for update;
@@ -4944,11 +5523,17 @@ declare
   v_field   text;
   v_problem text;
 begin
-  if p_name is null or p_name = '' then
-    return 'a job type needs a name';
+  if p_name is null or p_name = '' or pg_catalog.octet_length(p_name) > 200 then
+    return 'a job type needs a name of at most 200 bytes';
   end if;
   if p_def is null or pg_catalog.jsonb_typeof(p_def) <> 'object' then
     return 'a job type definition is a JSON object';
+  end if;
+  if p_def @? jobs.too_deep() then
+    return 'a job type definition must be nested less than 100 levels deep';
+  end if;
+  if pg_catalog.octet_length(p_def->>'queue') > 200 then
+    return 'queue must be at most 200 bytes';
   end if;
   select k into v_field from pg_catalog.jsonb_object_keys(p_def) k
    where k not in ('queue', 'sensitive', 'personal', 'payload_schema', 'retry', 'timeout_s',
@@ -4995,9 +5580,13 @@ $$;
 comment on function jobs.job_type_problem(text, jsonb) is
   'Why a job type definition is refused (null when it is fine).';
 
--- jobs.job_type_put(name, definition): register (or replace) a job type; true when it
--- is new. Errors: invalid_job_type (SJ017), nothing written.
-create or replace function jobs.job_type_put(p_name text, p_def jsonb)
+-- jobs.job_type_write(name, definition, widen) -> true when the type is new. Private:
+-- what job_type_put (replace) and job_type_declare (widen) share. A new type is
+-- registered as given. Replacing a known one writes every field; widening one only
+-- adds: its sensitive and personal paths become the union of the stored and the given
+-- ones, its queue and origin are kept, and its schema, retry policy and timeout
+-- (descriptions) follow the code. Errors: invalid_job_type (SJ017), nothing written.
+create or replace function jobs.job_type_write(p_name text, p_def jsonb, p_widen boolean)
 returns boolean
 language plpgsql
 volatile
@@ -5007,7 +5596,6 @@ declare
   v_problem text := jobs.job_type_problem(p_name, p_def);
   v_new     boolean;
 begin
-  perform jobs.fleet_only('jobs.job_type_put');  -- (sql/15_tenancy.sql)
   if v_problem is not null then
     perform jobs.raise_error('invalid_job_type', v_problem);
   end if;
@@ -5020,19 +5608,69 @@ begin
                   coalesce(p_def->'personal', '[]')) e order by e),
           pg_catalog.jsonb_strip_nulls(p_def)->'payload_schema',
           pg_catalog.jsonb_strip_nulls(p_def)->'retry',
-          (p_def->>'timeout_s')::double precision, coalesce(p_def->>'origin', 'api'), jobs.now())
+          (p_def->>'timeout_s')::double precision,
+          case when p_widen then 'declared' else coalesce(p_def->>'origin', 'api') end, jobs.now())
   on conflict (name) do update
-     set queue = excluded.queue, sensitive_paths = excluded.sensitive_paths,
-         personal_paths = excluded.personal_paths, payload_schema = excluded.payload_schema,
-         retry = excluded.retry, timeout_s = excluded.timeout_s, origin = excluded.origin,
+     set queue = case when p_widen then coalesce(t.queue, excluded.queue) else excluded.queue end,
+         sensitive_paths = case when p_widen
+                             then array(select distinct e from pg_catalog.unnest(
+                                    t.sensitive_paths || excluded.sensitive_paths) e order by e)
+                             else excluded.sensitive_paths end,
+         personal_paths = case when p_widen
+                            then array(select distinct e from pg_catalog.unnest(
+                                   t.personal_paths || excluded.personal_paths) e order by e)
+                            else excluded.personal_paths end,
+         payload_schema = excluded.payload_schema, retry = excluded.retry,
+         timeout_s = excluded.timeout_s,
+         origin = case when p_widen then t.origin else excluded.origin end,
          updated_at = excluded.updated_at
   returning (xmax = 0) into v_new;
   return v_new;
 end
 $$;
 
+comment on function jobs.job_type_write(text, jsonb, boolean) is
+  'Private: register a job type, replacing a known one or (widen) only adding to it; true when new.';
+
+-- jobs.job_type_put(name, definition): register (or replace) a job type; true when it
+-- is new. An operator's: it may narrow what a type hides, or move it to another queue.
+-- Errors: invalid_job_type (SJ017), nothing written.
+create or replace function jobs.job_type_put(p_name text, p_def jsonb)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.fleet_only('jobs.job_type_put');  -- (sql/15_tenancy.sql)
+  return jobs.job_type_write(p_name, p_def, false);
+end
+$$;
+
 comment on function jobs.job_type_put(text, jsonb) is
   'Register (or replace) a job type and its sensitive and personal paths; true when it is new. SJ017 when refused.';
+
+-- jobs.job_type_declare(name, definition): what a worker writes of the jobs it serves
+-- as it starts. A new job type is registered as given (origin 'declared'); a known one
+-- only gains: its sensitive and personal paths become the union of the stored and the
+-- given ones, and its schema, retry policy and timeout (descriptions) follow the code.
+-- What would expose or move a job (dropping a sensitive path, another queue) is an
+-- operator's (jobs.job_type_put): a worker's login cannot narrow what every reader's
+-- view hides. True when it is new. Errors: invalid_job_type (SJ017), nothing written.
+create or replace function jobs.job_type_declare(p_name text, p_def jsonb)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.fleet_only('jobs.job_type_declare');  -- (sql/15_tenancy.sql)
+  return jobs.job_type_write(p_name, p_def, true);
+end
+$$;
+
+comment on function jobs.job_type_declare(text, jsonb) is
+  'A worker''s registration of a job type it serves: new as given, known only widened (redaction kept); true when new.';
 
 -- jobs.job_type_remove(name). Errors: job_type_not_found (SJ016).
 create or replace function jobs.job_type_remove(p_name text)
@@ -5061,6 +5699,7 @@ language sql
 stable
 set search_path = ''
 as $$
+  select jobs.fleet_only('jobs.job_types');  -- (sql/15_tenancy.sql)
   select t.name, t.queue, t.sensitive_paths, t.personal_paths, t.payload_schema, t.retry,
          t.timeout_s, t.origin, t.updated_at
     from jobs.job_type t
@@ -5094,7 +5733,9 @@ comment on function jobs.personal_data() is
 create or replace view jobs.job_view as
   select j.id, j.name, j.queue, j.tenant, j.key, j.state, j.priority, j.run_at, j.attempt,
          j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.dead_letter,
-         j.timeout_s, j.claim, j.lease_expires_at, j.worker,
+         -- which claim of the job this is (its token's high bits), never the token: a
+         -- live token is its worker's proof (sql/00_schema.sql, "Fencing tokens")
+         j.timeout_s, j.claim >> 32 as claim, j.lease_expires_at, j.worker,
          jobs.redact_job_output(j.progress, j.payload, t.sensitive_paths) as progress,
          jobs.redact_job_output(j.last_error, j.payload, t.sensitive_paths) as last_error,
          jobs.redact_job_output(j.result, j.payload, t.sensitive_paths) as result,
@@ -5551,10 +6192,11 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_queue text := coalesce(nullif(p_queue, ''), '*');
+  v_queue text := coalesce(p_queue, '*');
 begin
   perform jobs.fleet_only('jobs.retention_put');  -- (sql/15_tenancy.sql)
-  -- GUARD
+  -- GUARD ('' names no queue: it is not another way to write '*')
+  perform jobs.check_name(v_queue, 'queue');
   perform jobs.retention_check(p_policy, false);
   if v_queue <> '*' and p_policy ? 'events' then
     perform jobs.raise_error('invalid_retention',
@@ -5600,7 +6242,8 @@ set search_path = ''
 as $$
 begin
   perform jobs.fleet_only('jobs.retention_remove');  -- (sql/15_tenancy.sql)
-  delete from jobs.retention r where r.queue = coalesce(nullif(p_queue, ''), '*');
+  perform jobs.check_name(coalesce(p_queue, '*'), 'queue');
+  delete from jobs.retention r where r.queue = coalesce(p_queue, '*');
   return found;
 end
 $$;
@@ -5859,6 +6502,17 @@ begin
     end if;
   end if;
 
+  -- Lock rows (jobs.lock_key) unused for a day: not counted, at most 1,000 a call; one
+  -- locked now is skipped (and one deleted under a locker is made again by it).
+  if not p_dry_run then
+    delete from jobs.lock_key k
+     using (select o.key from jobs.lock_key o
+             where o.created_at < v_now - interval '1 day'
+             limit 1000
+               for update skip locked) as old
+     where k.key = old.key;
+  end if;
+
   return query values ('job'::text, v_jobs, v_jrest),
                       ('outbox'::text, v_outbox, null::bigint),
                       ('event'::text, v_events, v_erest);
@@ -5867,6 +6521,21 @@ $$;
 
 comment on function jobs.purge(integer, boolean, jsonb) is
   'Retention: delete at most p_max finished jobs (with their steps, waits, outbox rows) and old events; answers deleted and still eligible.';
+
+-- jobs.retention_sweep(max) -> jobs.purge(max) under the stored policy: what the
+-- scheduler's leader runs every period (sql/98_roles.sql grants it to the scheduler's
+-- role, which may not pass a policy of its own: only an operator deletes by other ages).
+create or replace function jobs.retention_sweep(p_max integer default 1000)
+returns table (what text, deleted bigint, remaining bigint)
+language sql
+volatile
+set search_path = ''
+as $$
+  select p.what, p.deleted, p.remaining from jobs.purge(p_max, false, null) p
+$$;
+
+comment on function jobs.retention_sweep(integer) is
+  'One bounded retention batch under the stored policy (jobs.purge without an override).';
 
 -- === sql/97_dashboard.sql ===
 
@@ -5976,21 +6645,20 @@ stable
 set search_path = ''
 as $$
   select g.role_name, g.fn::pg_catalog.regprocedure
-    from (values
-      -- every role: what a client asks once it connects
-      ('sqljobs_producer', 'jobs.schema_version()'), ('sqljobs_worker', 'jobs.schema_version()'),
-      ('sqljobs_operator', 'jobs.schema_version()'), ('sqljobs_reader', 'jobs.schema_version()'),
-      ('sqljobs_producer', 'jobs.schema_floor()'), ('sqljobs_worker', 'jobs.schema_floor()'),
-      ('sqljobs_operator', 'jobs.schema_floor()'), ('sqljobs_reader', 'jobs.schema_floor()'),
-      ('sqljobs_producer', 'jobs.spec_defaults()'), ('sqljobs_worker', 'jobs.spec_defaults()'),
-      ('sqljobs_operator', 'jobs.spec_defaults()'), ('sqljobs_reader', 'jobs.spec_defaults()'),
-      ('sqljobs_producer', 'jobs.now()'), ('sqljobs_worker', 'jobs.now()'),
-      ('sqljobs_operator', 'jobs.now()'), ('sqljobs_reader', 'jobs.now()'),
-      ('sqljobs_producer', 'jobs.error_codes()'), ('sqljobs_worker', 'jobs.error_codes()'),
-      ('sqljobs_operator', 'jobs.error_codes()'), ('sqljobs_reader', 'jobs.error_codes()'),
-      ('sqljobs_producer', 'jobs.max_payload_bytes()'), ('sqljobs_worker', 'jobs.max_payload_bytes()'),
-      ('sqljobs_operator', 'jobs.max_payload_bytes()'), ('sqljobs_reader', 'jobs.max_payload_bytes()'),
-      -- producer: puts jobs and events in, reads the outcome of what it put in
+    from (
+      -- every role: what a client asks once it connects, and pure helpers
+      select r.role_name, f.fn
+        from (values ('sqljobs_producer'), ('sqljobs_worker'), ('sqljobs_scheduler'),
+                     ('sqljobs_operator'), ('sqljobs_reader')) as r(role_name)
+       cross join (values ('jobs.schema_version()'), ('jobs.schema_floor()'),
+                          ('jobs.spec_defaults()'), ('jobs.spec_fields()'), ('jobs.now()'),
+                          ('jobs.error_codes()'), ('jobs.max_payload_bytes()'),
+                          ('jobs.backoff_s(integer,double precision,double precision,text)'),
+                          ('jobs.retention_defaults()'), ('jobs.role_grants()'),
+                          ('jobs.redact(text,jsonb)')) as f(fn)
+      union all
+      select g.role_name, g.fn from (values
+      -- producer: puts jobs and events in, awaits the outcome of what it put in
       ('sqljobs_producer', 'jobs.enqueue(text,text,jsonb,jsonb)'),
       ('sqljobs_producer', 'jobs.enqueue_many(jsonb)'),
       ('sqljobs_producer', 'jobs.enqueue_batch(jsonb,text[],jsonb)'),
@@ -5998,8 +6666,8 @@ as $$
       ('sqljobs_producer', 'jobs.stage_many(jsonb)'),
       ('sqljobs_producer', 'jobs.emit_event(text,jsonb)'),
       ('sqljobs_producer', 'jobs.watch_outcome(bigint)'),
-      -- worker: runs jobs, and what the runtime beside it keeps (schedules, relay,
-      -- leases, limits, the job-type registry, the worker registry, retention)
+      ('sqljobs_producer', 'jobs.watch_token(bigint)'),
+      -- worker: runs jobs
       ('sqljobs_worker', 'jobs.claim(text[],text,integer,double precision,jsonb)'),
       ('sqljobs_worker', 'jobs.ack(bigint,bigint,jsonb)'),
       ('sqljobs_worker', 'jobs.ack_many(bigint[],bigint[],jsonb[])'),
@@ -6018,29 +6686,34 @@ as $$
       ('sqljobs_worker', 'jobs.enqueue(text,text,jsonb,jsonb)'),
       ('sqljobs_worker', 'jobs.enqueue_many(jsonb)'),
       ('sqljobs_worker', 'jobs.enqueue_batch(jsonb,text[],jsonb)'),
+      ('sqljobs_worker', 'jobs.stage(text,text,jsonb,jsonb)'),
       ('sqljobs_worker', 'jobs.stage_many(jsonb)'),
+      ('sqljobs_worker', 'jobs.watch_outcome(bigint)'),
+      ('sqljobs_worker', 'jobs.watch_token(bigint)'),
+      ('sqljobs_worker', 'jobs.wake_tokens(text[])'),
       ('sqljobs_worker', 'jobs.relay(integer,text,double precision)'),
       ('sqljobs_worker', 'jobs.purge_outbox(double precision,integer)'),
-      ('sqljobs_worker', 'jobs.schedule_fire(text,timestamp with time zone[],timestamp with time zone,bigint)'),
-      ('sqljobs_worker', 'jobs.schedule_put(text,jsonb)'),
-      ('sqljobs_worker', 'jobs.schedule_pause(text)'),
-      ('sqljobs_worker', 'jobs.schedule_resume(text)'),
-      ('sqljobs_worker', 'jobs.schedule_remove(text)'),
-      ('sqljobs_worker', 'jobs.schedules()'),
-      ('sqljobs_worker', 'jobs.leader_acquire(text,text,double precision)'),
-      ('sqljobs_worker', 'jobs.leader_release(text,text,bigint)'),
       ('sqljobs_worker', 'jobs.lease_acquire(text,text,double precision)'),
       ('sqljobs_worker', 'jobs.lease_renew(text,text,bigint,double precision)'),
       ('sqljobs_worker', 'jobs.lease_release(text,text,bigint)'),
       ('sqljobs_worker', 'jobs.lease_holds(text,bigint)'),
-      ('sqljobs_worker', 'jobs.limit_put(text,jsonb)'),
-      ('sqljobs_worker', 'jobs.limit_remove(text)'),
       ('sqljobs_worker', 'jobs.limits()'),
-      ('sqljobs_worker', 'jobs.limit_stats()'),
-      ('sqljobs_worker', 'jobs.job_type_put(text,jsonb)'),
+      ('sqljobs_worker', 'jobs.job_types()'),
+      ('sqljobs_worker', 'jobs.job_type_declare(text,jsonb)'),
       ('sqljobs_worker', 'jobs.worker_heartbeat(text,text[],text[],integer,double precision,text,integer,jsonb)'),
       ('sqljobs_worker', 'jobs.worker_stop(text)'),
-      ('sqljobs_worker', 'jobs.purge(integer,boolean,jsonb)'),
+      -- scheduler: the fleet's configuration from code, the schedules, retention
+      ('sqljobs_scheduler', 'jobs.leader_acquire(text,text,double precision)'),
+      ('sqljobs_scheduler', 'jobs.leader_release(text,text,bigint)'),
+      ('sqljobs_scheduler', 'jobs.leaders()'),
+      ('sqljobs_scheduler', 'jobs.schedule_fire(text,timestamp with time zone[],timestamp with time zone,bigint)'),
+      ('sqljobs_scheduler', 'jobs.schedule_put(text,jsonb)'),
+      ('sqljobs_scheduler', 'jobs.schedules()'),
+      ('sqljobs_scheduler', 'jobs.limit_put(text,jsonb)'),
+      ('sqljobs_scheduler', 'jobs.limits()'),
+      ('sqljobs_scheduler', 'jobs.job_type_declare(text,jsonb)'),
+      ('sqljobs_scheduler', 'jobs.job_types()'),
+      ('sqljobs_scheduler', 'jobs.retention_sweep(integer)'),
       -- operator: the operator verbs and settings (it is a member of sqljobs_reader too)
       ('sqljobs_operator', 'jobs.cancel(bigint)'),
       ('sqljobs_operator', 'jobs.requeue(bigint[])'),
@@ -6060,14 +6733,17 @@ as $$
       ('sqljobs_operator', 'jobs.limit_put(text,jsonb)'),
       ('sqljobs_operator', 'jobs.limit_remove(text)'),
       ('sqljobs_operator', 'jobs.job_type_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.job_type_declare(text,jsonb)'),
       ('sqljobs_operator', 'jobs.job_type_remove(text)'),
       ('sqljobs_operator', 'jobs.retention_put(text,jsonb)'),
       ('sqljobs_operator', 'jobs.retention_remove(text)'),
       ('sqljobs_operator', 'jobs.purge(integer,boolean,jsonb)'),
+      ('sqljobs_operator', 'jobs.retention_sweep(integer)'),
       ('sqljobs_operator', 'jobs.purge_outbox(double precision,integer)'),
       ('sqljobs_operator', 'jobs.purge_events(timestamp with time zone,integer)'),
-      ('sqljobs_operator', 'jobs.lease_release(text,text,bigint)'),
       ('sqljobs_operator', 'jobs.worker_stop(text)'),
+      ('sqljobs_operator', 'jobs.watch_outcome(bigint)'),
+      ('sqljobs_operator', 'jobs.watch_token(bigint)'),
       ('sqljobs_operator', 'jobs.tenant_bind(text,text)'),
       ('sqljobs_operator', 'jobs.tenant_unbind(text)'),
       ('sqljobs_operator', 'jobs.tenant_bindings()'),
@@ -6100,13 +6776,14 @@ as $$
       ('public', 'jobs.redact_payload(jsonb,text[])'),
       ('public', 'jobs.bound_tenant()'),
       ('public', 'jobs.redact_job_output(jsonb,jsonb,text[])')
-    ) as g(role_name, fn)
+      ) as g(role_name, fn)
+    ) as g
    -- a function another file drops or has not made yet is left out, not an error
    where pg_catalog.to_regprocedure(g.fn) is not null
 $$;
 
 comment on function jobs.role_grants() is
-  'Which role may execute which function: the whole EXECUTE grant list of the four sqljobs roles, and the two redaction functions jobs.job_view needs granted to public (docs/design/roles.md).';
+  'Which role may execute which function: the whole EXECUTE grant list of the five sqljobs roles, and the three functions jobs.job_view needs granted to public (docs/design/roles.md).';
 
 create or replace function jobs.install_roles()
 returns void
@@ -6117,12 +6794,13 @@ declare
   v_create boolean := coalesce(
     pg_catalog.lower(pg_catalog.current_setting('sqljobs.create_roles', true)), 'on')
     not in ('off', 'false', '0', 'no');
-  v_role text;
-  v_grant record;
+  v_roles  text[] := array['sqljobs_producer', 'sqljobs_worker', 'sqljobs_scheduler',
+                           'sqljobs_operator', 'sqljobs_reader'];
+  v_role   text;
+  v_grant  record;
 begin
   if v_create then
-    foreach v_role in array array['sqljobs_producer', 'sqljobs_worker', 'sqljobs_operator',
-                                  'sqljobs_reader'] loop
+    foreach v_role in array v_roles loop
       if not exists (select from pg_catalog.pg_roles r where r.rolname = v_role) then
         begin
           execute pg_catalog.format('create role %I nologin', v_role);
@@ -6146,11 +6824,12 @@ begin
   revoke all on all functions in schema jobs from public;
   revoke all on all tables in schema jobs from public;
   revoke all on all sequences in schema jobs from public;
-  alter default privileges in schema jobs revoke execute on functions from public;
 
-  foreach v_role in array array['sqljobs_producer', 'sqljobs_worker', 'sqljobs_operator',
-                                'sqljobs_reader'] loop
+  -- each role gets exactly its list: what an earlier version granted and this one does
+  -- not is taken back
+  foreach v_role in array v_roles loop
     if exists (select from pg_catalog.pg_roles r where r.rolname = v_role) then
+      execute pg_catalog.format('revoke all on all functions in schema jobs from %I', v_role);
       execute pg_catalog.format('grant usage on schema jobs to %I', v_role);
     end if;
   end loop;
@@ -6174,6 +6853,6 @@ end
 $$;
 
 comment on function jobs.install_roles() is
-  'Creates the four NOLOGIN roles (unless sqljobs.create_roles = off), makes every jobs function security definer, revokes PUBLIC and grants EXECUTE per jobs.role_grants().';
+  'Creates the five NOLOGIN roles (unless sqljobs.create_roles = off), makes every jobs function security definer, revokes PUBLIC and gives each role exactly its EXECUTE grants per jobs.role_grants().';
 
 select jobs.install_roles();

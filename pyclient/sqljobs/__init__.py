@@ -49,10 +49,12 @@ from sqljobs._client.errors import (
     ReservedStepName,
     ScheduleNotFound,
     SchemaError,
+    SettingRefused,
     SqljobsError,
     TenantRefused,
     UnknownJob,
     UnknownRetentionKey,
+    WorkerIdTaken,
 )
 from sqljobs._client.locks import AsyncLock, Lock
 from sqljobs._client.records import (
@@ -181,6 +183,7 @@ __all__ = [
     "Schedules",
     "SchemaError",
     "Sensitive",
+    "SettingRefused",
     "Settled",
     "Snooze",
     "SqljobsError",
@@ -192,6 +195,7 @@ __all__ = [
     "UnknownJob",
     "UnknownRetentionKey",
     "Worker",
+    "WorkerIdTaken",
     "errors",
     "fresh_key",
     "key",

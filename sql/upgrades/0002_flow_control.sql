@@ -137,6 +137,24 @@ create table jobs.job_type (
 -- jobs.event: the emitter's tenant; jobs.tenant_binding: login roles bound to one tenant
 -- (sql/15_tenancy.sql). Both start empty: no lock beyond the brief one of the column.
 alter table jobs.event add column tenant text;
+-- jobs.worker: the login that registered a row (the only one that renews it while it
+-- is live) and its tenant (sql/45_workers.sql); rows of version 1 have neither.
+alter table jobs.worker add column login text, add column tenant text;
+
+-- jobs.lock_key: the rows the engine locks where version 1 took advisory locks (sql/
+-- 10_errors.sql, jobs.lock_keys); jobs.channel_key: the secret notification payloads are
+-- made from (sql/20_enqueue.sql). New and small: no lock on another table.
+create table jobs.lock_key (
+  key         text primary key,
+  created_at  timestamptz not null
+);
+create table jobs.channel_key (
+  key  bytea not null
+);
+insert into jobs.channel_key (key)
+select pg_catalog.decode(pg_catalog.replace(pg_catalog.gen_random_uuid()::text
+                                              || pg_catalog.gen_random_uuid()::text, '-', ''),
+                         'hex');
 create table jobs.tenant_binding (
   role_name   text primary key,
   tenant      text not null check (tenant <> ''),

@@ -14,14 +14,14 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from sqljobs._cli.common import DsnOption, dsn_of, err_console
+from sqljobs._cli.common import DsnOption, dsn_of, err_console, whole
 
 INSTALL_HINT = "pip install 'sqljobs[dashboard]' (in a checkout: pip install -e '.[dashboard]')"
 _EXTRA_MODULES = ("starlette", "jinja2", "uvicorn", "markupsafe")
 
 
 def dashboard(
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8080,
+    port: Annotated[int, typer.Option(**whole(1, 65535), help="Port to listen on.")] = 8080,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     allow_actions: Annotated[bool, typer.Option(
         "--allow-actions", help="Enable retry, cancel, promote, remove and pause buttons "

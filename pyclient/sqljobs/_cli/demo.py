@@ -9,7 +9,7 @@ import psycopg
 import typer
 from rich.markup import escape
 
-from sqljobs._cli.common import DsnOption, console, dsn_of, err_console
+from sqljobs._cli.common import DsnOption, console, dsn_of, err_console, finite
 from sqljobs._client.database import DSN_VARIABLES
 from sqljobs._client.errors import SqljobsError
 
@@ -17,7 +17,8 @@ from sqljobs._client.errors import SqljobsError
 def demo(
     dsn: DsnOption = None,
     timeout: Annotated[float, typer.Option(
-        min=10.0, help="Stop after this many seconds even if some job is not final.")] = 50.0,
+        **finite(10.0), help="Stop after this many seconds even if some job is not final.")
+    ] = 50.0,
 ) -> None:
     """Show every feature on example jobs, then print a summary; the jobs stay in the database.
 

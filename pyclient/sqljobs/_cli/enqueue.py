@@ -8,21 +8,29 @@ refused (nothing would ever run it) unless --force.
 
 Exit codes: 0 the job exists (created, deduped or debounced), 1 the engine refused the
 spec (its SQLSTATE and message on stderr) or NAME is not registered, 2 bad usage (a
-payload that is not JSON).
+payload that is not JSON, an empty --key, a --delay that is not a finite number of
+seconds up to a century, a number beyond a bigint, an argument that is not UTF-8).
 """
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import psycopg
 import typer
 from rich.markup import escape
 
 from sqljobs import fresh_key
-from sqljobs._cli.common import DsnOption, connected_client, err_console
+from sqljobs._cli.common import (
+    DsnOption,
+    connected_client,
+    err_console,
+    finite,
+    json_option,
+    whole,
+)
 from sqljobs._client import introspection, queries
 from sqljobs._client.connection import Client
 from sqljobs._client.records import JobSpec
@@ -37,12 +45,13 @@ def enqueue(
     queue: Annotated[str | None, typer.Option(
         help="Queue (default: the queue NAME's workers registered for it).")] = None,
     delay: Annotated[float | None, typer.Option(
-        help="Seconds from now (database clock) before it may run.")] = None,
+        help="Seconds from now (database clock) before it may run.", **finite())] = None,
     run_at: Annotated[datetime | None, typer.Option(
         help="When it may run (ISO 8601; instead of --delay).")] = None,
-    priority: Annotated[int | None, typer.Option(help="Lower runs first.")] = None,
+    priority: Annotated[int | None, typer.Option(help="Lower runs first.", **whole())] = None,
     tenant: Annotated[str | None, typer.Option(help="Tenant.")] = None,
-    max_attempts: Annotated[int | None, typer.Option(help="Attempts in all.")] = None,
+    max_attempts: Annotated[int | None, typer.Option(help="Attempts in all.",
+                                                     **whole())] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Enqueue a NAME no worker has registered (yet).")] = False,
     as_json: Annotated[bool, typer.Option(
@@ -55,16 +64,15 @@ def enqueue(
     unless --queue says otherwise. A NAME no worker has registered is refused unless
     --force: no worker would run it.
     """
-    try:
-        value: Any = json.loads(payload)
-    except json.JSONDecodeError as error:
-        err_console.print(f"[red]error:[/red] --payload is not JSON: {error}")
-        raise typer.Exit(2) from error
+    if key == "":  # an empty key is refused by the engine: never replaced by a fresh one
+        raise typer.BadParameter("an idempotency key cannot be empty (leave --key out for "
+                                 "a fresh key)", param_hint="'--key'")
+    value = json_option(payload, "--payload")
     with connected_client(dsn) as client:
         queue = _queue_for(client, name, queue, force)
-        spec = JobSpec(name=name, key=key or fresh_key(), payload=value, queue=queue,
-                       delay_s=delay, run_at=run_at, priority=priority, tenant=tenant,
-                       max_attempts=max_attempts)
+        spec = JobSpec(name=name, key=fresh_key() if key is None else key, payload=value,
+                       queue=queue, delay_s=delay, run_at=run_at, priority=priority,
+                       tenant=tenant, max_attempts=max_attempts)
         done = client.run(queries.enqueue_spec(spec))
     if as_json:
         print(json.dumps({"id": done.id, "outcome": done.outcome, "key": spec.key}))

@@ -7,15 +7,22 @@ from typing import Annotated
 import typer
 
 from sqljobs._cli import output
-from sqljobs._cli.common import DsnOption, connected_client, err_console
+from sqljobs._cli.common import (
+    DsnOption,
+    connected_client,
+    err_console,
+    finite,
+    load_app,
+    whole,
+)
 from sqljobs._cli.output import JsonOption, Listing
 from sqljobs._client import queries
 from sqljobs._client.errors import ConfigurationError
 from sqljobs._client.records import LimitRecord, LimitUse
-from sqljobs._declare.limits import Limit
+from sqljobs._declare.limits import Limit, declared_writes
 
 limits_app = typer.Typer(
-    help="Concurrency and rate limits the claim enforces: list, set, remove.",
+    help="Concurrency and rate limits the claim enforces: list, set, remove, sync.",
     no_args_is_help=True,
 )
 
@@ -72,9 +79,12 @@ def limits_set(
     key: Annotated[str | None, typer.Option(
         help="key scope: the payload field whose value is the key (a.b for a nested "
              "field).")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="At most this many running.")] = None,
-    rate: Annotated[int | None, typer.Option(help="At most this many starts per --per.")] = None,
-    per: Annotated[float, typer.Option(help="The rate's window, in seconds.")] = 1.0,
+    concurrency: Annotated[int | None, typer.Option(help="At most this many running.",
+                                                    **whole())] = None,
+    rate: Annotated[int | None, typer.Option(help="At most this many starts per --per.",
+                                             **whole())] = None,
+    per: Annotated[float, typer.Option(help="The rate's window, in seconds.",
+                                       **finite())] = 1.0,
     when_busy: Annotated[str, typer.Option(
         help="key scope: wait for the key, or fail the job when another run holds it.")]
         = "wait",
@@ -103,18 +113,36 @@ def limits_remove(name: Annotated[str, typer.Argument(help="The limit's name.")]
     output.say(f"removed limit {name}")
 
 
+@limits_app.command("sync")
+def limits_sync(
+    target: Annotated[str, typer.Argument(help="The App whose declared limits to store, "
+                                               "as module:attribute.")],
+    dsn: DsnOption = None,
+) -> None:
+    """Store the limits an app declares in code (missing or changed ones; a limit set at
+    run time is left alone), as the scheduler does when it starts: for a deploy step run
+    by an operator, since a worker's role may not write limits."""
+    application = load_app(target)
+    with connected_client(dsn if dsn is not None else application.pools.given) as client:
+        writes = declared_writes(application.declared_limits.values(),
+                                 client.run(queries.limits()))
+        client.run_all(writes)
+    output.say(f"{len(writes)} declared limit(s) written, "
+               f"{len(application.declared_limits) - len(writes)} already stored")
+
+
 def leases(as_json: JsonOption = False, dsn: DsnOption = None) -> None:
-    """List named leases (locks, the scheduler's leadership): holder, token, expiry.
-    With --json: {"leases": [...]}."""
+    """List named leases (locks, the scheduler's leadership): holder, expiry (never a
+    token: that is its holder's proof). With --json: {"leases": [...]}."""
     with connected_client(dsn) as client:
         found = client.run(queries.leases())
     if as_json:
         output.emit_json({"leases": [lease.model_dump(mode="json") for lease in found]})
         return
-    table = Listing("name", "holder", "token", "expires (UTC)", "live",
+    table = Listing("name", "holder", "expires (UTC)", "live",
                     title=f"{len(found)} lease(s)")
     for lease in found:
-        table.add_row(lease.name, lease.holder, lease.token,
+        table.add_row(lease.name, lease.holder,
                       lease.lease_expires_at.strftime("%Y-%m-%d %H:%M:%S")
                       if lease.lease_expires_at else "", "yes" if lease.live else "")
     output.show(table)

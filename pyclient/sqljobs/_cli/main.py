@@ -12,6 +12,7 @@ import typer
 import typer.core
 
 from sqljobs._cli import demo, install, metrics, operate, retention, roles
+from sqljobs._cli.common import CommandLine
 from sqljobs._cli.dashboard import dashboard
 from sqljobs._cli.describe import describe
 from sqljobs._cli.dev import dev_app
@@ -39,6 +40,7 @@ def _print_version(value: bool) -> None:
 
 app = typer.Typer(
     name="sqljobs",
+    cls=CommandLine,  # refuses an argument that is not valid UTF-8, whatever the command
     help="Durable jobs with PostgreSQL as the engine.",
     no_args_is_help=True,
     add_completion=False,

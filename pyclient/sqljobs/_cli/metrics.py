@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 
 from sqljobs._cli import output
-from sqljobs._cli.common import DsnOption, connected_client, dsn_of, err_console
+from sqljobs._cli.common import DsnOption, connected_client, dsn_of, err_console, finite, whole
 from sqljobs._cli.output import Listing
 from sqljobs._client import queries
 
@@ -62,12 +62,13 @@ def start_worker_metrics(port: int, dsn: str, host: str = "0.0.0.0",
 
 
 def metrics(
-    port: Annotated[int, typer.Option(min=0, max=65535,
+    port: Annotated[int, typer.Option(**whole(0, 65535),
                                       help="Serve /metrics on this port (0: any free one).")
                     ] = 9464,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
     cache: Annotated[float, typer.Option(
-        min=0, help="Answer scrapes from one database read for this many seconds.")] = 5.0,
+        **finite(0), help="Answer scrapes from one database read for this many seconds.")
+    ] = 5.0,
     dsn: DsnOption = None,
 ) -> None:
     """Serve the queue and limit gauges for Prometheus (one per fleet) until SIGTERM."""
@@ -95,7 +96,8 @@ def _seconds(value: float | None) -> str:
 
 def stats(
     minutes: Annotated[float, typer.Option(
-        help="The window: jobs finished in the last this many minutes.")] = 5.0,
+        help="The window: jobs finished in the last this many minutes.",
+        **finite(unit="minutes"))] = 5.0,
     as_json: Annotated[bool, typer.Option(
         "--json", help='Print {"window_s": S, "queues": [one object per queue]}.')] = False,
     dsn: DsnOption = None,

@@ -19,7 +19,7 @@ import typer
 from rich.progress import Progress
 
 from sqljobs._cli import output
-from sqljobs._cli.common import DsnOption, connected_client, dsn_of, err_console
+from sqljobs._cli.common import DsnOption, connected_client, dsn_of, err_console, whole
 from sqljobs._cli.limits import use_table
 from sqljobs._cli.output import JsonOption, Listing
 from sqljobs._client import introspection, queries
@@ -37,7 +37,9 @@ StateOption = Annotated[list[str] | None, typer.Option(
 QueueOption = Annotated[str | None, typer.Option(help="Only jobs of this queue.")]
 NameOption = Annotated[str | None, typer.Option(help="Only jobs of this job name.")]
 TenantOption = Annotated[str | None, typer.Option(help="Only jobs of this tenant.")]
-IdsArgument = Annotated[list[int] | None, typer.Argument(help="Job ids; or give a filter.")]
+JOB_ID = whole(1, what="a job id")  # a bigint, as jobs.job.id
+IdsArgument = Annotated[list[int] | None, typer.Argument(help="Job ids; or give a filter.",
+                                                         **JOB_ID)]
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -54,7 +56,8 @@ def _when(record: JobRecord) -> str:
 
 
 AfterOption = Annotated[int | None, typer.Option(
-    "--after-id", help="Keyset cursor: jobs older than this id (the `next` a page printed).")]
+    "--after-id", help="Keyset cursor: jobs older than this id (the `next` a page printed).",
+    **JOB_ID)]
 TimeOption = Annotated[str | None, typer.Option(help="An ISO 8601 timestamp.", show_default=False)]
 
 
@@ -65,7 +68,8 @@ def jobs_list(state: StateOption = None, queue: QueueOption = None, name: NameOp
               created_after: TimeOption = None, created_before: TimeOption = None,
               finished_after: TimeOption = None, finished_before: TimeOption = None,
               after_id: AfterOption = None,
-              limit: Annotated[int, typer.Option(help="Page size (1..1000), newest first.")] = 50,
+              limit: Annotated[int, typer.Option(help="Page size (1..1000), newest first.",
+                                                 **whole())] = 50,
               as_json: JsonOption = False,
               dsn: DsnOption = None) -> None:
     """List jobs, newest first, a page at a time; every value redacted (jobs.list_jobs).
@@ -103,7 +107,7 @@ def _cell(value: Any) -> str:
 
 
 @jobs_app.command("show")
-def jobs_show(job_id: Annotated[int, typer.Argument(help="The job id.")],
+def jobs_show(job_id: Annotated[int, typer.Argument(help="The job id.", **JOB_ID)],
               payload: Annotated[bool, typer.Option(
                   help="Print the payload (redacted).")] = True,
               as_json: JsonOption = False,
@@ -265,7 +269,8 @@ def _apply(verb: str, ids: list[int] | None, filter: Mapping[str, Any], max_per_
     _report(verb, moved_total + step.remaining, moved_total, as_json)
 
 
-MaxOption = Annotated[int, typer.Option("--max", help="Rows moved per call (1..10000).")]
+MaxOption = Annotated[int, typer.Option("--max", help="Rows moved per call (1..10000).",
+                                        **whole())]
 YesOption = Annotated[bool, typer.Option(
     "--yes", "-y", help="With a filter: act without asking (else it asks how many, and "
                         "exits 3 when stdin is not a terminal).")]

@@ -16,7 +16,15 @@ from typing import Annotated, Any
 import typer
 
 from sqljobs._cli import output
-from sqljobs._cli.common import DsnOption, connected_client, console, err_console
+from sqljobs._cli.common import (
+    DsnOption,
+    connected_client,
+    console,
+    err_console,
+    finite,
+    in_range,
+    whole,
+)
 from sqljobs._cli.output import JsonOption, Listing
 from sqljobs._client import queries
 from sqljobs._client.records import PurgeStep, RetentionPolicy
@@ -39,7 +47,11 @@ def parse_age(text: str) -> float | str:
     match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", value)
     if not match:
         raise typer.BadParameter(f"{text!r} is not an age ({AGE_HELP})")
-    return float(match.group(1)) * UNITS[match.group(2) or "s"]
+    seconds = float(match.group(1)) * UNITS[match.group(2) or "s"]
+    if not in_range(seconds):  # thousands of digits read as infinity, 1e9w, ...
+        raise typer.BadParameter(f"{text!r} is more than a century: give a shorter age, "
+                                 "or forever")
+    return seconds
 
 
 def show_age(seconds: float) -> str:
@@ -76,12 +88,12 @@ def purge(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Count what is eligible; delete nothing.")] = False,
     batch: Annotated[int, typer.Option(
-        help="Rows one batch (one transaction) deletes at most, 1..100000.")] = 1000,
+        help="Rows one batch (one transaction) deletes at most, 1..100000.", **whole())] = 1000,
     max_batches: Annotated[int | None, typer.Option(
-        help="Stop after this many batches (default: until nothing eligible is left).")]
-        = None,
+        help="Stop after this many batches (default: until nothing eligible is left).",
+        **whole())] = None,
     pause: Annotated[float, typer.Option(
-        help="Seconds to sleep between batches (spreads the load).")] = 0.0,
+        help="Seconds to sleep between batches (spreads the load).", **finite())] = 0.0,
     queue: Annotated[str | None, typer.Option(
         help="Apply the ages given here to this queue only (others keep the stored "
              "policy).")] = None,

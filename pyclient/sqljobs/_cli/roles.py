@@ -3,27 +3,29 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
-import psycopg
 import typer
-from psycopg_pool import PoolTimeout
 from rich.markup import escape
 
-from sqljobs._cli.common import DsnOption, dsn_of, err_console, load_app, setup_logs
-from sqljobs._client.errors import SqljobsError
+from sqljobs._cli.common import (
+    DsnOption,
+    database_errors,
+    dsn_of,
+    err_console,
+    finite,
+    load_app,
+    setup_logs,
+    whole,
+)
 
 if TYPE_CHECKING:
     from sqljobs._runtime.observing import RunObserver
 
-
-def _database_lost(error: Exception) -> NoReturn:
-    """A role that cannot reach its database (at start-up, or for longer than it waits)
-    stops with one line naming the cause, exit code 1: a platform starts it again."""
-    cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    err_console.print(f"[red]error:[/red] the database connection failed: {escape(cause)} "
-                      f"({type(error).__name__})", soft_wrap=True, highlight=False)
-    raise typer.Exit(1) from error
+# A role that cannot reach its database (at start-up, or for longer than it waits) stops
+# with one line naming the cause, exit code 1: a platform starts it again. So does one
+# the database refuses (a worker id another role holds); a configuration or a schema
+# that does not fit stops it with exit code 2 (common.database_errors).
 
 
 def worker(
@@ -31,27 +33,31 @@ def worker(
     queue: Annotated[list[str] | None, typer.Option(
         "--queue", "-q",
         help="A queue to serve (repeat; default: every queue the app's jobs use).")] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", **whole(1, 10_000),
                                              help="Jobs run at once.")] = 10,
     dsn: DsnOption = None,
     lease: Annotated[float, typer.Option(
-        help="Lease per claim, seconds (renewed every lease/3).")] = 30.0,
-    poll_interval: Annotated[float, typer.Option(help="Claim at least this often, seconds.")] = 1.0,
+        help="Lease per claim, seconds (renewed every lease/3).", **finite())] = 30.0,
+    poll_interval: Annotated[float, typer.Option(help="Claim at least this often, seconds.",
+                                                 **finite())] = 1.0,
     prefetch: Annotated[int | None, typer.Option(
-        min=0, help="Jobs claimed ahead into a local queue, beyond the free slots "
-                    "(default: auto, sized to the jobs' run time, 1 to 500; 0: claim only "
-                    "for free slots).")
+        **whole(0, 10_000),
+        help="Jobs claimed ahead into a local queue, beyond the free slots "
+             "(default: auto, sized to the jobs' run time, 1 to 500; 0: claim only "
+             "for free slots).")
     ] = None,
     processes: Annotated[int, typer.Option(
-        min=1, help="Worker processes to run under one supervisor (one per core, less one "
-                    "for PostgreSQL when it shares the host); each gets --concurrency "
-                    "slots and the id <id>/<n>.")] = 1,
+        **whole(1, 1_000),
+        help="Worker processes to run under one supervisor (one per core, less one "
+             "for PostgreSQL when it shares the host); each gets --concurrency "
+             "slots and the id <id>/<n>.")] = 1,
     drain_timeout: Annotated[float, typer.Option(
         help="On SIGTERM, seconds running jobs get to finish before going back "
-             "interrupted.")] = 30.0,
+             "interrupted.", **finite())] = 30.0,
     listen: Annotated[bool, typer.Option(help="Wake on LISTEN jobs_wake (else poll only).")] = True,
     listen_retry: Annotated[float, typer.Option(
-        help="Seconds before reconnecting a lost LISTEN connection (doubles up to 30).")] = 1.0,
+        help="Seconds before reconnecting a lost LISTEN connection (doubles up to 30).",
+        **finite())] = 1.0,
     worker_id: Annotated[str | None, typer.Option(
         "--id", help="This worker's id, stable across restarts (e.g. a pod name; default: "
                      "host:pid:random). It names the worker in jobs.worker and on the jobs "
@@ -69,15 +75,15 @@ def worker(
                           "to the globally configured TracerProvider "
                           "(docs/howto-tracing.md).")] = False,
     metrics_port: Annotated[int | None, typer.Option(
-        min=0, max=65535, help="Serve Prometheus metrics (this worker's runs and the queue "
-                               "gauges) at :PORT/metrics (the metrics extra; "
-                               "docs/howto-metrics.md).")] = None,
+        **whole(0, 65535), help="Serve Prometheus metrics (this worker's runs and the queue "
+                                "gauges) at :PORT/metrics (the metrics extra; "
+                                "docs/howto-metrics.md).")] = None,
     health_port: Annotated[int | None, typer.Option(
-        min=0, max=65535, help="Serve liveness (:PORT/healthz) and readiness (:PORT/readyz) "
-                               "probes (docs/howto-workers.md).")] = None,
+        **whole(0, 65535), help="Serve liveness (:PORT/healthz) and readiness (:PORT/readyz) "
+                                "probes (docs/howto-workers.md).")] = None,
     health_stall: Annotated[float, typer.Option(
-        min=2.0, help="/healthz fails when the worker's event loop has not run for this "
-                      "many seconds.")] = 30.0,
+        **finite(2.0), help="/healthz fails when the worker's event loop has not run for "
+                            "this many seconds.")] = 30.0,
 ) -> None:
     """Run the jobs an app declares until SIGTERM (drain) or a second signal (stop now)."""
     from sqljobs._runtime.supervisor import watch_parent
@@ -106,38 +112,34 @@ def worker(
         run_metrics, metrics_server = start_worker_metrics(metrics_port, application.dsn)
         observers.append(run_metrics)
     try:
-        runner = Worker(application, queue or None, concurrency, lease_s=lease,
-                        poll_interval=poll_interval, prefetch=prefetch,
-                        drain_timeout=drain_timeout,
-                        listen=listen, listen_retry_s=listen_retry, worker_id=worker_id,
-                        install_signals=not (with_relay or with_scheduler),
-                        observers=observers)
-        watch_parent(runner.stop)  # under `--processes`: drain if the supervisor dies
-        if health_port is not None:
-            from sqljobs._runtime.health import WorkerHealth
+        with database_errors():
+            runner = Worker(application, queue or None, concurrency, lease_s=lease,
+                            poll_interval=poll_interval, prefetch=prefetch,
+                            drain_timeout=drain_timeout,
+                            listen=listen, listen_retry_s=listen_retry, worker_id=worker_id,
+                            install_signals=not (with_relay or with_scheduler),
+                            observers=observers)
+            watch_parent(runner.stop)  # under `--processes`: drain if the supervisor dies
+            if health_port is not None:
+                from sqljobs._runtime.health import WorkerHealth
 
-            health = WorkerHealth(runner, health_port, stall_s=health_stall)
-            health.start()
-        if with_relay or with_scheduler:
-            import asyncio
+                health = WorkerHealth(runner, health_port, stall_s=health_stall)
+                health.start()
+            if with_relay or with_scheduler:
+                import asyncio
 
-            from sqljobs._runtime.relay import Relay
-            from sqljobs._runtime.roles import Role, run_roles_async
-            from sqljobs._runtime.scheduler import Scheduler
+                from sqljobs._runtime.relay import Relay
+                from sqljobs._runtime.roles import Role, run_roles_async
+                from sqljobs._runtime.scheduler import Scheduler
 
-            roles: list[Role] = [runner]
-            if with_relay:
-                roles.append(Relay(application, install_signals=False))
-            if with_scheduler:
-                roles.append(Scheduler(application, install_signals=False))
-            code = asyncio.run(run_roles_async(roles))
-        else:
-            code = runner.run()
-    except SqljobsError as error:
-        err_console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from error
-    except (psycopg.OperationalError, PoolTimeout) as error:
-        _database_lost(error)
+                roles: list[Role] = [runner]
+                if with_relay:
+                    roles.append(Relay(application, install_signals=False))
+                if with_scheduler:
+                    roles.append(Scheduler(application, install_signals=False))
+                code = asyncio.run(run_roles_async(roles))
+            else:
+                code = runner.run()
     finally:
         if metrics_server is not None:
             metrics_server.close()
@@ -222,18 +224,21 @@ def relay(
     target: Annotated[str, typer.Argument(help="The App whose database to relay, as "
                                                "module:attribute.")],
     dsn: DsnOption = None,
-    batch: Annotated[int, typer.Option(min=1, max=10_000,
+    batch: Annotated[int, typer.Option(**whole(1, 10_000),
                                        help="Staged rows claimed per step.")] = 500,
     lease: Annotated[float, typer.Option(
-        help="Lease on a claimed batch, seconds: a dead relay's batch waits this long.")] = 30.0,
+        help="Lease on a claimed batch, seconds: a dead relay's batch waits this long.",
+        **finite())] = 30.0,
     poll_interval: Annotated[float, typer.Option(
-        help="Look for staged rows at least this often, seconds.")] = 1.0,
+        help="Look for staged rows at least this often, seconds.", **finite())] = 1.0,
     listen: Annotated[bool, typer.Option(
         help="Wake on LISTEN jobs_outbox (else poll only).")] = True,
     retention: Annotated[float, typer.Option(
-        help="Keep published outbox rows this long, seconds, then purge them.")] = 86_400.0,
+        help="Keep published outbox rows this long, seconds, then purge them.",
+        **finite())] = 86_400.0,
     drain_timeout: Annotated[float, typer.Option(
-        help="On SIGTERM, seconds to publish the batch held before giving up.")] = 30.0,
+        help="On SIGTERM, seconds to publish the batch held before giving up.",
+        **finite())] = 30.0,
     relay_id: Annotated[str | None, typer.Option(help="This relay's id (default: host:pid:random; "
                                                       "must be unique).")] = None,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
@@ -245,15 +250,10 @@ def relay(
     setup_logs(log_level, log_format)
     application = load_app(target)
     application.pools.given = dsn_of(dsn if dsn is not None else application.pools.given)
-    try:
+    with database_errors():
         code = Relay(application, batch=batch, lease_s=lease, poll_interval=poll_interval,
                      listen=listen, retention_s=retention, drain_timeout=drain_timeout,
                      relay_id=relay_id).run()
-    except SqljobsError as error:
-        err_console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from error
-    except (psycopg.OperationalError, PoolTimeout) as error:
-        _database_lost(error)
     raise typer.Exit(code)
 
 
@@ -262,20 +262,21 @@ def scheduler(
                                                "module:attribute.")],
     dsn: DsnOption = None,
     lease: Annotated[float, typer.Option(
-        help="Leader lease, seconds: a dead leader is replaced within this.")] = 10.0,
+        help="Leader lease, seconds: a dead leader is replaced within this.",
+        **finite())] = 10.0,
     tick: Annotated[float, typer.Option(
         help="Renew the lease and look for due occurrences at least this often, seconds "
-             "(at most lease/3).")] = 1.0,
+             "(at most lease/3).", **finite())] = 1.0,
     misfire_grace: Annotated[float | None, typer.Option(
         help="catch_up=none: how late an occurrence may still fire, seconds "
-             "(default max(5, 2*tick)).")] = None,
+             "(default max(5, 2*tick)).", **finite())] = None,
     scheduler_id: Annotated[str | None, typer.Option(
         help="This scheduler's id (default: host:pid:random; must be unique).")] = None,
     purge_every: Annotated[float, typer.Option(
         help="Retention: the leader runs one jobs.purge batch this often, seconds "
-             "(0: never; docs/howto-retention.md).")] = 60.0,
+             "(0: never; docs/howto-retention.md).", **finite())] = 60.0,
     purge_batch: Annotated[int, typer.Option(
-        help="Retention: rows one purge batch deletes at most.")] = 1000,
+        help="Retention: rows one purge batch deletes at most.", **whole())] = 1000,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
     log_format: Annotated[str, typer.Option(help="text or json (one object per line).")] = "text",
 ) -> None:
@@ -285,13 +286,8 @@ def scheduler(
     setup_logs(log_level, log_format)
     application = load_app(target)
     application.pools.given = dsn_of(dsn if dsn is not None else application.pools.given)
-    try:
+    with database_errors():
         code = Scheduler(application, lease_s=lease, tick=tick, misfire_grace_s=misfire_grace,
                          scheduler_id=scheduler_id, purge_every=purge_every or None,
                          purge_batch=purge_batch).run()
-    except SqljobsError as error:
-        err_console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from error
-    except (psycopg.OperationalError, PoolTimeout) as error:
-        _database_lost(error)
     raise typer.Exit(code)

@@ -5,11 +5,17 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from sqljobs._app import App
 from sqljobs._cli import output
-from sqljobs._cli.common import DsnOption, dsn_of, err_console, load_app
+from sqljobs._cli.common import (
+    DsnOption,
+    database_errors,
+    dsn_of,
+    json_option,
+    load_app,
+    usage_error,
+)
 from sqljobs._cli.output import JsonOption, Listing
 from sqljobs._client.errors import DatabaseError, SqljobsError
 
@@ -35,7 +41,7 @@ AppOption = Annotated[str | None, typer.Option(
 def schedules_list(as_json: JsonOption = False, dsn: DsnOption = None) -> None:
     """List schedules with their next fire time. With --json: {"schedules": [...]}."""
     application = _schedules_app(None, dsn)
-    with application:
+    with database_errors(), application:
         found = application.schedules.list()
     if as_json:
         output.emit_json({"schedules": [s.model_dump(mode="json") for s in found]})
@@ -66,35 +72,28 @@ def schedules_add(
     dsn: DsnOption = None,
 ) -> None:
     """Add a schedule (or replace its definition); it fires from now on."""
-    import json
-
-    try:
-        body = json.loads(payload)
-    except json.JSONDecodeError as error:
-        err_console.print(f"[red]error:[/red] --payload is not JSON: {error}")
-        raise typer.Exit(2) from error
+    body = json_option(payload, "--payload")
     application = _schedules_app(target, dsn)
     options = {} if queue is None else {"queue": queue}
-    try:
-        with application:
-            created = application.schedules.add(name, job=job, cron=cron, timezone=timezone,
-                                                catch_up=catch_up, payload=body, **options)
-    except (SqljobsError, ValueError) as error:
-        err_console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
-        raise typer.Exit(2) from error
+    # What the database refuses is exit code 1 (database_errors); a bad cron, time zone
+    # or policy is found before it is sent, exit code 2.
+    with database_errors():
+        try:
+            with application:
+                created = application.schedules.add(name, job=job, cron=cron,
+                                                    timezone=timezone, catch_up=catch_up,
+                                                    payload=body, **options)
+        except (SqljobsError, ValueError) as error:
+            if isinstance(error, DatabaseError):
+                raise
+            usage_error(str(error))
     output.say(f"schedule {name} {'added' if created else 'updated'}")
 
 
 def _schedule_verb(verb: str, name: str, dsn: str | None) -> None:
     application = _schedules_app(None, dsn)
-    try:
-        with application:
-            getattr(application.schedules, verb)(name)
-    except SqljobsError as error:
-        err_console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
-        # the database refused (no such schedule) is exit code 1, as everywhere
-        code = output.REFUSED if isinstance(error, DatabaseError) else output.USAGE
-        raise typer.Exit(code) from error
+    with database_errors(), application:  # no such schedule: exit code 1, as everywhere
+        getattr(application.schedules, verb)(name)
     output.say(f"schedule {name}: {verb}d")
 
 

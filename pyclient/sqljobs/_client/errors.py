@@ -163,6 +163,16 @@ class TenantRefused(DatabaseError, PermissionError, sqlstate="SJ018", name="tena
     named another tenant, another tenant's job, or a function that acts on every tenant."""
 
 
+class SettingRefused(DatabaseError, PermissionError, sqlstate="SJ019", name="setting_refused"):
+    """A session setting would widen what the caller may do: `jobs.fake_now` (the test
+    clock) set by a role that is neither a superuser nor the schema's owner."""
+
+
+class WorkerIdTaken(DatabaseError, sqlstate="SJ020", name="worker_id_taken"):
+    """A live worker of that id was registered by another login role: give this worker
+    another id (`sqljobs worker --id`), or let an operator remove the row."""
+
+
 class NotLeader(DatabaseError, sqlstate="SJ030", name="not_leader"):
     """A scheduler fire whose leader token no longer holds the live lease: stop dispatching."""
 
@@ -223,10 +233,12 @@ __all__ = [
     "ReservedStepName",
     "ScheduleNotFound",
     "SchemaError",
+    "SettingRefused",
     "SqljobsError",
     "TenantRefused",
     "UnknownJob",
     "UnknownRetentionKey",
+    "WorkerIdTaken",
 ]
 
 public_name(SqljobsError)

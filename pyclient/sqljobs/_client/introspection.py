@@ -98,6 +98,13 @@ def job_type_put(name: str, definition: Mapping[str, Any]) -> Call[bool]:
                 lambda rows: bool(rows[0]["created"]))
 
 
+def job_type_declare(name: str, definition: Mapping[str, Any]) -> Call[bool]:
+    """What a worker or the scheduler writes of a job type it serves: new as given, a known
+    one only widened (its hidden paths kept); True when new (see jobs.job_type_declare)."""
+    return Call("select jobs.job_type_declare(%s, %s) as created",
+                (name, Jsonb(dict(definition))), lambda rows: bool(rows[0]["created"]))
+
+
 def job_type_remove(name: str) -> Call[None]:
     return Call("select jobs.job_type_remove(%s)", (name,), lambda rows: None)
 

@@ -7,6 +7,7 @@ Statements are `LiteralString` so psycopg's typing keeps them free of interpolat
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -96,6 +97,17 @@ def schema_version() -> Call[int | None]:
     )
 
 
+def wake_tokens(queues: Sequence[str]) -> Call[dict[str, str]]:
+    """Per queue, the token `jobs_wake` carries when a job of it becomes runnable."""
+    return Call("select queue, token from jobs.wake_tokens(%s)", (list(queues),),
+                lambda rows: {row["queue"]: row["token"] for row in rows})
+
+
+def watch_token(job_id: int) -> Call[str]:
+    """The token `jobs_settled` carries when job `job_id` settles."""
+    return Call("select jobs.watch_token(%s) as token", (job_id,), _one("token"))
+
+
 def schema_floor() -> Call[int]:
     """The oldest client schema version the installed schema serves (version 2 on)."""
     return Call("select jobs.schema_floor() as floor", (), _one("floor"))
@@ -164,11 +176,19 @@ def enqueue_chunks(specs: Sequence[JobSpec]) -> list[Call[list[Enqueued]]]:
 
 # -- claim and settle -----------------------------------------------------------------
 
+# The jsonb columns come as text (payload::text, ...) and _claimed decodes them row by
+# row: one row Python cannot decode (a payload nested deeper than its recursion limit)
+# is then that row's problem alone, where psycopg decoding jsonb would fail the whole
+# fetch and leave every job of the claim running until its lease lapsed. Text costs no
+# more than jsonb here: the server prints both alike, and json.loads of a str skips the
+# encoding sniffing psycopg's jsonb loader does on bytes.
 _CLAIMED_COLUMNS: LiteralString = (
-    "id, name, queue, tenant, key, payload, priority, attempt, max_attempts, retry_base_s, "
-    "retry_cap_s, retry_jitter, claim, lease_expires_at, timeout_s, progress, traceparent, "
-    "created_at, started_at, steps"
+    "id, name, queue, tenant, key, payload::text, priority, attempt, max_attempts, "
+    "retry_base_s, retry_cap_s, retry_jitter, claim, lease_expires_at, timeout_s, "
+    "progress::text, traceparent, created_at, started_at, steps::text"
 )
+# Where _CLAIMED_COLUMNS has them (and ClaimedJob's fields, in the same order).
+_CLAIMED_JSON: tuple[tuple[str, int], ...] = (("payload", 5), ("progress", 15), ("steps", 19))
 
 
 def claim(
@@ -192,8 +212,46 @@ def claim(
 
 
 def _claimed(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:
-    make = ClaimedJob._make
-    return [make(row) for row in rows]
+    """The claimed rows as ClaimedJob, their jsonb text decoded here, row by row: a row
+    whose jsonb cannot be decoded comes back with `undecodable` set (_undecodable), the
+    rest of the batch as usual."""
+    make, loads = ClaimedJob._make, json.loads
+    jobs: list[ClaimedJob] = []
+    append = jobs.append
+    for row in rows:
+        try:
+            progress, steps = row[15], row[19]
+            append(make((*row[:5], loads(row[5]), *row[6:15],
+                         None if progress is None else loads(progress), *row[16:19],
+                         None if steps is None else loads(steps), None)))
+        except Exception as error:  # whatever it is, it is this row's
+            append(_undecodable(row, error))
+    return jobs
+
+
+def _undecodable(row: tuple[Any, ...], error: Exception) -> ClaimedJob:
+    """A claimed row with a jsonb column Python cannot decode: its jsonb fields None,
+    `undecodable` saying which column and why. An error that no column explains (a bug,
+    not the row) is raised again."""
+    for column, index in _CLAIMED_JSON:
+        text = row[index]
+        if text is None:
+            continue
+        try:
+            json.loads(text)
+        except RecursionError:
+            reason = f"{column} nested deeper than Python can decode (RecursionError)"
+        except Exception as problem:  # ValueError (a huge integer), MemoryError, ...
+            detail = str(problem)
+            detail = detail if len(detail) <= 300 else detail[:300] + "..."
+            reason = f"{column} could not be decoded ({type(problem).__name__}: {detail})"
+        else:
+            continue
+        values = list(row)
+        for _, cleared in _CLAIMED_JSON:
+            values[cleared] = None
+        return ClaimedJob._make((*values, reason))
+    raise error
 
 
 def _settled(rows: list[tuple[Any, ...]]) -> list[Settled]:
@@ -545,17 +603,32 @@ def step_invoke(job_id: int, claim: int, names: Sequence[str], specs: Sequence[J
 # -- retention (sql/95_retention.sql) --------------------------------------------------
 
 
+# one row of a purge batch from its (what, deleted, remaining) rows
+_PURGE_STEP = (
+    "select pg_catalog.max(deleted) filter (where what = 'job') as jobs,"
+    " pg_catalog.max(deleted) filter (where what = 'outbox') as outbox,"
+    " pg_catalog.max(deleted) filter (where what = 'event') as events,"
+    " pg_catalog.max(remaining) filter (where what = 'job') as jobs_remaining,"
+    " pg_catalog.max(remaining) filter (where what = 'event') as events_remaining"
+    " from ")
+
+
 def purge(max: int = 1000, dry_run: bool = False,
           policy: Mapping[str, Any] | None = None) -> Call[PurgeStep]:
     """One bounded `jobs.purge` batch; `policy` overrides the stored one for this call."""
     return Call(
-        "select pg_catalog.max(deleted) filter (where what = 'job') as jobs,"
-        " pg_catalog.max(deleted) filter (where what = 'outbox') as outbox,"
-        " pg_catalog.max(deleted) filter (where what = 'event') as events,"
-        " pg_catalog.max(remaining) filter (where what = 'job') as jobs_remaining,"
-        " pg_catalog.max(remaining) filter (where what = 'event') as events_remaining"
-        " from jobs.purge(%s, %s, %s)",
+        _PURGE_STEP + "jobs.purge(%s, %s, %s)",
         (max, dry_run, None if policy is None else Jsonb(dict(policy))),
+        lambda rows: PurgeStep.model_validate(rows[0]),
+    )
+
+
+def retention_sweep(max: int = 1000) -> Call[PurgeStep]:
+    """One bounded retention batch under the stored policy (`jobs.retention_sweep`):
+    what the scheduler's leader runs, and its role may run."""
+    return Call(
+        _PURGE_STEP + "jobs.retention_sweep(%s)",
+        (max,),
         lambda rows: PurgeStep.model_validate(rows[0]),
     )
 
@@ -754,7 +827,7 @@ def lease_holds(name: str, token: int) -> Call[bool]:
 
 def leases() -> Call[list[LeaseRecord]]:
     return Call(
-        "select name, holder, token, lease_expires_at, acquired_at, live from jobs.leases()",
+        "select name, holder, lease_expires_at, acquired_at, live from jobs.leases()",
         (),
         lambda rows: [LeaseRecord.model_validate(row) for row in rows],
     )
@@ -814,6 +887,7 @@ __all__ = [
     "retention_policy",
     "retention_put",
     "retention_remove",
+    "retention_sweep",
     "schedule_fire",
     "schedule_pause",
     "schedule_put",
@@ -835,7 +909,9 @@ __all__ = [
     "tenant_bindings",
     "tenant_unbind",
     "unserved_jobs",
+    "wake_tokens",
     "watch_outcome",
+    "watch_token",
     "worker_heartbeat",
     "worker_stop",
     "workers",

@@ -79,6 +79,11 @@ class ClaimedJob(NamedTuple):
     created_at: datetime
     started_at: datetime | None = None  # this claim's time, on the database clock
     steps: dict[str, Any] | None = None  # stored durable steps {name: value} (sqljobs.steps)
+    # Set when a jsonb column of the row (payload, progress, steps) could not be decoded
+    # (nested deeper than Python's recursion limit, an integer too long to convert):
+    # which column and why. Those three fields are then None and the job must not run;
+    # the worker fails it at once (kind "undecodable"). Nothing else of the batch is lost.
+    undecodable: str | None = None
 
 
 class StepSleep(_Record):
@@ -434,11 +439,10 @@ class QueueThroughput(_Record):
 
 
 class LeaseRecord(_Record):
-    """One row of `jobs.leases()`."""
+    """One row of `jobs.leases()` (never a token: that is its holder's proof)."""
 
     name: str
     holder: str | None
-    token: int
     lease_expires_at: datetime | None
     acquired_at: datetime | None
     live: bool
@@ -457,7 +461,7 @@ class LeaderRecord(_Record):
 
     role: str
     holder: str | None
-    token: int
+    token: int | None  # always None: a token is its holder's proof
     lease_expires_at: datetime | None
     acquired_at: datetime | None
     live: bool

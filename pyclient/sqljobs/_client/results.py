@@ -1,15 +1,18 @@
 """Awaiting a job's result: `app.result(job_id, timeout=...)` and `app.result_async(...)`.
 
-The waiter LISTENs on `jobs_settled`, then reads the job with jobs.watch_outcome, which
-also marks it watched: settling a watched job (ack_many, nack_many, cancel, lease
-recovery burying it, the end of a saga unwind) notifies `jobs_settled` once per call with
-the watched ids, and settling unwatched jobs notifies nothing. A requeue clears the mark
-(the waiter already heard the job settle); each read marks it again. It reads again when
-a notification names the job, and otherwise on a bounded exponential poll (0.25 s
-doubling to 5 s), which also covers settlements that do not notify (`jobs.notify = off`,
-a '*' payload it missed). It never busy-polls.
+The waiter LISTENs on `jobs_settled` and reads its job's token (jobs.watch_token: a
+notification carries tokens, never ids, since any session may listen), then reads the
+job with jobs.watch_outcome, which also marks it watched: settling a watched job
+(ack_many, nack_many, cancel, lease recovery burying it, the end of a saga unwind)
+notifies `jobs_settled` once per call with the watched jobs' tokens, and settling
+unwatched jobs notifies nothing. A requeue clears the mark (the waiter already heard the
+job settle); each read marks it again. It reads again when a notification carries the
+token, and otherwise on a bounded exponential poll (0.25 s doubling to 5 s), which also
+covers settlements that do not notify (`jobs.notify = off`, a '*' payload it missed). It
+never busy-polls.
 
-Answers the job's stored result (its handler's return value as JSON) when it
+Answers the job's stored result (its handler's return value as JSON), redacted as every
+view shows it (a value the job's model marks sensitive reads "[redacted]"), when it
 succeeded; raises `JobFailed`, `JobDead` or `JobCancelled` (each carrying the job's
 last_error) when it ended otherwise; `ResultTimeout` when the time is up first (the job
 keeps running); `JobNotFound` when no job has that id.
@@ -116,8 +119,9 @@ def settled_value(job_id: int, outcome: JobOutcome | None) -> tuple[bool, Any]:
     return False, None
 
 
-def _names(payload: str, job_id: int) -> bool:
-    return payload == "*" or str(job_id) in payload.split(",")
+def _names(payload: str, token: str) -> bool:
+    """Whether a jobs_settled payload (tokens, never ids) is about the awaited job."""
+    return payload == "*" or token in payload.split(",")
 
 
 class _Clock:
@@ -146,13 +150,14 @@ def wait_result(dsn: str, job_id: int, timeout: float | None = None) -> Any:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("listen " + queries.SETTLED_CHANNEL)  # before the first read: no gap
         client = Client(conn)
+        token = client.run(queries.watch_token(job_id))
         while True:
             outcome = client.run(queries.watch_outcome(job_id))
             done, value = settled_value(job_id, outcome)
             if done:
                 return value
             for notify in conn.notifies(timeout=clock.next_wait(outcome)):
-                if _names(notify.payload, job_id):
+                if _names(notify.payload, token):
                     break
 
 
@@ -163,11 +168,12 @@ async def wait_result_async(dsn: str, job_id: int, timeout: float | None = None)
     async with conn:
         await conn.execute("listen " + queries.SETTLED_CHANNEL)
         client = AsyncClient(conn)
+        token = await client.run(queries.watch_token(job_id))
         while True:
             outcome = await client.run(queries.watch_outcome(job_id))
             done, value = settled_value(job_id, outcome)
             if done:
                 return value
             async for notify in conn.notifies(timeout=clock.next_wait(outcome)):
-                if _names(notify.payload, job_id):
+                if _names(notify.payload, token):
                     break

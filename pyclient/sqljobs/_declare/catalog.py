@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import PydanticUserError
 
-from sqljobs._client.introspection import JobTypeRecord, job_type_put
+from sqljobs._client.introspection import JobTypeRecord, job_type_declare
 from sqljobs._client.queries import Call
 from sqljobs._declare.jobs import JobDefinition
 
@@ -43,7 +43,7 @@ def payload_schema(definition: JobDefinition[Any]) -> dict[str, Any] | None:
 
 
 def job_type_definition(definition: JobDefinition[Any]) -> dict[str, Any]:
-    """The `jobs.job_type_put` JSON of a declared job (origin "declared")."""
+    """The job type JSON of a declared job (origin "declared"; jobs.job_type_declare)."""
     redaction = definition.redaction
     return {"queue": definition.queue, "sensitive": list(redaction.sensitive),
             "personal": list(redaction.personal),
@@ -52,26 +52,29 @@ def job_type_definition(definition: JobDefinition[Any]) -> dict[str, Any]:
             "origin": "declared"}
 
 
-def _same(declared: dict[str, Any], record: JobTypeRecord) -> bool:
+def _covered(declared: dict[str, Any], record: JobTypeRecord) -> bool:
+    """Whether the stored type already holds what the declaration adds: its hidden and
+    personal paths (a stored type may hide more), schema, retry policy and timeout."""
     stored = record.definition()
-    return all(stored[k] == declared[k] for k in ("queue", "payload_schema", "retry",
-                                                  "timeout_s", "origin")) \
-        and sorted(stored["sensitive"]) == sorted(declared["sensitive"]) \
-        and sorted(stored["personal"]) == sorted(declared["personal"])
+    return all(stored[k] == declared[k] for k in ("payload_schema", "retry", "timeout_s")) \
+        and set(declared["sensitive"]) <= set(stored["sensitive"]) \
+        and set(declared["personal"]) <= set(stored["personal"])
 
 
 def declared_job_type_writes(definitions: Iterable[JobDefinition[Any]],
                              stored: list[JobTypeRecord]) -> list[Call[bool]]:
-    """The `jobs.job_type_put` calls that bring the registry in line with the declared
-    jobs: each one missing or changed. A type no longer declared stays (another service
-    may declare it, and its stored jobs still need their redaction)."""
+    """The `jobs.job_type_declare` calls that bring the registry up to the declared jobs:
+    each one missing, or whose stored type lacks a path, a schema, a policy it declares.
+    They only add: a stored type that hides more, or names another queue, keeps it (an
+    operator's `jobs.job_type_put` narrows or moves one); a type no longer declared stays
+    (another service may declare it, and its stored jobs still need their redaction)."""
     by_name = {record.name: record for record in stored}
     writes = []
     for definition in definitions:
         declared = job_type_definition(definition)
         record = by_name.get(definition.name)
-        if record is None or not _same(declared, record):
-            writes.append(job_type_put(definition.name, declared))
+        if record is None or not _covered(declared, record):
+            writes.append(job_type_declare(definition.name, declared))
     return writes
 
 

@@ -4,7 +4,9 @@
     exit_code = scheduler.run()         #     $ sqljobs worker myapp.jobs:app --with-scheduler
 
 At start it writes the app's declared tasks to `jobs.schedule` (keeping their paused
-state and watermark). Then, every `tick` seconds (sooner when an occurrence is due):
+state and watermark), and its declared limits and job types (its role,
+sqljobs_scheduler, may; a worker's may not write limits: sqljobs._runtime.declarations).
+Then, every `tick` seconds (sooner when an occurrence is due):
 
 1. Leadership: `jobs.leader_acquire('scheduler', id, lease_s)` takes or renews the
    lease and answers its fencing token, or null while another scheduler holds it (this
@@ -22,9 +24,10 @@ state and watermark). Then, every `tick` seconds (sooner when an occurrence is d
    NotLeader and stops dispatching at once. A second scheduler, a restart or a skewed
    clock can therefore never fire an occurrence twice.
 
-3. Retention: every `purge_every` seconds the leader runs ONE bounded `jobs.purge`
-   batch (at most `purge_batch` rows) under the stored policy (jobs.retention, else the
-   built-in defaults; docs/howto-retention.md). While rows remain eligible it runs one
+3. Retention: every `purge_every` seconds the leader runs ONE bounded
+   `jobs.retention_sweep` batch (at most `purge_batch` rows) under the stored policy
+   (jobs.retention, else the built-in defaults; docs/howto-retention.md). While rows
+   remain eligible it runs one
    more batch on each following tick, so a backlog drains without holding the leader:
    a round never waits on more than one batch. `purge_every=None` disables it (then run
    `sqljobs purge` from cron, or call jobs.purge yourself).
@@ -55,6 +58,7 @@ from sqljobs._client.errors import (
 )
 from sqljobs._client.records import CatchUp, ScheduleRecord
 from sqljobs._declare.cron import Cron
+from sqljobs._runtime.declarations import write_declarations
 from sqljobs._runtime.lifecycle import Backoff, Role, failed
 
 if TYPE_CHECKING:
@@ -158,9 +162,10 @@ class Scheduler(Role):
 
     async def _start(self, client: AsyncClient, dsn: str,
                      background: list[asyncio.Task[None]]) -> None:
-        if self.sync_declared:
+        if self.sync_declared:  # the fleet's configuration from code (sqljobs_scheduler)
             for task in self.app.tasks.values():
                 await client.run(queries.schedule_put(task.name, task.definition()))
+            await write_declarations(client, self.app, log=logger, extra=self._log_extra)
 
     def _started(self) -> str:
         return f"lease={self.lease_s:g}s tick={self.tick:g}s tasks={len(self.app.tasks)}"
@@ -270,7 +275,7 @@ class Scheduler(Role):
             return None
         # A batch that fails waits a period too (the round's error handling logs it).
         self._next_purge = time.monotonic() + self.purge_every
-        step = await self._client.run(queries.purge(self.purge_batch))
+        step = await self._client.run(queries.retention_sweep(self.purge_batch))
         self.counts["purged"] += step.deleted
         if step.remaining > 0:
             self._next_purge = 0.0  # still eligible: the next tick takes the next batch

@@ -14,6 +14,10 @@ parked jobs: it is most of a claim's cost, and once per poll keeps recovery with
 lease TTL + one poll. With jobs still waiting locally the loop waits until half the
 room is free (fewer, larger claims); with every slot and the local queue full it waits
 for a slot to free instead of polling.
+
+A claimed row whose jsonb Python cannot decode (`ClaimedJob.undecodable`: a payload
+nested deeper than its recursion limit, say) never joins the local queue: it goes to
+`undecodable`, which fails it at once (worker.py), and the rest of its claim runs.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class ClaimLoop:
                  queues: Sequence[str], names: Sequence[str], lease_s: float,
                  poll_interval: float, wake: asyncio.Event,
                  claimed: Callable[[list[ClaimedJob], float], None],
+                 undecodable: Callable[[ClaimedJob, float], None],
                  stopping: Callable[[], bool], sleep: Callable[[float], Awaitable[None]],
                  log_extra: Mapping[str, Any], observer: RunObserver) -> None:
         self._client = client
@@ -55,6 +60,7 @@ class ClaimLoop:
         self._poll_interval = poll_interval
         self._wake = wake
         self._claimed = claimed
+        self._undecodable = undecodable
         self._stopping = stopping
         self._sleep = sleep
         self._log_extra = dict(log_extra)
@@ -97,7 +103,7 @@ class ClaimLoop:
                 slots.prefetch.claimed(took)
                 self._observer.claimed(len(jobs), took)
                 if jobs:
-                    self._claimed(jobs, sent)
+                    self._hand_over(jobs, sent)
                 if len(jobs) == min(free, MAX_CLAIM):
                     self._wanted = True  # maybe more waiting: claim again when a slot frees
                 if self._wanted and slots.claimable() > 0 and not slots.waiting:
@@ -109,6 +115,16 @@ class ClaimLoop:
                        else max(0.0, next_poll - time.monotonic()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _hand_over(self, jobs: list[ClaimedJob], sent: float) -> None:
+        """The claim's jobs to run, each undecodable one apart (to be failed)."""
+        runnable = [job for job in jobs if job.undecodable is None]
+        if len(runnable) < len(jobs):
+            for job in jobs:
+                if job.undecodable is not None:
+                    self._undecodable(job, sent)
+        if runnable:
+            self._claimed(runnable, sent)
 
 
 __all__ = ["MAX_CLAIM", "ClaimLoop"]

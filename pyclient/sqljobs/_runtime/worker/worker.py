@@ -44,12 +44,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqljobs._client import introspection, queries
+from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient
-from sqljobs._client.errors import ConfigurationError, TenantRefused
+from sqljobs._client.errors import ConfigurationError
 from sqljobs._client.records import ClaimedJob, JobState
-from sqljobs._declare.catalog import declared_job_type_writes
-from sqljobs._declare.limits import declared_writes
+from sqljobs._runtime.declarations import write_declarations
 from sqljobs._runtime.lifecycle import Role
 from sqljobs._runtime.listening import WAKE_CHANNEL, Listener
 from sqljobs._runtime.observing import NO_WATCH, Observers, RunObserver
@@ -60,7 +59,7 @@ from sqljobs._runtime.worker.leases import LeaseKeeper
 from sqljobs._runtime.worker.prefetching import Prefetch
 from sqljobs._runtime.worker.running import Runner
 from sqljobs._runtime.worker.runs import Run, Slots
-from sqljobs._runtime.worker.settling import Settlement, Settler
+from sqljobs._runtime.worker.settling import Settlement, Settler, error_record
 
 if TYPE_CHECKING:
     from sqljobs._declare.jobs import JobDefinition
@@ -179,9 +178,10 @@ class Worker(Role):
         if self._default_queue_too:
             default = (await client.run(queries.spec_defaults()))["queue"]
             self.queues = sorted({*self.queues, default})
-        await self._write_declarations(client)
+        await write_declarations(client, self.app, log=logger, extra=self._log_extra)
+        tokens = await client.run(queries.wake_tokens(self.queues))
         await self._register()
-        self._wire(client, dsn)
+        self._wire(client, dsn, frozenset(tokens.values()))
         assert self._settler is not None and self._claims is not None
         background.append(asyncio.create_task(self._settler.serve(), name="settler"))
         background += [asyncio.create_task(self._serve_runs(), name=f"runner-{i}")
@@ -218,7 +218,7 @@ class Worker(Role):
         finally:
             self._threads.shutdown()
 
-    def _wire(self, client: AsyncClient, dsn: str) -> None:
+    def _wire(self, client: AsyncClient, dsn: str, wake_tokens: frozenset[str]) -> None:
         """The parts a running worker is made of (see the module docstring)."""
         self._settler = Settler(client, self.id)
         self._runner = Runner(definitions=self._definitions, client=client,
@@ -227,32 +227,15 @@ class Worker(Role):
         self._claims = ClaimLoop(
             client=client, slots=self._slots, worker_id=self.id, queues=self.queues,
             names=self.names, lease_s=self.lease_s, poll_interval=self.poll_interval,
-            wake=self._wake, claimed=self._hold, stopping=lambda: self._stopping,
+            wake=self._wake, claimed=self._hold, undecodable=self._fail_undecodable,
+            stopping=lambda: self._stopping,
             sleep=self._sleep, log_extra=self._log_extra, observer=self.observers)
-        if self.listen:
-            queues = frozenset(self.queues)
+        if self.listen:  # jobs_wake carries a queue's token, never its name
             self._listener = Listener(
                 dsn=dsn, channel=WAKE_CHANNEL, wake=self._claims.want,
-                accept=queues.__contains__, retry_s=self.listen_retry_s,
+                accept=wake_tokens.__contains__, retry_s=self.listen_retry_s,
                 poll_interval=self.poll_interval, holder=self.id, log=logger,
                 log_extra=self._log_extra)
-
-    async def _write_declarations(self, client: AsyncClient) -> None:
-        """The limits declared in code hold from this worker's first claim on, and the job
-        types are registered so every viewer redacts what their models mark sensitive.
-        Both act on every tenant: a tenant-bound worker may not write them, and runs with
-        those an unbound deploy (any unbound worker) wrote."""
-        writes = declared_writes(self.app.declared_limits.values(),
-                                 await client.run(queries.limits()))
-        writes += declared_job_type_writes([h.definition for h in self.app.jobs.values()],
-                                           await client.run(introspection.job_types()))
-        try:
-            await client.run_all(writes)
-        except TenantRefused as error:
-            logger.warning("the declared limits and job types differ from the stored ones, and "
-                           "this tenant-bound worker may not write them (%s); start one unbound "
-                           "worker, or deploy them from an unbound role", error,
-                           extra=self._log_extra)
 
     async def _register(self) -> None:
         assert self._client is not None
@@ -275,6 +258,28 @@ class Worker(Role):
         for job in jobs:
             hold(Run(job, deadline))
         self._work.set()
+
+    def _fail_undecodable(self, job: ClaimedJob, sent: float) -> None:
+        """A claimed row whose jsonb Python cannot decode (`job.undecodable` says which
+        column and why): it never runs. Its failure (kind "undecodable", no retry: the
+        row would not decode next time either) goes to the settler at once, fenced by
+        its claim like any outcome; it is held as settling until written."""
+        assert self._settler is not None
+        run = Run(job, sent + self.lease_s)
+        run.settling = True
+        self._slots.runs[job.id] = run
+        self._settler.submit(run, Settlement(
+            ack=False, mode="fail", error=error_record("undecodable", message=job.undecodable),
+        ), self._undecodable_written)
+
+    def _undecodable_written(self, run: Run, settlement: Settlement,
+                             state: JobState | None) -> None:
+        """A job with compensable steps answers running: its saga's unwind began. None
+        of it can run from a row that does not decode: the same nack again fails it."""
+        if state is JobState.RUNNING and self._settler is not None:
+            self._settler.submit(run, settlement, self._done)
+        else:
+            self._done(run, settlement, state)
 
     async def _serve_runs(self) -> None:
         """One runner: starts waiting runs one after another while a slot is free
