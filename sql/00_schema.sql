@@ -554,7 +554,7 @@ returns integer
 language sql
 immutable
 set search_path = ''
-as $$ select 2 $$;
+as $$ select 3 $$;
 
 comment on function jobs.schema_version() is 'The installed sqljobs schema version.';
 

@@ -127,7 +127,7 @@ def test_an_upgrade_keeps_work_in_flight(new_database: NewDatabase, version: int
         leader_token = _scalar(conn, "select jobs.leader_acquire('scheduler', 's-old', 300)")
         counts_before = _scalar(conn, "select count(*) from jobs.job")
 
-    migrate.upgrade(dsn)  # to the newest
+    migrate.upgrade(dsn, f"sqljobs_{version:04d}")  # to this revision
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert _scalar(conn, "select jobs.schema_version()") == version

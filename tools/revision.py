@@ -248,7 +248,10 @@ def start_revision(slug: str) -> Revision:
     _bump(VERSION_FILE, r"SCHEMA_VERSION = \d+", f"SCHEMA_VERSION = {revision.version}")
     _bump(VERSION_FILE, r'SCHEMA_REVISION = "sqljobs_\d+"',
           f'SCHEMA_REVISION = "sqljobs_{revision.version:04d}"')
-    _bump(SCHEMA_FILE, r"as \$\$ select \d+ \$\$;", f"as $$ select {revision.version} $$;")
+    # (jobs.schema_floor() is written the same way: bump only jobs.schema_version())
+    _bump(SCHEMA_FILE,
+          r"(create or replace function jobs\.schema_version\(\)[^$]*as \$\$ select )\d+( \$\$;)",
+          rf"\g<1>{revision.version}\g<2>")
     return revision
 
 

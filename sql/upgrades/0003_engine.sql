@@ -1,0 +1,8 @@
+-- sqljobs schema version 3 (engine): upgrades version 2 in place.
+-- Revision sqljobs_0003. The source of every function below is sql/.
+--
+-- What changes, and why: ...
+-- Locks: ... Workers: need not drain / must drain.
+--
+-- The DDL an upgrade needs (tables, columns, indexes, types) goes here by hand;
+-- the functions, views, triggers and comments are generated below it.
