@@ -15,6 +15,9 @@ Parts (each rewrites only its own section of RESULTS.md):
                 its database sampled every 10 s; draws bench/sustained.png
   engine        sqljobs alone at the SQL level (the jobs.* functions over psycopg),
                 interleaved with the pgbench ceilings of this machine
+  study         the engine hot-path study: jobs.* and the prototype storage shapes of
+                bench/adapters/shapes.sql through the engine workloads, interleaved
+                (docs/design/engine-hot-path.md); not part of a run without --part
 
 Peers are installed on first use into bench/.peers/ (latest releases; --upgrade-peers
 to refresh). Databases are created next to the admin DSN (--dsn, else
@@ -31,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import ceiling, db, suite, workloads
+from bench import ceiling, db, study, suite, workloads
 from bench.adapters import get_adapter
 from bench.report import Results, render, render_header, write_results
 from bench.systems import SYSTEMS
@@ -39,7 +42,7 @@ from bench.wire import WireCounter
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / ".out"
-PARTS = ("side_by_side", "sustained", "engine")
+PARTS = ("side_by_side", "sustained", "engine", "study")
 ENGINE_CHOICES = [*workloads.WORKLOADS, "ceiling"]
 
 
@@ -75,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         if "://" not in a and "=" not in a)
     # "ceiling" belongs to the engine part alone: asking for it (without --part) means
     # the engine workloads, as the suite's SQL-level runs always have.
-    parts = args.part or (["engine"] if "ceiling" in (args.workload or []) else list(PARTS))
+    parts = args.part or (["engine"] if "ceiling" in (args.workload or [])
+                          else [p for p in PARTS if p != "study"])
     sections: dict[str, str] = {}
     facts = db.machine_facts(args.dsn) | db.code_facts() | {"node": _node_version()}
 
@@ -85,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         sections["sustained"] = sustained(args, command.strip())
     if "engine" in parts:
         sections["engine"] = engine(args, command.strip(), facts)
+    if "study" in parts:
+        per_shape, ceilings = study.run(args.dsn, args.repeat, args.workload,
+                                        args.ceiling_seconds)
+        sections["study"] = study.render(per_shape, ceilings, command.strip(), facts)
 
     if args.no_results:
         print("\n\n".join(sections.values()))

@@ -13,6 +13,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import psycopg
+
 from bench import db
 from bench.adapters import Adapter
 from bench.report import Measurement
@@ -106,6 +108,25 @@ def _drain(w: Workload, adapter: Adapter, dsn: str) -> tuple[int, float]:
     return total, max(done_at) - start
 
 
+_held: dict[str, psycopg.Connection[tuple[object, ...]]] = {}
+
+
+def _pinned_setup(w: Workload, adapter: Adapter, dsn: str) -> None:
+    """Pre-fill, then hold a snapshot open (a REPEATABLE READ transaction that has read,
+    left idle) until the drain is checked: vacuum and index pruning can then remove
+    nothing the drain leaves behind, as under a long report or an idle transaction."""
+    prefill(adapter, dsn, w.jobs)
+    conn = psycopg.connect(dsn)
+    conn.execute("set transaction isolation level repeatable read")
+    conn.execute("select 1")  # the snapshot is taken: the transaction pins it
+    _held[dsn] = conn
+
+
+def _pinned_verify(w: Workload, adapter: Adapter, dsn: str) -> None:
+    _held.pop(dsn).close()
+    _drain_verify(w, adapter, dsn)
+
+
 def _drain_verify(w: Workload, adapter: Adapter, dsn: str) -> None:
     succeeded = adapter.count_succeeded(dsn)
     if succeeded != w.jobs:
@@ -124,6 +145,10 @@ WORKLOADS: dict[str, Workload] = {
         Workload("drain", 20_000, 100, 10,
                  "20,000 pre-enqueued jobs, 10 connections: claim 100, ack_many, repeat",
                  _drain, setup=_drain_setup, verify=_drain_verify),
+        Workload("drain_pinned", 20_000, 100, 10,
+                 "drain, with a snapshot held open (idle in transaction) from the end of the "
+                 "pre-fill to after the last ack",
+                 _drain, setup=_pinned_setup, verify=_pinned_verify),
     )
 }
 

@@ -3,17 +3,9 @@
 -- jobs.claim(queues, worker, limit, lease_s, options) -> up to `limit` running jobs.
 --
 -- One call, one autocommit statement from the client, four phases:
---   RECOVER  running jobs in these queues whose lease lapsed (at most 100 per call, by
---            job_lease_idx): back to ready with the attempt counted and its run_at
---            kept (its place in line, ahead of a backlog), or, when that was
---            the final attempt, buried as dead (failed when dead_letter is off) and
---            never returned (a compensable job starts its unwind instead, and a
---            compensating one always goes back to ready: its saga unwind must finish).
---            The lapsed attempt joins the job's attempt history (outcome
---            lease_expired, ended_at its lease's expiry; jobs.attempts_push): the one
---            write of the history here, never in the phases below.
---            Parked jobs whose wake-up time passed become ready; jobs waiting for a
---            limit's free slot are made claimable (jobs.unblock_free).
+--   RECOVER  jobs.recover(queues) (below): lapsed leases back to ready (attempt
+--            counted, place in line kept) or buried, due parked jobs woken, free limit
+--            slots handed to waiters. The one write of the attempt history in a claim.
 --   PICK     per unpaused queue, the first `limit` claimable rows in (priority, run_at,
 --            id) order from job_claimable_idx, `for update skip locked`; then the first
 --            `limit` of those across queues. Finished rows are never read.
@@ -31,7 +23,8 @@
 --          run; others wait for a worker that knows them).
 --          {"recover": false} skips the RECOVER phase: a busy worker claiming again as
 --          slots free leaves recovery to its periodic (poll) claims, which keep the
---          default true — recovery stays within lease TTL + one poll.
+--          default true, and calls jobs.recover on its poll when it has no slot free
+--          to claim with: recovery stays within lease TTL + one poll.
 -- Locks: row locks only, all taken with skip locked; with limits, each limit group's
 -- lock row of the candidates too (jobs.lock_keys, in group order), held to commit.
 -- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a missing
@@ -88,11 +81,6 @@ declare
   v_now    timestamptz := jobs.now();
   v_queues text[];
   v_names  text[];
-  v_unwind_ids    bigint[];
-  v_unwind_seqs   integer[];
-  v_unwind_states jobs.job_state[];
-  v_unwind_errors jsonb[];
-  v_buried        bigint[];  -- watched jobs lease recovery buried: notified
   v_limited boolean;
   v_rooms   integer[];  -- limited: per queue of v_queues, what its concurrency limits leave
   v_ids     bigint[];  -- limited: the candidates
@@ -130,86 +118,9 @@ begin
     v_names := array(select pg_catalog.jsonb_array_elements_text(p_options->'names'));
   end if;
 
-  -- RECOVER lapsed leases: bounded, by job_lease_idx. The attempt counts: where it leads
-  -- is jobs.retry_state's answer, except that a job with compensable steps never is
-  -- buried: on its final attempt it starts unwinding instead (back to ready,
-  -- compensating, its final state recorded), and one already compensating goes back to
-  -- ready to finish its unwind (sql/50_steps.sql).
+  -- RECOVER (jobs.recover, below): lapsed leases, due parked jobs, free slots.
   if coalesce((p_options->>'recover')::boolean, true) then
-    with lapsed as (
-      select l.id, jobs.retry_state(l.attempt, l.max_attempts, l.dead_letter) as next_state,
-             l.settle_watched,
-             pg_catalog.jsonb_build_object(
-               'kind', 'lease_expired',
-               'message', pg_catalog.format('the lease of worker %s expired during attempt %s',
-                                            l.worker, l.attempt),
-               'attempt', l.attempt,
-               'at', v_now) as error
-        from jobs.job l
-       where l.state = 'running' and l.lease_expires_at < v_now
-         and l.queue = any (p_queues)
-         and (v_tenant is null or l.tenant = v_tenant)
-       order by l.lease_expires_at
-       limit 100
-         for update skip locked
-    ), moved as (
-      update jobs.job as j
-         set state = case when j.compensable or j.compensating then 'ready'
-                          else n.next_state end,
-             -- run_at is left as it was: a recovered job keeps its place in line
-             -- (priority, run_at, id), ahead of the backlog that queued behind it
-             lease_expires_at = null,
-             finished_at = case when n.next_state = 'ready' or j.compensable or j.compensating
-                                then null else v_now end,
-             compensating = j.compensating or (j.compensable and n.next_state <> 'ready'),
-             step_seq = j.step_seq + case when j.compensable and not j.compensating
-                                               and n.next_state <> 'ready' then 1 else 0 end,
-             last_error = n.error,
-             -- the attempt history (sql/40_settle.sql): this attempt ended when its
-             -- lease lapsed
-             attempts = jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
-               'attempt', j.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
-               'started_at', j.started_at, 'ended_at', j.lease_expires_at,
-               'outcome', 'lease_expired', 'error', n.error))
-        from lapsed n
-       where j.id = n.id
-      returning j.id, j.step_seq, n.next_state, j.last_error,
-                j.compensable and n.next_state <> 'ready' as starts_unwind,
-                -- buried (dead or failed): a result waiter hears of it, as from nack_many
-                n.settle_watched and j.finished_at is not null as buried_watched
-    )
-    select pg_catalog.array_agg(m.id) filter (where m.starts_unwind),
-           pg_catalog.array_agg(m.step_seq) filter (where m.starts_unwind),
-           pg_catalog.array_agg(m.next_state) filter (where m.starts_unwind),
-           pg_catalog.array_agg(m.last_error) filter (where m.starts_unwind),
-           pg_catalog.array_agg(m.id) filter (where m.buried_watched)
-      into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors, v_buried
-      from moved m
-     where m.starts_unwind or m.buried_watched;
-    if v_unwind_ids is not null then  -- (a SQL function: planned at every call)
-      perform jobs.record_unwinds(v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors);
-    end if;
-    if v_buried is not null then
-      perform jobs.notify_settled(v_buried);
-    end if;
-
-    -- Free the slots a waiter did not hear of (sql/35_limits.sql).
-    if exists (select from jobs.job b
-                where b.blocked_on is not null and b.state in ('ready', 'interrupted')) then
-      perform jobs.unblock_free(100);
-    end if;
-
-    -- Wake parked jobs whose time came (durable sleeps, wait timeouts).
-    update jobs.job as j
-       set state = 'ready'
-      from (select p.id
-              from jobs.job p
-             where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
-               and (v_tenant is null or p.tenant = v_tenant)
-             order by p.run_at
-             limit 100
-               for update skip locked) as due
-     where j.id = due.id;
+    perform jobs.recover(p_queues);
   end if;
 
   -- PICK: paused queues are left out.
@@ -327,3 +238,138 @@ $$;
 
 comment on function jobs.claim(text[], text, integer, double precision, jsonb) is
   'Claim up to p_limit jobs from p_queues under a new claim token and a lease; recovers lapsed leases.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.recover(queues, limit) -> how many jobs it moved: the RECOVER phase of a claim,
+-- callable on its own so that recovery never waits for a worker with free capacity (a
+-- worker whose slots are all busy calls it on its poll interval instead of claiming).
+--   lapsed leases   running jobs in these queues whose lease lapsed (at most `limit`,
+--                   by job_lease_idx): back to ready with the attempt counted and their
+--                   run_at kept (their place in line, ahead of a backlog), or, when that
+--                   was the final attempt, buried as dead (failed when dead_letter is
+--                   off; a compensable job starts its unwind instead, and a compensating
+--                   one always goes back to ready: its saga unwind must finish). The
+--                   lapsed attempt joins the job's attempt history (outcome
+--                   lease_expired, ended_at its lease's expiry; jobs.attempts_push).
+--   parked jobs     whose wake-up time passed become ready (at most `limit`).
+--   free slots      jobs waiting for a limit's free slot are made claimable
+--                   (jobs.unblock_free).
+-- A bound session recovers its tenant's jobs only. Locks: row locks, skip locked.
+-- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a limit
+-- outside 1..1000.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.recover(p_queues text[], p_limit integer default 100)
+returns integer
+language plpgsql
+volatile
+set search_path = ''
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
+as $$
+declare
+  v_now    timestamptz := jobs.now();
+  v_tenant text := jobs.bound_tenant();
+  v_moved  integer := 0;
+  v_n      integer;
+  v_unwind_ids    bigint[];
+  v_unwind_seqs   integer[];
+  v_unwind_states jobs.job_state[];
+  v_unwind_errors jsonb[];
+  v_buried        bigint[];  -- watched jobs lease recovery buried: notified
+begin
+  if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
+    perform jobs.raise_error('queues_required', 'recover needs at least one queue',
+                             null, 'pass the queues this worker serves');
+  end if;
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('limit must be between 1 and 1000, got %s', p_limit));
+  end if;
+  -- RECOVER lapsed leases: bounded, by job_lease_idx. The attempt counts: where it leads
+  -- is jobs.retry_state's answer, except that a job with compensable steps never is
+  -- buried: on its final attempt it starts unwinding instead (back to ready,
+  -- compensating, its final state recorded), and one already compensating goes back to
+  -- ready to finish its unwind (sql/50_steps.sql).
+  with lapsed as (
+    select l.id, jobs.retry_state(l.attempt, l.max_attempts, l.dead_letter) as next_state,
+           l.settle_watched,
+           pg_catalog.jsonb_build_object(
+             'kind', 'lease_expired',
+             'message', pg_catalog.format('the lease of worker %s expired during attempt %s',
+                                          l.worker, l.attempt),
+             'attempt', l.attempt,
+             'at', v_now) as error
+      from jobs.job l
+     where l.state = 'running' and l.lease_expires_at < v_now
+       and l.queue = any (p_queues)
+       and (v_tenant is null or l.tenant = v_tenant)
+     order by l.lease_expires_at
+     limit p_limit
+       for update skip locked
+  ), moved as (
+    update jobs.job as j
+       set state = case when j.compensable or j.compensating then 'ready'
+                        else n.next_state end,
+           -- run_at is left as it was: a recovered job keeps its place in line
+           -- (priority, run_at, id), ahead of the backlog that queued behind it
+           lease_expires_at = null,
+           finished_at = case when n.next_state = 'ready' or j.compensable or j.compensating
+                              then null else v_now end,
+           compensating = j.compensating or (j.compensable and n.next_state <> 'ready'),
+           step_seq = j.step_seq + case when j.compensable and not j.compensating
+                                             and n.next_state <> 'ready' then 1 else 0 end,
+           last_error = n.error,
+           -- the attempt history (sql/40_settle.sql): this attempt ended when its
+           -- lease lapsed
+           attempts = jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
+             'attempt', j.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
+             'started_at', j.started_at, 'ended_at', j.lease_expires_at,
+             'outcome', 'lease_expired', 'error', n.error))
+      from lapsed n
+     where j.id = n.id
+    returning j.id, j.step_seq, n.next_state, j.last_error,
+              j.compensable and n.next_state <> 'ready' as starts_unwind,
+              -- buried (dead or failed): a result waiter hears of it, as from nack_many
+              n.settle_watched and j.finished_at is not null as buried_watched
+  )
+  select pg_catalog.array_agg(m.id) filter (where m.starts_unwind),
+         pg_catalog.array_agg(m.step_seq) filter (where m.starts_unwind),
+         pg_catalog.array_agg(m.next_state) filter (where m.starts_unwind),
+         pg_catalog.array_agg(m.last_error) filter (where m.starts_unwind),
+         pg_catalog.array_agg(m.id) filter (where m.buried_watched),
+         pg_catalog.count(*)
+    into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors, v_buried, v_moved
+    from moved m;
+  if v_unwind_ids is not null then  -- (a SQL function: planned at every call)
+    perform jobs.record_unwinds(v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors);
+  end if;
+  if v_buried is not null then
+    perform jobs.notify_settled(v_buried);
+  end if;
+
+  -- Free the slots a waiter did not hear of (sql/35_limits.sql).
+  if exists (select from jobs.job b
+              where b.blocked_on is not null and b.state in ('ready', 'interrupted')) then
+    perform jobs.unblock_free(100);
+  end if;
+
+  -- Wake parked jobs whose time came (durable sleeps, wait timeouts).
+  update jobs.job as j
+     set state = 'ready'
+    from (select p.id
+            from jobs.job p
+           where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
+             and (v_tenant is null or p.tenant = v_tenant)
+           order by p.run_at
+           limit p_limit
+             for update skip locked) as due
+   where j.id = due.id;
+  get diagnostics v_n = row_count;
+  return v_moved + v_n;
+end
+$$;
+
+comment on function jobs.recover(text[], integer) is
+  'Recover lapsed leases, wake due parked jobs and free limit slots in these queues; answers the jobs moved.';

@@ -144,15 +144,99 @@ comment on function jobs.watch_outcome(bigint) is
   'The job''s state, result and last error; marks it watched so its settlement notifies jobs_settled.';
 
 -- ---------------------------------------------------------------------------
+-- Busy rows. A row another transaction holds locked (an operator's open transaction, a
+-- report that ran SELECT ... FOR UPDATE) must not stall a worker's whole batch: its
+-- other jobs' leases would lapse behind it and run again elsewhere. So the batch
+-- functions (ack_many, nack_many, heartbeat_many) lock what they can at once, wait at
+-- most 50 ms for the rest (a claim's scan holds the rows it stepped over until it
+-- commits, a millisecond or so), and answer ok = null for a row still locked after
+-- that: nothing was written, the job is still this claim's as far as the caller can
+-- tell, call again. The one-job functions (ack, nack) wait for the lock instead, as a
+-- plain UPDATE would, and then answer or raise as always. jobs.lock_batch takes the
+-- locks; jobs.unwritten_answer answers for a job the batch did not write: busy (null)
+-- when its row was not locked and, as the statement sees it, still runs under the
+-- caller's claim, else false (the fence failed). It is called only for unwritten jobs:
+-- a SQL function is planned again in each statement that calls it.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.lock_batch(p_ids bigint[], p_wait boolean)
+returns bigint[]
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_held bigint[];
+  v_rest bigint[];
+begin
+  if p_wait then
+    return p_ids;  -- the update that follows waits for each row's lock
+  end if;
+  v_held := array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
+                     for no key update of j skip locked);
+  if pg_catalog.cardinality(v_held) = pg_catalog.cardinality(p_ids) then
+    return v_held;
+  end if;
+  v_rest := array(select u.id from pg_catalog.unnest(p_ids) as u(id)
+                   where u.id <> all (v_held));
+  if v_rest = '{}' then  -- (ids named twice)
+    return v_held;
+  end if;
+  return v_held || jobs.lock_briefly(v_rest);
+end
+$$;
+
+comment on function jobs.lock_batch(bigint[], boolean) is
+  'Private: lock the rows of a settle batch (a busy row waited for at most 50 ms, unless p_wait: all waited for); answers the ids held.';
+
+-- The rows a first pass could not lock, waited for at most 50 ms each; none when one
+-- wait runs out (its lock is still held elsewhere: the rest answer busy, call again).
+create or replace function jobs.lock_briefly(p_ids bigint[])
+returns bigint[]
+language plpgsql
+volatile
+set search_path = ''
+set lock_timeout = '50ms'
+as $$
+begin
+  return array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
+                  for no key update of j);
+exception when lock_not_available then
+  return '{}';
+end
+$$;
+
+comment on function jobs.lock_briefly(bigint[]) is
+  'Private: lock these job rows, waiting at most 50 ms for each; none when a wait runs out.';
+
+create or replace function jobs.unwritten_answer(p_id bigint, p_claim bigint,
+                                                 p_locked bigint[])
+returns boolean
+language sql
+stable
+set search_path = ''
+as $$
+  select case when p_id = any (p_locked) then false
+              when exists (select from jobs.job j
+                            where j.id = p_id and j.claim = p_claim and j.state = 'running')
+                then null  -- busy: locked by another transaction, still this claim's
+              else false end
+$$;
+
+comment on function jobs.unwritten_answer(bigint, bigint, bigint[]) is
+  'Private: a batch settle''s ok for a job it did not write: false fence failed, null busy (call again).';
+
+-- ---------------------------------------------------------------------------
 -- jobs.ack_many(ids, claims, results) -> (id, ok) per input, in input order.
 -- running -> succeeded, storing the result (jsonb; null allowed). results may be
 -- null (no results at all). An earlier attempt's last_error is kept, marked
--- {"historical": true}. ok = false: the fence did not hold, nothing changed.
+-- {"historical": true}. ok = false: the fence did not hold, nothing changed; ok = null:
+-- the row was busy (locked by another transaction), nothing changed, call again.
 -- ---------------------------------------------------------------------------
-create or replace function jobs.ack_many(
+create or replace function jobs.ack_batch(
   p_ids     bigint[],
   p_claims  bigint[],
-  p_results jsonb[] default null
+  p_results jsonb[],
+  p_wait    boolean
 )
 returns table (id bigint, ok boolean)
 language plpgsql
@@ -161,17 +245,20 @@ set search_path = ''
 as $$
 declare
   v_now     timestamptz := jobs.now();
+  v_locked  bigint[];
   v_done    bigint[];
   v_watched bigint[];
 begin
   perform jobs.check_batch(p_ids, p_claims, p_results);
   perform jobs.check_values(p_results, 'result');
   perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
+  v_locked := jobs.lock_batch(p_ids, p_wait);
   with input as (
     select u.id, u.claim, u.result
       from unnest(p_ids, p_claims,
                   coalesce(p_results, pg_catalog.array_fill(null::jsonb, array[pg_catalog.cardinality(p_ids)])))
            as u(id, claim, result)
+     where u.id = any (v_locked)
   ),
   done as (
     update jobs.job as j
@@ -193,14 +280,33 @@ begin
   -- NOTIFY result waiters of watched jobs only (once per call).
   perform jobs.notify_settled(v_watched);
   return query
-    select u.id, u.id = any (coalesce(v_done, '{}'))
-      from unnest(p_ids) with ordinality as u(id, ord)
+    select u.id, case when u.id = any (coalesce(v_done, '{}')) then true
+                      else jobs.unwritten_answer(u.id, u.claim, v_locked) end
+      from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
      order by u.ord;
 end
 $$;
 
+comment on function jobs.ack_batch(bigint[], bigint[], jsonb[], boolean) is
+  'Private: jobs.ack_many (busy rows skipped) and jobs.ack (busy rows waited for).';
+
+create or replace function jobs.ack_many(
+  p_ids     bigint[],
+  p_claims  bigint[],
+  p_results jsonb[] default null
+)
+returns table (id bigint, ok boolean)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  return query select a.id, a.ok from jobs.ack_batch(p_ids, p_claims, p_results, false) a;
+end
+$$;
+
 comment on function jobs.ack_many(bigint[], bigint[], jsonb[]) is
-  'Settle running jobs as succeeded with their results; fenced per job, answers ok per job.';
+  'Settle running jobs as succeeded with their results; fenced per job, answers ok per job (null: busy, call again).';
 
 -- jobs.ack(id, claim, result): one job; raises lease_lost (SJ004) when the fence fails.
 create or replace function jobs.ack(p_id bigint, p_claim bigint, p_result jsonb default null)
@@ -210,7 +316,7 @@ volatile
 set search_path = ''
 as $$
 begin
-  if not (select a.ok from jobs.ack_many(array[p_id], array[p_claim], array[p_result]) a) then
+  if not (select a.ok from jobs.ack_batch(array[p_id], array[p_claim], array[p_result], true) a) then
     perform jobs.lease_lost(p_id, p_claim);
   end if;
 end
@@ -336,12 +442,13 @@ comment on function jobs.attempts_push(jsonb, jsonb) is
 --   (jobs.record_unwinds); its answer's state is `running`. The caller runs the
 --   compensations and settles it with jobs.step_unwound (or leaves it to a later run).
 -- ---------------------------------------------------------------------------
-create or replace function jobs.nack_many(
+create or replace function jobs.nack_batch(
   p_ids      bigint[],
   p_claims   bigint[],
-  p_errors   jsonb[] default null,
-  p_modes    text[] default null,
-  p_delays_s double precision[] default null
+  p_errors   jsonb[],
+  p_modes    text[],
+  p_delays_s double precision[],
+  p_wait     boolean
 )
 returns table (id bigint, ok boolean, state jobs.job_state)
 language plpgsql
@@ -350,6 +457,7 @@ set search_path = ''
 as $$
 declare
   v_now     timestamptz := jobs.now();
+  v_locked  bigint[];
   v_n       integer;
   v_bad     text;
   v_done    bigint[];
@@ -392,6 +500,7 @@ begin
       || ' (send {"kind": "...", "message": "...", "detail": ...}, see docs/howto-other-languages.md)');
   end if;
 
+  v_locked := jobs.lock_batch(p_ids, p_wait);
   with input as (
       select u.id, u.claim, u.error, coalesce(u.mode, 'retry') as mode, u.delay_s, u.ord
         from unnest(
@@ -425,6 +534,7 @@ begin
              end as next_run_at
         from input i
         join jobs.job j on j.id = i.id and j.claim = i.claim and j.state = 'running'
+                        and j.id = any (v_locked)
        cross join lateral (select case
                                     when i.mode = 'fail' then 'failed'
                                     when i.mode = 'park' then 'parked'
@@ -477,15 +587,37 @@ begin
   -- NOTIFY result waiters of watched jobs that reached a final state (once per call).
   perform jobs.notify_settled(v_watched);
   return query
-    select u.id, d.id is not null, d.state
-      from unnest(p_ids) with ordinality as u(id, ord)
+    select u.id, case when d.id is not null then true
+                      else jobs.unwritten_answer(u.id, u.claim, v_locked) end, d.state
+      from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
       left join unnest(v_done, v_states) as d(id, state) on d.id = u.id
      order by u.ord;
 end
 $$;
 
+comment on function jobs.nack_batch(bigint[], bigint[], jsonb[], text[], double precision[], boolean) is
+  'Private: jobs.nack_many (busy rows skipped) and jobs.nack (busy rows waited for).';
+
+create or replace function jobs.nack_many(
+  p_ids      bigint[],
+  p_claims   bigint[],
+  p_errors   jsonb[] default null,
+  p_modes    text[] default null,
+  p_delays_s double precision[] default null
+)
+returns table (id bigint, ok boolean, state jobs.job_state)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  return query select n.id, n.ok, n.state
+                 from jobs.nack_batch(p_ids, p_claims, p_errors, p_modes, p_delays_s, false) n;
+end
+$$;
+
 comment on function jobs.nack_many(bigint[], bigint[], jsonb[], text[], double precision[]) is
-  'Settle running jobs that did not succeed (retry, fail, park, shed, interrupt); fenced per job.';
+  'Settle running jobs that did not succeed (retry, fail, park, shed, interrupt); fenced per job (ok null: busy, call again).';
 
 -- jobs.nack(id, claim, error, mode, delay_s) -> the job's new state; raises lease_lost.
 create or replace function jobs.nack(
@@ -505,8 +637,8 @@ declare
   v_state jobs.job_state;
 begin
   select n.ok, n.state into v_ok, v_state
-    from jobs.nack_many(array[p_id], array[p_claim], array[p_error], array[p_mode],
-                        array[p_delay_s]) n;
+    from jobs.nack_batch(array[p_id], array[p_claim], array[p_error], array[p_mode],
+                         array[p_delay_s], true) n;
   if not v_ok then
     perform jobs.lease_lost(p_id, p_claim);
   end if;
@@ -520,7 +652,8 @@ comment on function jobs.nack(bigint, bigint, jsonb, text, double precision) is
 -- ---------------------------------------------------------------------------
 -- jobs.heartbeat_many(ids, claims, lease_s) -> (id, ok): extend each held lease to
 -- now + lease_s. ok = false: the job is no longer this claim's (lost, cancelled); the
--- worker must stop that run.
+-- worker must stop that run. ok = null: the row was busy (another transaction holds it
+-- locked), its lease was not extended this time: call again soon.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.heartbeat_many(
   p_ids     bigint[],
@@ -534,6 +667,7 @@ set search_path = ''
 as $$
 declare
   v_now    timestamptz := jobs.now();
+  v_locked bigint[];
 begin
   perform jobs.check_batch(p_ids, p_claims, null::text[]);
   perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
@@ -542,6 +676,7 @@ begin
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('lease_s must be positive and at most 1e9 seconds, got %s', p_lease_s));
   end if;
+  v_locked := jobs.lock_batch(p_ids, false);  -- a busy row answers null (above)
   return query
     with input as (
       select u.id, u.claim, u.ord
@@ -552,9 +687,11 @@ begin
          set lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s)
         from (select input.id, input.claim from input order by input.id) as i
        where j.id = i.id and j.claim = i.claim and j.state = 'running'
+         and j.id = any (v_locked)
       returning j.id
     )
-    select input.id, held.id is not null
+    select input.id, case when held.id is not null then true
+                          else jobs.unwritten_answer(input.id, input.claim, v_locked) end
       from input left join held on held.id = input.id
      order by input.ord;
 end
@@ -563,7 +700,8 @@ $$;
 comment on function jobs.heartbeat_many(bigint[], bigint[], double precision) is
   'Extend the leases of running jobs still held under these claims; ok = false means lost.';
 
--- jobs.heartbeat(id, claim, lease_s) -> true while the lease is still this claim's.
+-- jobs.heartbeat(id, claim, lease_s) -> true while the lease is still this claim's; null
+-- when the row was busy (locked by another transaction: not renewed, call again).
 create or replace function jobs.heartbeat(p_id bigint, p_claim bigint, p_lease_s double precision default 30)
 returns boolean
 language sql
@@ -574,7 +712,7 @@ as $$
 $$;
 
 comment on function jobs.heartbeat(bigint, bigint, double precision) is
-  'Extend one lease; false when the job is no longer held under this claim.';
+  'Extend one lease; false when the job is no longer held under this claim, null when its row was busy.';
 
 -- jobs.progress(id, claim, progress) -> true when recorded; false when the fence failed.
 create or replace function jobs.progress(p_id bigint, p_claim bigint, p_progress jsonb)

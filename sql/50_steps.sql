@@ -205,8 +205,8 @@ begin
   end if;
   -- PARK while the time is ahead.
   if v_wake > v_now then
-    perform jobs.nack_many(array[p_id], array[p_claim], null, array['park'],
-                           array[extract(epoch from v_wake - v_now)::double precision]);
+    perform jobs.nack_batch(array[p_id], array[p_claim], null, array['park'],
+                            array[extract(epoch from v_wake - v_now)::double precision], true);
     return query select v_wake, true;
   else
     return query select v_wake, false;
@@ -390,7 +390,7 @@ begin
 
   -- PARK while any child is live.
   if v_live then
-    perform jobs.nack_many(array[p_id], array[p_claim], null, array['park'], null);
+    perform jobs.nack_batch(array[p_id], array[p_claim], null, array['park'], null, true);
   end if;
   return query
     select u.n, s.value, coalesce((s.value->>'job_id')::bigint, m.cid), v_live

@@ -228,9 +228,9 @@ begin
     values (p_id, p_name, v_seq, 'timeout', v_value, v_now);
   else
     -- PARK until the deadline (or a matching emit).
-    perform jobs.nack_many(array[p_id], array[p_claim], null, array['park'],
+    perform jobs.nack_batch(array[p_id], array[p_claim], null, array['park'],
       array[case when v_deadline = 'infinity' then null
-                 else extract(epoch from v_deadline - v_now)::double precision end]);
+                 else extract(epoch from v_deadline - v_now)::double precision end], true);
     return query select null::jsonb, true;
     return;
   end if;

@@ -59,6 +59,7 @@ as $$
       ('sqljobs_producer', 'jobs.watch_token(bigint)'),
       -- worker: runs jobs
       ('sqljobs_worker', 'jobs.claim(text[],text,integer,double precision,jsonb)'),
+      ('sqljobs_worker', 'jobs.recover(text[],integer)'),
       ('sqljobs_worker', 'jobs.ack(bigint,bigint,jsonb)'),
       ('sqljobs_worker', 'jobs.ack_many(bigint[],bigint[],jsonb[])'),
       ('sqljobs_worker', 'jobs.nack(bigint,bigint,jsonb,text,double precision)'),
@@ -107,6 +108,7 @@ as $$
       -- operator: the operator verbs and settings (it is a member of sqljobs_reader too)
       ('sqljobs_operator', 'jobs.cancel(bigint)'),
       ('sqljobs_operator', 'jobs.requeue(bigint[])'),
+      ('sqljobs_operator', 'jobs.recover(text[],integer)'),
       ('sqljobs_operator', 'jobs.promote(bigint)'),
       ('sqljobs_operator', 'jobs.remove(bigint)'),
       ('sqljobs_operator', 'jobs.cancel_where(jsonb,integer)'),

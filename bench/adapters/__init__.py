@@ -54,7 +54,13 @@ def get_adapter(name: str) -> Adapter:
         from bench.adapters.sqljobs_sql import SqljobsSql
 
         return SqljobsSql()
+    if name.startswith("shape:"):  # the hot-path study's prototypes (bench/study.py)
+        from bench.adapters.shapes import SHAPES, ShapeSql
+
+        if name[len("shape:"):] in SHAPES:
+            return ShapeSql(name[len("shape:"):])
     raise KeyError(f"unknown adapter {name!r}; known: {', '.join(ADAPTERS)}")
 
 
-ADAPTERS: tuple[str, ...] = ("sqljobs",)
+ADAPTERS: tuple[str, ...] = ("sqljobs", "shape:lean", "shape:lean_hint", "shape:split",
+                             "shape:outcome")

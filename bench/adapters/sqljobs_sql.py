@@ -51,10 +51,14 @@ class SqljobsConsumer:
             return 0
         ids = [r[0] for r in claimed]
         claims = [r[1] for r in claimed]
-        acked = self.conn.execute(ACK_MANY, (ids, claims), prepare=True).fetchall()
-        if not all(r[1] for r in acked):
-            raise RuntimeError(f"{self.worker}: ack_many lost a lease")
-        return len(acked)
+        held = dict(zip(ids, claims, strict=True))
+        while held:  # a busy row (ok null: locked elsewhere) is sent again, as the worker does
+            acked = self.conn.execute(ACK_MANY, (list(held), list(held.values())),
+                                      prepare=True).fetchall()
+            if any(r[1] is False for r in acked):
+                raise RuntimeError(f"{self.worker}: ack_many lost a lease")
+            held = {r[0]: held[r[0]] for r in acked if r[1] is None}
+        return len(ids)
 
 
 class SqljobsSql:

@@ -1,8 +1,20 @@
 -- sqljobs schema version 3 (engine): upgrades version 2 in place.
 -- Revision sqljobs_0003. The source of every function below is sql/.
 --
--- What changes, and why: ...
--- Locks: ... Workers: need not drain / must drain.
+-- What changes, and why:
+--   * Batch settles and renewals wait at most 50 ms for a busy row (one another
+--     transaction holds locked) and answer ok = null for it, so one locked row no
+--     longer stalls a worker's whole batch until its other leases lapse (jobs.ack_many,
+--     nack_many, heartbeat_many, heartbeat; private jobs.lock_batch, lock_briefly,
+--     unwritten_answer, ack_batch, nack_batch).
+--   * jobs.channel_token, ack_many and nack_many are PL/pgSQL: a session keeps their
+--     plans (as SQL functions they were planned in every transaction).
+--   * jobs.recover(queues, limit): the claim's recovery on its own, so a worker with no
+--     free slot recovers a crashed peer's lapsed leases without claiming.
+-- Locks: function replacements only, no table rewrite: each takes a brief lock on the
+-- function's catalog row; no job row is touched. Workers: need not drain. A 0.2 worker
+-- reads a busy answer (null) as a lost lease: the job runs again after its lease, as a
+-- stalled batch did before; upgrade the workers to 0.3 to retry it instead.
 --
 -- The DDL an upgrade needs (tables, columns, indexes, types) goes here by hand;
 -- the functions, views, triggers and comments are generated below it.
@@ -26,6 +38,1280 @@ immutable
 set search_path = ''
 as $$ select 3 $$;
 
+-- === sql/20_enqueue.sql ===
+
+-- ---------------------------------------------------------------------------
+-- Notification payloads (channels jobs_wake and jobs_settled). Any session may LISTEN
+-- on any channel, a tenant-bound one too: so a payload names no queue and no job, but is
+-- a token, the first 16 hex digits of sha256(jobs.channel_key || what), where `what` is
+-- 'queue:<name>' or 'job:<id>'. A worker asks the tokens of its queues once
+-- (jobs.wake_tokens), a result waiter the token of its job (jobs.watch_token).
+-- ---------------------------------------------------------------------------
+-- PL/pgSQL, not SQL: a SQL function that reads a table is planned again in every
+-- transaction that calls it (about 40 µs of each one-job enqueue); PL/pgSQL keeps the
+-- plan for the session.
+create or replace function jobs.channel_token(p_what text)
+returns text
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  return (select pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
+                   k.key || pg_catalog.convert_to(p_what, 'UTF8')), 'hex'), 16)
+            from jobs.channel_key k);
+end
+$$;
+
+-- === sql/30_claim.sql ===
+
+create or replace function jobs.claim(
+  p_queues  text[],
+  p_worker  text,
+  p_limit   integer default 1,
+  p_lease_s double precision default 30,
+  p_options jsonb default '{}'
+)
+returns table (
+  id               bigint,
+  name             text,
+  queue            text,
+  tenant           text,
+  key              text,
+  payload          jsonb,
+  priority         smallint,
+  attempt          integer,
+  max_attempts     integer,
+  retry_base_s     double precision,  -- the job's retry policy (a step's retry falls back on it)
+  retry_cap_s      double precision,
+  retry_jitter     text,
+  claim            bigint,
+  lease_expires_at timestamptz,
+  timeout_s        double precision,
+  progress         jsonb,
+  traceparent      text,
+  created_at       timestamptz,
+  started_at       timestamptz,  -- this claim's time on the database clock
+  steps            jsonb         -- stored durable steps {name: value}; null when none
+)
+language plpgsql
+volatile
+set search_path = ''
+-- One generic plan per session instead of planning every call (planning was about a
+-- third of a small claim). It must stay index-driven whatever the table's size when it
+-- is made: seq scans are off for these statements, and the update finds its rows by
+-- `id = any(array(...))` on job_pkey, never by joining a scan of jobs.job. With seq
+-- scans off, a scan of a small table (jobs.limit) is costed so high that it would be
+-- JIT-compiled (hundreds of ms): no JIT, ever, for a claim. No bitmap scans either:
+-- jobs.slot churns a row per limited claim, and only a plain index scan marks the
+-- entries of deleted rows dead so that the next scan skips them and an insert reuses
+-- their space; a bitmap scan reads every dead entry again until a vacuum (counting a
+-- group's slots took 1.7 ms after 20,000 limited jobs, 0.03 ms with index scans).
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
+as $$
+declare
+  v_now    timestamptz := jobs.now();
+  v_queues text[];
+  v_names  text[];
+  v_limited boolean;
+  v_rooms   integer[];  -- limited: per queue of v_queues, what its concurrency limits leave
+  v_ids     bigint[];  -- limited: the candidates
+  v_tenant  text := jobs.bound_tenant();  -- a bound session claims its tenant's jobs only
+  v_seed    bigint := jobs.random32();     -- the claim tokens' random half
+begin
+  -- GUARD
+  if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
+    perform jobs.raise_error('queues_required', 'claim needs at least one queue',
+                             null, 'pass the queues this worker serves');
+  end if;
+  perform jobs.check_name(p_worker, 'worker');
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('limit must be between 1 and 1000, got %s', p_limit));
+  end if;
+  -- NaN and leases past the end of time (now + lease overflows) are refused too
+  if p_lease_s is null or not (p_lease_s > 0 and p_lease_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('lease_s must be positive and at most 1e9 seconds, got %s', p_lease_s));
+  end if;
+  if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
+     or exists (select 1 from pg_catalog.jsonb_object_keys(p_options) k
+                 where k not in ('names', 'recover')) then
+    perform jobs.raise_error('invalid_argument',
+      'options takes only {"names": [...], "recover": true|false}');
+  end if;
+  if p_options ? 'recover' and pg_catalog.jsonb_typeof(p_options->'recover') <> 'boolean' then
+    perform jobs.raise_error('invalid_argument', 'options.recover must be true or false');
+  end if;
+  if p_options ? 'names' then
+    if pg_catalog.jsonb_typeof(p_options->'names') <> 'array' then
+      perform jobs.raise_error('invalid_argument', 'options.names must be an array of job names');
+    end if;
+    v_names := array(select pg_catalog.jsonb_array_elements_text(p_options->'names'));
+  end if;
+
+  -- RECOVER (jobs.recover, below): lapsed leases, due parked jobs, free slots.
+  if coalesce((p_options->>'recover')::boolean, true) then
+    perform jobs.recover(p_queues);
+  end if;
+
+  -- PICK: paused queues are left out.
+  v_queues := array(
+    select q.name
+      from pg_catalog.unnest(p_queues) as q(name)
+     where not exists (select 1 from jobs.queue pq where pq.name = q.name and pq.paused));
+
+  -- LIMITS (sql/35_limits.sql), only once any limit exists: pick more candidates
+  -- than asked for, and claim those jobs.admit lets run (below).
+  v_limited := exists (select from jobs.limit);
+  if v_limited then
+    -- What the concurrency limits leave, per queue: the least room of the global limits
+    -- and of its queue's. A full limit leaves nothing to pick, and a nearly full one few
+    -- candidates to lock (a worker that claims ahead asks for hundreds). Read without
+    -- the limits' locks, this only saves work: jobs.admit decides under them.
+    select coalesce(pg_catalog.array_agg(r.name), '{}'), pg_catalog.array_agg(r.room)
+      into v_queues, v_rooms
+      from (select q.name,
+                   least(p_limit, (select pg_catalog.min(l.concurrency - (
+                                            select pg_catalog.count(*) from jobs.slot s
+                                             where s.grp = l.name || '|'))
+                                     from jobs.limit l
+                                    where l.concurrency is not null
+                                      and (l.scope = 'global'
+                                           or (l.scope = 'queue' and l.target = q.name))))
+                     as room
+              from pg_catalog.unnest(v_queues) as q(name)) r
+     where r.room > 0;
+    v_ids := array(
+      select c.id
+        from rows from (pg_catalog.unnest(v_queues), pg_catalog.unnest(v_rooms)) as q(name, room)
+        cross join lateral (
+          select r.id, r.priority, r.run_at
+            from jobs.job r
+           where r.state in ('ready', 'interrupted') and r.blocked_on is null
+             and r.queue = q.name
+             and r.run_at <= v_now
+             and (v_names is null or r.name = any (v_names))
+             and (v_tenant is null or r.tenant = v_tenant)
+           order by r.priority, r.run_at, r.id
+           limit q.room + 4
+             for update skip locked) as c
+       order by c.priority, c.run_at, c.id
+       limit p_limit + 4);
+  end if;
+
+  -- CLAIM
+  return query
+    with picked as materialized (
+      (select c.id, c.priority, c.run_at, null::text[] as slots, v_now as started_at
+         from pg_catalog.unnest(v_queues) as q(name)
+         cross join lateral (
+           select r.id, r.priority, r.run_at
+             from jobs.job r
+            where r.state in ('ready', 'interrupted') and r.blocked_on is null
+              and r.queue = q.name
+              and r.run_at <= v_now
+              and (v_names is null or r.name = any (v_names))
+              and (v_tenant is null or r.tenant = v_tenant)
+            order by r.priority, r.run_at, r.id
+            limit p_limit
+              for update skip locked) as c
+        where not v_limited
+        order by c.priority, c.run_at, c.id
+        limit p_limit)
+      union all
+      -- limited: the candidates jobs.admit lets run, with the limit groups each takes
+      -- and the admission's time as its start
+      (select a.id, r.priority, r.run_at, a.slots, a.at
+         from jobs.admit(v_ids, p_limit, v_now) a
+         join jobs.job r on r.id = a.id and r.id = any (v_ids)  -- job_pkey, the candidates
+        where v_limited)
+    ),
+    claimed as (
+      update jobs.job as j
+         set state = 'running',
+             attempt = j.attempt + 1,
+             -- the new token (sql/00_schema.sql): one strong random value per claim,
+             -- spread over its jobs by a multiplicative hash of each id
+             claim = (((j.claim >> 32) + 1) << 32)
+                     | ((v_seed # ((j.id & 2147483647) * 2654435761)) & 4294967295),
+             worker = p_worker,
+             lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s),
+             started_at = picked.started_at,
+             first_started_at = coalesce(j.first_started_at, v_now),
+             deferred_by = null,
+             slots = picked.slots
+        from picked
+       where j.id = any (array(select p.id from picked p)) and j.id = picked.id
+      returning j.id, j.name, j.queue, j.tenant, j.key, j.payload, j.priority, j.attempt,
+                j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.claim,
+                j.lease_expires_at, j.timeout_s, j.progress,
+                j.traceparent, j.created_at, picked.run_at as picked_run_at, j.step_seq,
+                j.started_at
+    ),
+    slotted as (  -- the limit groups the admitted jobs now hold (sql/35_limits.sql)
+      insert into jobs.slot (grp, job_id)
+      select g, p.id from picked p cross join lateral pg_catalog.unnest(p.slots) as g
+      on conflict do nothing
+    )
+    select c.id, c.name, c.queue, c.tenant, c.key, c.payload, c.priority, c.attempt,
+           c.max_attempts, c.retry_base_s, c.retry_cap_s, c.retry_jitter, c.claim,
+           c.lease_expires_at, c.timeout_s, c.progress,
+           c.traceparent, c.created_at, c.started_at,
+           -- Stored steps (sql/50_steps.sql), read only for jobs that ever wrote one.
+           case when c.step_seq > 0 then
+             (select pg_catalog.jsonb_object_agg(s.name, s.value)
+                from jobs.step s where s.job_id = c.id)
+           end
+      from claimed c
+     order by c.priority, c.picked_run_at, c.id;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.recover(queues, limit) -> how many jobs it moved: the RECOVER phase of a claim,
+-- callable on its own so that recovery never waits for a worker with free capacity (a
+-- worker whose slots are all busy calls it on its poll interval instead of claiming).
+--   lapsed leases   running jobs in these queues whose lease lapsed (at most `limit`,
+--                   by job_lease_idx): back to ready with the attempt counted and their
+--                   run_at kept (their place in line, ahead of a backlog), or, when that
+--                   was the final attempt, buried as dead (failed when dead_letter is
+--                   off; a compensable job starts its unwind instead, and a compensating
+--                   one always goes back to ready: its saga unwind must finish). The
+--                   lapsed attempt joins the job's attempt history (outcome
+--                   lease_expired, ended_at its lease's expiry; jobs.attempts_push).
+--   parked jobs     whose wake-up time passed become ready (at most `limit`).
+--   free slots      jobs waiting for a limit's free slot are made claimable
+--                   (jobs.unblock_free).
+-- A bound session recovers its tenant's jobs only. Locks: row locks, skip locked.
+-- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a limit
+-- outside 1..1000.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.recover(p_queues text[], p_limit integer default 100)
+returns integer
+language plpgsql
+volatile
+set search_path = ''
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
+as $$
+declare
+  v_now    timestamptz := jobs.now();
+  v_tenant text := jobs.bound_tenant();
+  v_moved  integer := 0;
+  v_n      integer;
+  v_unwind_ids    bigint[];
+  v_unwind_seqs   integer[];
+  v_unwind_states jobs.job_state[];
+  v_unwind_errors jsonb[];
+  v_buried        bigint[];  -- watched jobs lease recovery buried: notified
+begin
+  if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
+    perform jobs.raise_error('queues_required', 'recover needs at least one queue',
+                             null, 'pass the queues this worker serves');
+  end if;
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('limit must be between 1 and 1000, got %s', p_limit));
+  end if;
+  -- RECOVER lapsed leases: bounded, by job_lease_idx. The attempt counts: where it leads
+  -- is jobs.retry_state's answer, except that a job with compensable steps never is
+  -- buried: on its final attempt it starts unwinding instead (back to ready,
+  -- compensating, its final state recorded), and one already compensating goes back to
+  -- ready to finish its unwind (sql/50_steps.sql).
+  with lapsed as (
+    select l.id, jobs.retry_state(l.attempt, l.max_attempts, l.dead_letter) as next_state,
+           l.settle_watched,
+           pg_catalog.jsonb_build_object(
+             'kind', 'lease_expired',
+             'message', pg_catalog.format('the lease of worker %s expired during attempt %s',
+                                          l.worker, l.attempt),
+             'attempt', l.attempt,
+             'at', v_now) as error
+      from jobs.job l
+     where l.state = 'running' and l.lease_expires_at < v_now
+       and l.queue = any (p_queues)
+       and (v_tenant is null or l.tenant = v_tenant)
+     order by l.lease_expires_at
+     limit p_limit
+       for update skip locked
+  ), moved as (
+    update jobs.job as j
+       set state = case when j.compensable or j.compensating then 'ready'
+                        else n.next_state end,
+           -- run_at is left as it was: a recovered job keeps its place in line
+           -- (priority, run_at, id), ahead of the backlog that queued behind it
+           lease_expires_at = null,
+           finished_at = case when n.next_state = 'ready' or j.compensable or j.compensating
+                              then null else v_now end,
+           compensating = j.compensating or (j.compensable and n.next_state <> 'ready'),
+           step_seq = j.step_seq + case when j.compensable and not j.compensating
+                                             and n.next_state <> 'ready' then 1 else 0 end,
+           last_error = n.error,
+           -- the attempt history (sql/40_settle.sql): this attempt ended when its
+           -- lease lapsed
+           attempts = jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
+             'attempt', j.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
+             'started_at', j.started_at, 'ended_at', j.lease_expires_at,
+             'outcome', 'lease_expired', 'error', n.error))
+      from lapsed n
+     where j.id = n.id
+    returning j.id, j.step_seq, n.next_state, j.last_error,
+              j.compensable and n.next_state <> 'ready' as starts_unwind,
+              -- buried (dead or failed): a result waiter hears of it, as from nack_many
+              n.settle_watched and j.finished_at is not null as buried_watched
+  )
+  select pg_catalog.array_agg(m.id) filter (where m.starts_unwind),
+         pg_catalog.array_agg(m.step_seq) filter (where m.starts_unwind),
+         pg_catalog.array_agg(m.next_state) filter (where m.starts_unwind),
+         pg_catalog.array_agg(m.last_error) filter (where m.starts_unwind),
+         pg_catalog.array_agg(m.id) filter (where m.buried_watched),
+         pg_catalog.count(*)
+    into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors, v_buried, v_moved
+    from moved m;
+  if v_unwind_ids is not null then  -- (a SQL function: planned at every call)
+    perform jobs.record_unwinds(v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors);
+  end if;
+  if v_buried is not null then
+    perform jobs.notify_settled(v_buried);
+  end if;
+
+  -- Free the slots a waiter did not hear of (sql/35_limits.sql).
+  if exists (select from jobs.job b
+              where b.blocked_on is not null and b.state in ('ready', 'interrupted')) then
+    perform jobs.unblock_free(100);
+  end if;
+
+  -- Wake parked jobs whose time came (durable sleeps, wait timeouts).
+  update jobs.job as j
+     set state = 'ready'
+    from (select p.id
+            from jobs.job p
+           where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
+             and (v_tenant is null or p.tenant = v_tenant)
+           order by p.run_at
+           limit p_limit
+             for update skip locked) as due
+   where j.id = due.id;
+  get diagnostics v_n = row_count;
+  return v_moved + v_n;
+end
+$$;
+
+comment on function jobs.recover(text[], integer) is
+  'Recover lapsed leases, wake due parked jobs and free limit slots in these queues; answers the jobs moved.';
+
+-- === sql/40_settle.sql ===
+
+-- ---------------------------------------------------------------------------
+-- Busy rows. A row another transaction holds locked (an operator's open transaction, a
+-- report that ran SELECT ... FOR UPDATE) must not stall a worker's whole batch: its
+-- other jobs' leases would lapse behind it and run again elsewhere. So the batch
+-- functions (ack_many, nack_many, heartbeat_many) lock what they can at once, wait at
+-- most 50 ms for the rest (a claim's scan holds the rows it stepped over until it
+-- commits, a millisecond or so), and answer ok = null for a row still locked after
+-- that: nothing was written, the job is still this claim's as far as the caller can
+-- tell, call again. The one-job functions (ack, nack) wait for the lock instead, as a
+-- plain UPDATE would, and then answer or raise as always. jobs.lock_batch takes the
+-- locks; jobs.unwritten_answer answers for a job the batch did not write: busy (null)
+-- when its row was not locked and, as the statement sees it, still runs under the
+-- caller's claim, else false (the fence failed). It is called only for unwritten jobs:
+-- a SQL function is planned again in each statement that calls it.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.lock_batch(p_ids bigint[], p_wait boolean)
+returns bigint[]
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_held bigint[];
+  v_rest bigint[];
+begin
+  if p_wait then
+    return p_ids;  -- the update that follows waits for each row's lock
+  end if;
+  v_held := array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
+                     for no key update of j skip locked);
+  if pg_catalog.cardinality(v_held) = pg_catalog.cardinality(p_ids) then
+    return v_held;
+  end if;
+  v_rest := array(select u.id from pg_catalog.unnest(p_ids) as u(id)
+                   where u.id <> all (v_held));
+  if v_rest = '{}' then  -- (ids named twice)
+    return v_held;
+  end if;
+  return v_held || jobs.lock_briefly(v_rest);
+end
+$$;
+
+comment on function jobs.lock_batch(bigint[], boolean) is
+  'Private: lock the rows of a settle batch (a busy row waited for at most 50 ms, unless p_wait: all waited for); answers the ids held.';
+
+-- The rows a first pass could not lock, waited for at most 50 ms each; none when one
+-- wait runs out (its lock is still held elsewhere: the rest answer busy, call again).
+create or replace function jobs.lock_briefly(p_ids bigint[])
+returns bigint[]
+language plpgsql
+volatile
+set search_path = ''
+set lock_timeout = '50ms'
+as $$
+begin
+  return array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
+                  for no key update of j);
+exception when lock_not_available then
+  return '{}';
+end
+$$;
+
+comment on function jobs.lock_briefly(bigint[]) is
+  'Private: lock these job rows, waiting at most 50 ms for each; none when a wait runs out.';
+
+create or replace function jobs.unwritten_answer(p_id bigint, p_claim bigint,
+                                                 p_locked bigint[])
+returns boolean
+language sql
+stable
+set search_path = ''
+as $$
+  select case when p_id = any (p_locked) then false
+              when exists (select from jobs.job j
+                            where j.id = p_id and j.claim = p_claim and j.state = 'running')
+                then null  -- busy: locked by another transaction, still this claim's
+              else false end
+$$;
+
+comment on function jobs.unwritten_answer(bigint, bigint, bigint[]) is
+  'Private: a batch settle''s ok for a job it did not write: false fence failed, null busy (call again).';
+
+-- ---------------------------------------------------------------------------
+-- jobs.ack_many(ids, claims, results) -> (id, ok) per input, in input order.
+-- running -> succeeded, storing the result (jsonb; null allowed). results may be
+-- null (no results at all). An earlier attempt's last_error is kept, marked
+-- {"historical": true}. ok = false: the fence did not hold, nothing changed; ok = null:
+-- the row was busy (locked by another transaction), nothing changed, call again.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.ack_batch(
+  p_ids     bigint[],
+  p_claims  bigint[],
+  p_results jsonb[],
+  p_wait    boolean
+)
+returns table (id bigint, ok boolean)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now     timestamptz := jobs.now();
+  v_locked  bigint[];
+  v_done    bigint[];
+  v_watched bigint[];
+begin
+  perform jobs.check_batch(p_ids, p_claims, p_results);
+  perform jobs.check_values(p_results, 'result');
+  perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
+  v_locked := jobs.lock_batch(p_ids, p_wait);
+  with input as (
+    select u.id, u.claim, u.result
+      from unnest(p_ids, p_claims,
+                  coalesce(p_results, pg_catalog.array_fill(null::jsonb, array[pg_catalog.cardinality(p_ids)])))
+           as u(id, claim, result)
+     where u.id = any (v_locked)
+  ),
+  done as (
+    update jobs.job as j
+       set state = 'succeeded',
+           result = i.result,
+           finished_at = v_now,
+           lease_expires_at = null,
+           -- an earlier attempt's error stays for the record, marked as history
+           last_error = case when j.last_error is not null
+                             then j.last_error || '{"historical": true}' end
+      from (select input.id, input.claim, input.result from input order by input.id) as i
+     where j.id = i.id and j.claim = i.claim and j.state = 'running'
+    returning j.id, j.settle_watched
+  )
+  select pg_catalog.array_agg(done.id),
+         pg_catalog.array_agg(done.id) filter (where done.settle_watched)
+    into v_done, v_watched
+    from done;
+  -- NOTIFY result waiters of watched jobs only (once per call).
+  perform jobs.notify_settled(v_watched);
+  return query
+    select u.id, case when u.id = any (coalesce(v_done, '{}')) then true
+                      else jobs.unwritten_answer(u.id, u.claim, v_locked) end
+      from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
+     order by u.ord;
+end
+$$;
+
+comment on function jobs.ack_batch(bigint[], bigint[], jsonb[], boolean) is
+  'Private: jobs.ack_many (busy rows skipped) and jobs.ack (busy rows waited for).';
+
+create or replace function jobs.ack_many(
+  p_ids     bigint[],
+  p_claims  bigint[],
+  p_results jsonb[] default null
+)
+returns table (id bigint, ok boolean)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  return query select a.id, a.ok from jobs.ack_batch(p_ids, p_claims, p_results, false) a;
+end
+$$;
+
+comment on function jobs.ack_many(bigint[], bigint[], jsonb[]) is
+  'Settle running jobs as succeeded with their results; fenced per job, answers ok per job (null: busy, call again).';
+
+-- jobs.ack(id, claim, result): one job; raises lease_lost (SJ004) when the fence fails.
+create or replace function jobs.ack(p_id bigint, p_claim bigint, p_result jsonb default null)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  if not (select a.ok from jobs.ack_batch(array[p_id], array[p_claim], array[p_result], true) a) then
+    perform jobs.lease_lost(p_id, p_claim);
+  end if;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.nack_many(ids, claims, errors, modes, delays_s) -> (id, ok, state) per input.
+--
+-- modes (null = 'retry'):
+--   retry      attempt counted. Next run_at = now + delay_s, or the job's backoff
+--              curve when delay_s is null. Attempts exhausted (jobs.retry_state) ->
+--              dead, or failed when dead_letter is off.
+--   fail       terminal now: failed.
+--   park       parked, not an attempt; wakes at now + delay_s (never when null) or
+--              when an event or child job wakes it.
+--   shed       back to ready at now + delay_s (default now), not an attempt
+--              (e.g. rate-limited).
+--   interrupt  interrupted (a drain cut-off stopped the run), not an attempt;
+--              claimed again like ready, in its old place in line (run_at kept;
+--              now + delay_s when a delay is given).
+-- errors: jsonb per job (null allowed), stored in last_error with attempt and time; an
+--         error that is not an object is stored as {"message": error, ...}. A null error
+--         leaves last_error as it was.
+-- History: modes retry, fail and interrupt end an attempt without success: each appends
+--   {attempt, claim, worker, started_at, ended_at: now, outcome: retry | failed | dead
+--   | interrupted, error} to the job's attempts (jobs.attempts_push; error: the stored
+--   one, null when none was given). park and shed write none (not a failure).
+-- Sagas: a job with a stored compensable step (compensable) whose nack would make it
+--   failed or dead starts unwinding instead (docs/design/sagas.md): it stays `running`
+--   under the caller's claim and lease, compensating, with the final state recorded
+--   (jobs.record_unwinds); its answer's state is `running`. The caller runs the
+--   compensations and settles it with jobs.step_unwound (or leaves it to a later run).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.nack_batch(
+  p_ids      bigint[],
+  p_claims   bigint[],
+  p_errors   jsonb[],
+  p_modes    text[],
+  p_delays_s double precision[],
+  p_wait     boolean
+)
+returns table (id bigint, ok boolean, state jobs.job_state)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now     timestamptz := jobs.now();
+  v_locked  bigint[];
+  v_n       integer;
+  v_bad     text;
+  v_done    bigint[];
+  v_states  jobs.job_state[];
+  v_watched bigint[];
+begin
+  perform jobs.check_batch(p_ids, p_claims, p_errors);
+  perform jobs.check_values(p_errors, 'error');
+  perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
+  v_n := pg_catalog.cardinality(p_ids);
+  if (p_modes is not null and pg_catalog.cardinality(p_modes) <> v_n)
+     or (p_delays_s is not null and pg_catalog.cardinality(p_delays_s) <> v_n) then
+    perform jobs.raise_error('invalid_argument', 'modes and delays_s must match ids in length');
+  end if;
+  select m into v_bad from pg_catalog.unnest(p_modes) m
+   where m not in ('retry', 'fail', 'park', 'shed', 'interrupt') limit 1;
+  if v_bad is not null then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('mode %s is not one of retry, fail, park, shed, interrupt',
+                        pg_catalog.quote_literal(v_bad)));
+  end if;
+  -- (NaN sorts above every number, so `not (d <= 1e9)` refuses it too)
+  if exists (select 1 from pg_catalog.unnest(p_delays_s) d where d < 0 or not (d <= 1e9)) then
+    perform jobs.raise_error('invalid_argument', 'delays_s must be 0 to 1e9 seconds');
+  end if;
+  -- last_error is read by every client and the dashboard: {kind, message, detail, ...},
+  -- kind and message text when given (a non-object error is wrapped as {message} below)
+  select pg_catalog.format('error %s: %s must be a JSON string, got %s', e.ord, f.field,
+                           pg_catalog.jsonb_typeof(e.error -> f.field))
+    into v_bad
+    from pg_catalog.unnest(p_errors) with ordinality as e(error, ord)
+   cross join (values ('kind'), ('message')) as f(field)
+   where pg_catalog.jsonb_typeof(e.error) = 'object'
+     and e.error ? f.field
+     and pg_catalog.jsonb_typeof(e.error -> f.field) <> 'string'
+   order by e.ord, f.field
+   limit 1;
+  if v_bad is not null then
+    perform jobs.raise_error('invalid_argument', v_bad
+      || ' (send {"kind": "...", "message": "...", "detail": ...}, see docs/howto-other-languages.md)');
+  end if;
+
+  v_locked := jobs.lock_batch(p_ids, p_wait);
+  with input as (
+      select u.id, u.claim, u.error, coalesce(u.mode, 'retry') as mode, u.delay_s, u.ord
+        from unnest(
+               p_ids, p_claims,
+               coalesce(p_errors, pg_catalog.array_fill(null::jsonb, array[v_n])),
+               coalesce(p_modes, pg_catalog.array_fill(null::text, array[v_n])),
+               coalesce(p_delays_s, pg_catalog.array_fill(null::double precision, array[v_n])))
+             with ordinality as u(id, claim, error, mode, delay_s, ord)
+    ),
+    target as (
+      select j.id, i.error, i.mode, i.delay_s, j.attempt, n.next_state,
+             -- what last_error (and the attempt history) store: the error as an object,
+             -- plus the attempt that ended and when (null: no error given)
+             case when i.error is not null then
+               case when pg_catalog.jsonb_typeof(i.error) = 'object' then i.error
+                    else pg_catalog.jsonb_build_object('message', i.error) end
+               || pg_catalog.jsonb_build_object('attempt', j.attempt, 'at', v_now)
+             end as stored_error,
+             n.next_state in ('failed', 'dead') and j.compensable and not j.compensating
+               as unwinds,
+             case
+               when i.mode = 'retry' then
+                 v_now + pg_catalog.make_interval(secs => coalesce(i.delay_s,
+                   jobs.backoff_s(j.attempt, j.retry_base_s, j.retry_cap_s, j.retry_jitter)))
+               when i.mode = 'park' then
+                 coalesce(v_now + pg_catalog.make_interval(secs => i.delay_s), 'infinity')
+               -- an interrupted run keeps its place in line (its run_at), like a
+               -- recovered one, unless the caller asks for a delay
+               when i.mode = 'interrupt' and i.delay_s is null then least(j.run_at, v_now)
+               else v_now + pg_catalog.make_interval(secs => coalesce(i.delay_s, 0))
+             end as next_run_at
+        from input i
+        join jobs.job j on j.id = i.id and j.claim = i.claim and j.state = 'running'
+                        and j.id = any (v_locked)
+       cross join lateral (select case
+                                    when i.mode = 'fail' then 'failed'
+                                    when i.mode = 'park' then 'parked'
+                                    when i.mode = 'shed' then 'ready'
+                                    when i.mode = 'interrupt' then 'interrupted'
+                                    else jobs.retry_state(j.attempt, j.max_attempts, j.dead_letter)
+                                  end::jobs.job_state as next_state) n
+       order by j.id
+         for update of j
+    ),
+    done as (
+      update jobs.job as j
+         set state = case when t.unwinds then j.state else t.next_state end,
+             run_at = case when not t.unwinds and t.next_state in ('ready', 'parked', 'interrupted')
+                           then t.next_run_at else j.run_at end,
+             attempt = case when t.mode in ('park', 'shed', 'interrupt')
+                            then j.attempt - 1 else j.attempt end,
+             lease_expires_at = case when t.unwinds then j.lease_expires_at end,
+             finished_at = case when not t.unwinds and t.next_state in ('failed', 'dead')
+                                then v_now end,
+             compensating = j.compensating or t.unwinds,
+             step_seq = j.step_seq + case when t.unwinds then 1 else 0 end,
+             last_error = coalesce(t.stored_error, j.last_error),
+             -- the history: an attempt that failed, ended for good or was interrupted
+             attempts = case when t.mode in ('retry', 'fail', 'interrupt') then
+               jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
+                 'attempt', t.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
+                 'started_at', j.started_at, 'ended_at', v_now,
+                 'outcome', case when t.mode = 'interrupt' then 'interrupted'
+                                 when t.next_state = 'ready' then 'retry'
+                                 else t.next_state::text end,
+                 'error', t.stored_error))
+               else j.attempts end
+        from target t
+       where j.id = t.id
+      returning j.id, j.state, j.settle_watched, t.unwinds, j.step_seq, t.next_state, t.error
+    ),
+    unwound as (
+      -- record the final state of each job that starts unwinding (sagas, above)
+      select jobs.record_unwinds(pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.step_seq),
+                                 pg_catalog.array_agg(done.next_state),
+                                 pg_catalog.array_agg(done.error))
+        from done where done.unwinds
+    )
+  select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.state),
+         pg_catalog.array_agg(done.id) filter (
+           where done.settle_watched and done.state in ('failed', 'dead'))
+    into v_done, v_states, v_watched
+    from done, (select pg_catalog.count(*) from unwound) as u;
+  -- NOTIFY result waiters of watched jobs that reached a final state (once per call).
+  perform jobs.notify_settled(v_watched);
+  return query
+    select u.id, case when d.id is not null then true
+                      else jobs.unwritten_answer(u.id, u.claim, v_locked) end, d.state
+      from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
+      left join unnest(v_done, v_states) as d(id, state) on d.id = u.id
+     order by u.ord;
+end
+$$;
+
+comment on function jobs.nack_batch(bigint[], bigint[], jsonb[], text[], double precision[], boolean) is
+  'Private: jobs.nack_many (busy rows skipped) and jobs.nack (busy rows waited for).';
+
+create or replace function jobs.nack_many(
+  p_ids      bigint[],
+  p_claims   bigint[],
+  p_errors   jsonb[] default null,
+  p_modes    text[] default null,
+  p_delays_s double precision[] default null
+)
+returns table (id bigint, ok boolean, state jobs.job_state)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  return query select n.id, n.ok, n.state
+                 from jobs.nack_batch(p_ids, p_claims, p_errors, p_modes, p_delays_s, false) n;
+end
+$$;
+
+comment on function jobs.nack_many(bigint[], bigint[], jsonb[], text[], double precision[]) is
+  'Settle running jobs that did not succeed (retry, fail, park, shed, interrupt); fenced per job (ok null: busy, call again).';
+
+-- jobs.nack(id, claim, error, mode, delay_s) -> the job's new state; raises lease_lost.
+create or replace function jobs.nack(
+  p_id      bigint,
+  p_claim   bigint,
+  p_error   jsonb default null,
+  p_mode    text default 'retry',
+  p_delay_s double precision default null
+)
+returns jobs.job_state
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_ok    boolean;
+  v_state jobs.job_state;
+begin
+  select n.ok, n.state into v_ok, v_state
+    from jobs.nack_batch(array[p_id], array[p_claim], array[p_error], array[p_mode],
+                         array[p_delay_s], true) n;
+  if not v_ok then
+    perform jobs.lease_lost(p_id, p_claim);
+  end if;
+  return v_state;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.heartbeat_many(ids, claims, lease_s) -> (id, ok): extend each held lease to
+-- now + lease_s. ok = false: the job is no longer this claim's (lost, cancelled); the
+-- worker must stop that run. ok = null: the row was busy (another transaction holds it
+-- locked), its lease was not extended this time: call again soon.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.heartbeat_many(
+  p_ids     bigint[],
+  p_claims  bigint[],
+  p_lease_s double precision
+)
+returns table (id bigint, ok boolean)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now    timestamptz := jobs.now();
+  v_locked bigint[];
+begin
+  perform jobs.check_batch(p_ids, p_claims, null::text[]);
+  perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
+  -- NaN and leases past the end of time (now + lease overflows) are refused too
+  if p_lease_s is null or not (p_lease_s > 0 and p_lease_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('lease_s must be positive and at most 1e9 seconds, got %s', p_lease_s));
+  end if;
+  v_locked := jobs.lock_batch(p_ids, false);  -- a busy row answers null (above)
+  return query
+    with input as (
+      select u.id, u.claim, u.ord
+        from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
+    ),
+    held as (
+      update jobs.job as j
+         set lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s)
+        from (select input.id, input.claim from input order by input.id) as i
+       where j.id = i.id and j.claim = i.claim and j.state = 'running'
+         and j.id = any (v_locked)
+      returning j.id
+    )
+    select input.id, case when held.id is not null then true
+                          else jobs.unwritten_answer(input.id, input.claim, v_locked) end
+      from input left join held on held.id = input.id
+     order by input.ord;
+end
+$$;
+
+comment on function jobs.heartbeat(bigint, bigint, double precision) is
+  'Extend one lease; false when the job is no longer held under this claim, null when its row was busy.';
+
+-- === sql/50_steps.sql ===
+
+-- ---------------------------------------------------------------------------
+-- jobs.step_sleep(id, claim, name, until, delay_s) -> (wake_at, parked).
+--
+-- A durable sleep. The first call stores step `name` with its wake-up time: p_until,
+-- or now + p_delay_s (the database clock); later calls read the stored time. While
+-- that time is in the future the job is parked until then in the same call (as
+-- jobs.nack mode park: not an attempt, the lease is released; jobs.claim wakes it when
+-- the time comes) and `parked` is true: the caller's run must end without settling.
+-- When the time has passed, nothing changes and `parked` is false: carry on.
+-- Errors: invalid_argument (SJ001) unless exactly one of p_until / p_delay_s is given
+-- (finite; delay >= 0); lease_lost (SJ004).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.step_sleep(
+  p_id      bigint,
+  p_claim   bigint,
+  p_name    text,
+  p_until   timestamptz default null,
+  p_delay_s double precision default null
+)
+returns table (wake_at timestamptz, parked boolean)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now  timestamptz := jobs.now();
+  v_seq  integer;
+  v_wake timestamptz;
+begin
+  -- GUARD
+  perform jobs.check_step_name(p_name);
+  if (p_until is null) = (p_delay_s is null)
+     or p_until in ('infinity', '-infinity')
+     or p_delay_s < 0 or p_delay_s > 1e9 then
+    perform jobs.raise_error('invalid_argument',
+      'a sleep needs exactly one of until (a finite time) or delay_s (0 to 1e9 seconds)');
+  end if;
+  -- FENCE
+  v_seq := jobs.hold_step(p_id, p_claim, null);
+  -- WRITE the wake-up time once; later calls read it.
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  values (p_id, p_name, v_seq, 'sleep',
+          pg_catalog.jsonb_build_object('until',
+            coalesce(p_until, v_now + pg_catalog.make_interval(secs => p_delay_s))),
+          v_now)
+  on conflict (job_id, name) do nothing;
+  select (s.value->>'until')::timestamptz into v_wake
+    from jobs.step s where s.job_id = p_id and s.name = p_name and s.kind = 'sleep';
+  if v_wake is null then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('step %s of job %s is stored, but not as a sleep', p_name, p_id));
+  end if;
+  -- PARK while the time is ahead.
+  if v_wake > v_now then
+    perform jobs.nack_batch(array[p_id], array[p_claim], null, array['park'],
+                            array[extract(epoch from v_wake - v_now)::double precision], true);
+    return query select v_wake, true;
+  else
+    return query select v_wake, false;
+  end if;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.step_invoke(id, claim, names, specs, lease_s) -> (name, value, child_id, parked)
+-- per name, in input order.
+--
+-- Step names[i] of job `id` awaits a child job enqueued from specs[i] (a
+-- jobs.enqueue_many spec; its key defaults to '<id>:<step name>', so a replay or a
+-- crash never enqueues a second child). Fenced (lease_lost SJ004 otherwise).
+--   * a stored step answers its stored value;
+--   * else the child is enqueued (or found, by its key) and marked as this step's
+--     child; once it is final, the step stores {"job_id", "state", "result", "error"}
+--     (kind child) and answers it;
+--   * when any child is still live, the job is parked (no wake-up time; not an
+--     attempt; the lease is released) and every row says parked = true: the run must
+--     end without settling. The last child's settlement wakes it; it then calls again.
+-- Errors: invalid_argument (SJ001) for names and specs of different lengths, a bad
+-- name or spec; those of jobs.enqueue_many; lease_lost (SJ004).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.step_invoke(
+  p_id      bigint,
+  p_claim   bigint,
+  p_names   text[],
+  p_specs   jsonb,
+  p_lease_s double precision default null
+)
+returns table (name text, value jsonb, child_id bigint, parked boolean)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+#variable_conflict use_column
+declare
+  v_now     timestamptz := jobs.now();
+  v_seq     integer;
+  v_name    text;
+  v_live    boolean := false;
+  v_pending text[];
+  v_specs   jsonb;
+  v_ids     bigint[];
+  v_tenant  text;
+  v_ord     bigint;
+begin
+  -- GUARD
+  if p_names is null or pg_catalog.cardinality(p_names) = 0
+     or p_specs is null or pg_catalog.jsonb_typeof(p_specs) <> 'array'
+     or pg_catalog.jsonb_array_length(p_specs) <> pg_catalog.cardinality(p_names)
+     or exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
+                 where pg_catalog.jsonb_typeof(x) <> 'object') then
+    perform jobs.raise_error('invalid_argument',
+      'names and specs (job spec objects) must be non-empty and of one length');
+  end if;
+  foreach v_name in array p_names loop
+    perform jobs.check_step_name(v_name);
+  end loop;
+  if (select pg_catalog.count(distinct n) from pg_catalog.unnest(p_names) n)
+     <> pg_catalog.cardinality(p_names) then
+    perform jobs.raise_error('invalid_argument', 'step names must be distinct');
+  end if;
+  -- FENCE (locks the job row)
+  v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
+  -- A child is of its parent's tenant: one naming another tenant is refused.
+  select j.tenant into v_tenant from jobs.job j where j.id = p_id;
+  if v_tenant is not null then
+    v_ord := jobs.foreign_tenant_spec(p_specs, v_tenant);
+    if v_ord is not null then
+      perform jobs.raise_error('tenant_refused',
+        pg_catalog.format('spec %s: a child of job %s is of its tenant %s, not %s', v_ord, p_id,
+                          v_tenant, p_specs -> (v_ord - 1)::integer -> 'tenant'));
+    end if;
+  end if;
+
+  -- ENQUEUE the child of every step not stored yet (created, or found by its key).
+  select pg_catalog.array_agg(u.n order by u.ord),
+         pg_catalog.jsonb_agg(case when p_specs->(u.ord::integer - 1) ? 'key'
+                                   then p_specs->(u.ord::integer - 1)
+                                   else p_specs->(u.ord::integer - 1)
+                                        || pg_catalog.jsonb_build_object('key', p_id || ':' || u.n)
+                              end
+                              || case when v_tenant is null then '{}'::jsonb
+                                      else pg_catalog.jsonb_build_object('tenant', v_tenant) end
+                              order by u.ord)
+    into v_pending, v_specs
+    from pg_catalog.unnest(p_names) with ordinality as u(n, ord)
+   where not exists (select 1 from jobs.step s where s.job_id = p_id and s.name = u.n);
+  if v_pending is not null then
+    v_ids := array(select x.id from jobs.enqueue_many(v_specs) x order by x.ord);
+    update jobs.job as c
+       set parent_id = p_id, parent_step = m.n
+      from unnest(v_pending, v_ids) as m(n, cid)
+     where c.id = m.cid and c.parent_id is null;
+    -- STORE the outcome of every child already final.
+    insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+    select p_id, m.n, v_seq, 'child',
+           pg_catalog.jsonb_build_object('job_id', c.id, 'state', c.state, 'result', c.result,
+                                         'error', c.last_error),
+           v_now
+      from unnest(v_pending, v_ids) as m(n, cid)
+      join jobs.job c on c.id = m.cid
+     where c.state in ('succeeded', 'failed', 'dead', 'cancelled')
+    on conflict (job_id, name) do nothing;
+    v_live := exists (select 1 from pg_catalog.unnest(v_ids) as m(cid)
+                        join jobs.job c on c.id = m.cid
+                       where c.state not in ('succeeded', 'failed', 'dead', 'cancelled'));
+  end if;
+
+  -- PARK while any child is live.
+  if v_live then
+    perform jobs.nack_batch(array[p_id], array[p_claim], null, array['park'], null, true);
+  end if;
+  return query
+    select u.n, s.value, coalesce((s.value->>'job_id')::bigint, m.cid), v_live
+      from pg_catalog.unnest(p_names) with ordinality as u(n, ord)
+      left join jobs.step s on s.job_id = p_id and s.name = u.n
+      left join unnest(v_pending, v_ids) as m(n, cid) on m.n = u.n
+     order by u.ord;
+end
+$$;
+
+-- === sql/60_events.sql ===
+
+-- ---------------------------------------------------------------------------
+-- jobs.step_wait(id, claim, name, specs, timeout_s, lease_s) -> (value, parked).
+--
+-- A durable event wait, step `name` of job `id` (fenced: lease_lost SJ004 otherwise).
+--   * stored already: answers the stored outcome, parked = false.
+--   * else registers the wait (once; its deadline = first call + timeout_s, or none)
+--     and looks back for the first matching event (by id) with created_at between the
+--     job's first claim and the deadline, not consumed by another step of this job:
+--       found        -> stores {"event", "payload", "id"} (kind event), parked = false
+--       deadline hit -> stores {"timeout": true} (kind timeout), parked = false
+--       otherwise    -> parks the job until the deadline (not an attempt; the lease is
+--                       released), parked = true: the run must end without settling.
+--                       A matching emit, or the deadline, wakes it; it then calls again.
+-- specs: a non-empty JSON array of {"event": name, "match": object (optional)}.
+-- Extends the lease to now + lease_s when it does not park (left as is when null).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.step_wait(
+  p_id        bigint,
+  p_claim     bigint,
+  p_name      text,
+  p_specs     jsonb,
+  p_timeout_s double precision default null,
+  p_lease_s   double precision default null
+)
+returns table (value jsonb, parked boolean)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now      timestamptz := jobs.now();
+  v_seq      integer;
+  v_value    jsonb;
+  v_names    text[];
+  v_cursor   timestamptz;
+  v_deadline timestamptz;
+  v_event    record;
+  v_tenant   text;  -- the job's
+begin
+  -- GUARD
+  perform jobs.check_step_name(p_name);
+  if p_specs is null or pg_catalog.jsonb_typeof(p_specs) <> 'array'
+     or pg_catalog.jsonb_array_length(p_specs) = 0
+     or exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
+                 where pg_catalog.jsonb_typeof(x) <> 'object'
+                    or pg_catalog.jsonb_typeof(x->'event') is distinct from 'string'
+                    or x->>'event' = '' or pg_catalog.octet_length(x->>'event') > 200
+                    or (x ? 'match' and pg_catalog.jsonb_typeof(x->'match') <> 'object')) then
+    perform jobs.raise_error('invalid_argument',
+      'specs must be a non-empty array of {"event": name (at most 200 bytes), "match": object}');
+  end if;
+  perform jobs.check_value(p_specs, 'specs');
+  if p_timeout_s < 0 or p_timeout_s > 1e9 then  -- (NaN too: it sorts above every number)
+    perform jobs.raise_error('invalid_argument', 'timeout_s must be 0 to 1e9 seconds');
+  end if;
+  -- FENCE (locks the job row)
+  v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
+  select s.value into v_value from jobs.step s where s.job_id = p_id and s.name = p_name;
+  if found then
+    return query select v_value, false;
+    return;
+  end if;
+  -- LOCK every name (jobs.event_locks, the job's tenant), in key order.
+  v_names := array(select distinct x->>'event' from pg_catalog.jsonb_array_elements(p_specs) x
+                    order by 1);
+  perform jobs.lock_keys(l.keys, l.modes)
+     from jobs.event_locks((select j.tenant from jobs.job j where j.id = p_id), v_names, true) l;
+  -- REGISTER once (a later call keeps the first deadline).
+  insert into jobs.event_wait as w (job_id, step, specs, names, deadline, created_at)
+  values (p_id, p_name, p_specs, v_names,
+          case when p_timeout_s is null then 'infinity'
+               else v_now + pg_catalog.make_interval(secs => p_timeout_s) end,
+          v_now)
+  on conflict (job_id, step) do nothing;
+  select w.deadline, w.specs into v_deadline, p_specs
+    from jobs.event_wait w where w.job_id = p_id and w.step = p_name;
+  select coalesce(j.first_started_at, j.created_at), j.tenant into v_cursor, v_tenant
+    from jobs.job j where j.id = p_id;
+  -- LOOK BACK
+  select e.id, e.name, e.payload into v_event
+    from jobs.event e
+   where e.name = any (v_names)
+     and e.created_at >= v_cursor
+     and e.created_at <= v_deadline
+     and (e.tenant is null or e.tenant = v_tenant)  -- another tenant's events are not seen
+     and exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
+                  where x->>'event' = e.name and e.payload @> coalesce(x->'match', '{}'::jsonb))
+     and not exists (select 1 from jobs.step s where s.job_id = p_id and s.event_id = e.id)
+   order by e.id
+   limit 1;
+  if v_event.id is not null then
+    v_value := pg_catalog.jsonb_build_object('event', v_event.name, 'payload', v_event.payload,
+                                             'id', v_event.id);
+    insert into jobs.step (job_id, name, ordinal, kind, value, event_id, created_at)
+    values (p_id, p_name, v_seq, 'event', v_value, v_event.id, v_now);
+  elsif v_deadline <= v_now then
+    v_value := '{"timeout": true}'::jsonb;
+    insert into jobs.step (job_id, name, ordinal, kind, value, created_at)
+    values (p_id, p_name, v_seq, 'timeout', v_value, v_now);
+  else
+    -- PARK until the deadline (or a matching emit).
+    perform jobs.nack_batch(array[p_id], array[p_claim], null, array['park'],
+      array[case when v_deadline = 'infinity' then null
+                 else extract(epoch from v_deadline - v_now)::double precision end], true);
+    return query select null::jsonb, true;
+    return;
+  end if;
+  delete from jobs.event_wait w where w.job_id = p_id and w.step = p_name;
+  return query select v_value, false;
+end
+$$;
+
 -- === sql/98_roles.sql ===
+
+create or replace function jobs.role_grants()
+returns table (role_name text, fn regprocedure)
+language sql
+stable
+set search_path = ''
+as $$
+  select g.role_name, g.fn::pg_catalog.regprocedure
+    from (
+      -- every role: what a client asks once it connects, and pure helpers
+      select r.role_name, f.fn
+        from (values ('sqljobs_producer'), ('sqljobs_worker'), ('sqljobs_scheduler'),
+                     ('sqljobs_operator'), ('sqljobs_reader')) as r(role_name)
+       cross join (values ('jobs.schema_version()'), ('jobs.schema_floor()'),
+                          ('jobs.spec_defaults()'), ('jobs.spec_fields()'), ('jobs.now()'),
+                          ('jobs.error_codes()'), ('jobs.max_payload_bytes()'),
+                          ('jobs.backoff_s(integer,double precision,double precision,text)'),
+                          ('jobs.retention_defaults()'), ('jobs.role_grants()'),
+                          ('jobs.redact(text,jsonb)')) as f(fn)
+      union all
+      select g.role_name, g.fn from (values
+      -- producer: puts jobs and events in, awaits the outcome of what it put in
+      ('sqljobs_producer', 'jobs.enqueue(text,text,jsonb,jsonb)'),
+      ('sqljobs_producer', 'jobs.enqueue_many(jsonb)'),
+      ('sqljobs_producer', 'jobs.enqueue_batch(jsonb,text[],jsonb)'),
+      ('sqljobs_producer', 'jobs.stage(text,text,jsonb,jsonb)'),
+      ('sqljobs_producer', 'jobs.stage_many(jsonb)'),
+      ('sqljobs_producer', 'jobs.emit_event(text,jsonb)'),
+      ('sqljobs_producer', 'jobs.watch_outcome(bigint)'),
+      ('sqljobs_producer', 'jobs.watch_token(bigint)'),
+      -- worker: runs jobs
+      ('sqljobs_worker', 'jobs.claim(text[],text,integer,double precision,jsonb)'),
+      ('sqljobs_worker', 'jobs.recover(text[],integer)'),
+      ('sqljobs_worker', 'jobs.ack(bigint,bigint,jsonb)'),
+      ('sqljobs_worker', 'jobs.ack_many(bigint[],bigint[],jsonb[])'),
+      ('sqljobs_worker', 'jobs.nack(bigint,bigint,jsonb,text,double precision)'),
+      ('sqljobs_worker', 'jobs.nack_many(bigint[],bigint[],jsonb[],text[],double precision[])'),
+      ('sqljobs_worker', 'jobs.heartbeat(bigint,bigint,double precision)'),
+      ('sqljobs_worker', 'jobs.heartbeat_many(bigint[],bigint[],double precision)'),
+      ('sqljobs_worker', 'jobs.progress(bigint,bigint,jsonb)'),
+      ('sqljobs_worker', 'jobs.step_put(bigint,bigint,text,jsonb,double precision,jsonb)'),
+      ('sqljobs_worker', 'jobs.step_sleep(bigint,bigint,text,timestamp with time zone,double precision)'),
+      ('sqljobs_worker', 'jobs.step_invoke(bigint,bigint,text[],jsonb,double precision)'),
+      ('sqljobs_worker', 'jobs.step_unwound(bigint,bigint)'),
+      ('sqljobs_worker', 'jobs.step_wait(bigint,bigint,text,jsonb,double precision,double precision)'),
+      ('sqljobs_worker', 'jobs.job_steps(bigint)'),
+      ('sqljobs_worker', 'jobs.emit_event(text,jsonb)'),
+      ('sqljobs_worker', 'jobs.enqueue(text,text,jsonb,jsonb)'),
+      ('sqljobs_worker', 'jobs.enqueue_many(jsonb)'),
+      ('sqljobs_worker', 'jobs.enqueue_batch(jsonb,text[],jsonb)'),
+      ('sqljobs_worker', 'jobs.stage(text,text,jsonb,jsonb)'),
+      ('sqljobs_worker', 'jobs.stage_many(jsonb)'),
+      ('sqljobs_worker', 'jobs.watch_outcome(bigint)'),
+      ('sqljobs_worker', 'jobs.watch_token(bigint)'),
+      ('sqljobs_worker', 'jobs.wake_tokens(text[])'),
+      ('sqljobs_worker', 'jobs.relay(integer,text,double precision)'),
+      ('sqljobs_worker', 'jobs.purge_outbox(double precision,integer)'),
+      ('sqljobs_worker', 'jobs.lease_acquire(text,text,double precision)'),
+      ('sqljobs_worker', 'jobs.lease_renew(text,text,bigint,double precision)'),
+      ('sqljobs_worker', 'jobs.lease_release(text,text,bigint)'),
+      ('sqljobs_worker', 'jobs.lease_holds(text,bigint)'),
+      ('sqljobs_worker', 'jobs.limits()'),
+      ('sqljobs_worker', 'jobs.job_types()'),
+      ('sqljobs_worker', 'jobs.job_type_declare(text,jsonb)'),
+      ('sqljobs_worker', 'jobs.worker_heartbeat(text,text[],text[],integer,double precision,text,integer,jsonb)'),
+      ('sqljobs_worker', 'jobs.worker_stop(text)'),
+      -- scheduler: the fleet's configuration from code, the schedules, retention
+      ('sqljobs_scheduler', 'jobs.leader_acquire(text,text,double precision)'),
+      ('sqljobs_scheduler', 'jobs.leader_release(text,text,bigint)'),
+      ('sqljobs_scheduler', 'jobs.leaders()'),
+      ('sqljobs_scheduler', 'jobs.schedule_fire(text,timestamp with time zone[],timestamp with time zone,bigint)'),
+      ('sqljobs_scheduler', 'jobs.schedule_put(text,jsonb)'),
+      ('sqljobs_scheduler', 'jobs.schedules()'),
+      ('sqljobs_scheduler', 'jobs.limit_put(text,jsonb)'),
+      ('sqljobs_scheduler', 'jobs.limits()'),
+      ('sqljobs_scheduler', 'jobs.job_type_declare(text,jsonb)'),
+      ('sqljobs_scheduler', 'jobs.job_types()'),
+      ('sqljobs_scheduler', 'jobs.retention_sweep(integer)'),
+      -- operator: the operator verbs and settings (it is a member of sqljobs_reader too)
+      ('sqljobs_operator', 'jobs.cancel(bigint)'),
+      ('sqljobs_operator', 'jobs.requeue(bigint[])'),
+      ('sqljobs_operator', 'jobs.recover(text[],integer)'),
+      ('sqljobs_operator', 'jobs.promote(bigint)'),
+      ('sqljobs_operator', 'jobs.remove(bigint)'),
+      ('sqljobs_operator', 'jobs.cancel_where(jsonb,integer)'),
+      ('sqljobs_operator', 'jobs.requeue_where(jsonb,integer)'),
+      ('sqljobs_operator', 'jobs.promote_where(jsonb,integer)'),
+      ('sqljobs_operator', 'jobs.remove_where(jsonb,integer)'),
+      ('sqljobs_operator', 'jobs.pause_queue(text)'),
+      ('sqljobs_operator', 'jobs.resume_queue(text)'),
+      ('sqljobs_operator', 'jobs.job_payload(bigint)'),
+      ('sqljobs_operator', 'jobs.schedule_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.schedule_pause(text)'),
+      ('sqljobs_operator', 'jobs.schedule_resume(text)'),
+      ('sqljobs_operator', 'jobs.schedule_remove(text)'),
+      ('sqljobs_operator', 'jobs.limit_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.limit_remove(text)'),
+      ('sqljobs_operator', 'jobs.job_type_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.job_type_declare(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.job_type_remove(text)'),
+      ('sqljobs_operator', 'jobs.retention_put(text,jsonb)'),
+      ('sqljobs_operator', 'jobs.retention_remove(text)'),
+      ('sqljobs_operator', 'jobs.purge(integer,boolean,jsonb)'),
+      ('sqljobs_operator', 'jobs.retention_sweep(integer)'),
+      ('sqljobs_operator', 'jobs.purge_outbox(double precision,integer)'),
+      ('sqljobs_operator', 'jobs.purge_events(timestamp with time zone,integer)'),
+      ('sqljobs_operator', 'jobs.worker_stop(text)'),
+      ('sqljobs_operator', 'jobs.watch_outcome(bigint)'),
+      ('sqljobs_operator', 'jobs.watch_token(bigint)'),
+      ('sqljobs_operator', 'jobs.tenant_bind(text,text)'),
+      ('sqljobs_operator', 'jobs.tenant_unbind(text)'),
+      ('sqljobs_operator', 'jobs.tenant_bindings()'),
+      -- reader: views and read functions only (redacted: no raw payload)
+      ('sqljobs_reader', 'jobs.queue_stats()'), ('sqljobs_reader', 'jobs.queue_stats_v2()'),
+      ('sqljobs_reader', 'jobs.list_jobs(jsonb,bigint,integer)'),
+      ('sqljobs_reader', 'jobs.job_detail(bigint)'),
+      ('sqljobs_reader', 'jobs.job_steps(bigint)'),
+      ('sqljobs_reader', 'jobs.job_types()'),
+      ('sqljobs_reader', 'jobs.personal_data()'),
+      ('sqljobs_reader', 'jobs.workers()'),
+      ('sqljobs_reader', 'jobs.unserved_jobs()'),
+      ('sqljobs_reader', 'jobs.schedules()'),
+      ('sqljobs_reader', 'jobs.leaders()'),
+      ('sqljobs_reader', 'jobs.leases()'),
+      ('sqljobs_reader', 'jobs.limits()'),
+      ('sqljobs_reader', 'jobs.limit_stats()'),
+      ('sqljobs_reader', 'jobs.outbox_stats()'),
+      ('sqljobs_reader', 'jobs.queue_gauges()'),
+      ('sqljobs_reader', 'jobs.limit_gauges()'),
+      ('sqljobs_reader', 'jobs.stats(double precision)'),
+      ('sqljobs_reader', 'jobs.retention_policy(jsonb)'),
+      ('sqljobs_reader', 'jobs.finished_per_minute(integer)'),
+      ('sqljobs_reader', 'jobs.finished_by_queue(integer,integer)'),
+      ('sqljobs_reader', 'jobs.declared_queues()'),
+      -- jobs.job_view calls these with its reader's privileges (a view's functions are
+      -- checked against its caller), so whoever is granted SELECT on the view needs them;
+      -- they compute on their arguments only and read no table (bound_tenant: only the
+      -- caller's own binding)
+      ('public', 'jobs.redact_payload(jsonb,text[])'),
+      ('public', 'jobs.bound_tenant()'),
+      ('public', 'jobs.redact_job_output(jsonb,jsonb,text[])')
+      ) as g(role_name, fn)
+    ) as g
+   -- a function another file drops or has not made yet is left out, not an error
+   where pg_catalog.to_regprocedure(g.fn) is not null
+$$;
 
 select jobs.install_roles();

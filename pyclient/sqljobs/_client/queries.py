@@ -211,6 +211,12 @@ def claim(
     )
 
 
+def recover(queues: Sequence[str], limit: int = 100) -> Call[int]:
+    """`jobs.recover`: lapsed leases, due parked jobs and free limit slots of these
+    queues, without claiming (a worker with no free slot calls it on its poll)."""
+    return Call("select jobs.recover(%s, %s) as moved", (list(queues), limit), _one("moved"))
+
+
 def _claimed(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:
     """The claimed rows as ClaimedJob, their jsonb text decoded here, row by row: a row
     whose jsonb cannot be decoded comes back with `undecodable` set (_undecodable), the
@@ -312,7 +318,8 @@ def nack_many(
     )
 
 
-def heartbeat(job_id: int, claim: int, lease_s: float = 30.0) -> Call[bool]:
+def heartbeat(job_id: int, claim: int, lease_s: float = 30.0) -> Call[bool | None]:
+    """True: renewed; False: no longer this claim's; None: the row was busy, call again."""
     return Call("select jobs.heartbeat(%s, %s, %s) as ok", (job_id, claim, lease_s), _one("ok"))
 
 

@@ -111,11 +111,17 @@ class StepWait(_Record):
 
 
 class Settled(NamedTuple):
-    """A batched settle's answer for one job; ok = False: the fence failed, no change."""
+    """A batched settle's answer for one job: ok = True written; False: the fence failed,
+    no change; None: the row was busy (another transaction holds it locked), no change,
+    call again."""
 
     id: int
-    ok: bool
+    ok: bool | None
     state: JobState | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.ok is None
 
 
 class BulkMoved(_Record):

@@ -11,9 +11,11 @@ A claim is made when asked for (`want()`: a NOTIFY on `jobs_wake` named one of o
 queues, or a slot freed after a full claim), and at least every `poll_interval`
 seconds regardless. Only that periodic claim recovers lapsed leases and wakes due
 parked jobs: it is most of a claim's cost, and once per poll keeps recovery within
-lease TTL + one poll. With jobs still waiting locally the loop waits until half the
-room is free (fewer, larger claims); with every slot and the local queue full it waits
-for a slot to free instead of polling.
+lease TTL + one poll. A poll that finds no room to claim into (every slot and the
+local queue full) calls `jobs.recover` instead, so that recovery never waits for a
+worker with free capacity. With jobs still waiting locally the loop waits until half
+the room is free (fewer, larger claims); with every slot and the local queue full it
+waits for a slot to free, or for the next poll.
 
 A claimed row whose jsonb Python cannot decode (`ClaimedJob.undecodable`: a payload
 nested deeper than its recursion limit, say) never joins the local queue: it goes to
@@ -83,6 +85,9 @@ class ClaimLoop:
                 self._wanted = True
             free = slots.claimable()
             worth = free > 0 and (not slots.waiting or free >= slots.room // 2)
+            if polling and not worth:
+                next_poll = now + self._poll_interval
+                await self._recover()
             if worth and self._wanted:
                 self._wanted = False
                 if polling:
@@ -109,12 +114,18 @@ class ClaimLoop:
                 if self._wanted and slots.claimable() > 0 and not slots.waiting:
                     continue
             self._wake.clear()
-            # With every slot and the local queue full nothing can be claimed, poll due
-            # or not: wait for a slot to free (it sets the wake event) instead of spinning.
-            timeout = (None if slots.claimable() <= 0
-                       else max(0.0, next_poll - time.monotonic()))
+            # Until a slot frees (it sets the wake event) or the next poll is due.
+            timeout = max(0.0, next_poll - time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _recover(self) -> None:
+        """The poll's recovery when there is no room to claim into (jobs.recover); a
+        failure is tried again at the next poll."""
+        try:
+            await self._client.run(queries.recover(self._queues))
+        except Exception as error:
+            failed(logger, "recovery", error, self._poll_interval, self._log_extra)
 
     def _hand_over(self, jobs: list[ClaimedJob], sent: float) -> None:
         """The claim's jobs to run, each undecodable one apart (to be failed)."""

@@ -5,7 +5,9 @@ running) with one `jobs.heartbeat_many`, and refreshes its own row in the worker
 registry. A job whose heartbeat answers false (its lease lapsed and was taken over, or
 an operator cancelled it) is stopped and writes nothing more; so is any run whose lease
 this worker could not renew before it ran out on this process's clock (the database
-was unreachable): past its deadline another worker may already hold it.
+was unreachable): past its deadline another worker may already hold it. A job whose
+row another transaction holds locked answers "busy": it is not renewed that time and
+not stopped, and the next beat tries again.
 """
 
 from __future__ import annotations
@@ -68,6 +70,13 @@ class LeaseKeeper:
                 for run, answer in zip(held, answers, strict=True):
                     if answer.ok:
                         run.lease_deadline = sent + self._lease_s
+                    elif answer.busy:
+                        # another transaction holds the row locked: not renewed this
+                        # time, still ours; the next beat tries again (and the run
+                        # stops if its lease runs out first, above)
+                        logger.debug("job %s: its row is busy; lease not renewed this "
+                                     "time", run.job.id,
+                                     extra={**self._log_extra, **run.log_fields})
                     elif not run.settling:
                         logger.warning("job %s is no longer held (cancelled, or its lease "
                                        "lapsed); stopping the run", run.job.id,

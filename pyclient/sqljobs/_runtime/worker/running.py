@@ -47,7 +47,13 @@ from sqljobs._runtime.steps import Steps, Suspended
 from sqljobs._runtime.threads import DaemonThreadPool
 from sqljobs._runtime.worker.redacting import redacted_settlement
 from sqljobs._runtime.worker.runs import JobLog, Run
-from sqljobs._runtime.worker.settling import ACK, Settlement, clean_text, error_record
+from sqljobs._runtime.worker.settling import (
+    ACK,
+    BUSY_RETRY_S,
+    Settlement,
+    clean_text,
+    error_record,
+)
 
 job_logger = logging.getLogger("sqljobs.job")
 
@@ -202,10 +208,13 @@ class Runner:
         job = run.job
 
         async def fail_attempt() -> JobState | None:
-            answer = (await self._client.run(queries.nack_many(
-                [job.id], [job.claim], [settlement.error], [settlement.mode],
-                [settlement.delay_s])))[0]
-            return answer.state if answer.ok else None
+            while True:
+                answer = (await self._client.run(queries.nack_many(
+                    [job.id], [job.claim], [settlement.error], [settlement.mode],
+                    [settlement.delay_s])))[0]
+                if not answer.busy:
+                    return answer.state if answer.ok else None
+                await asyncio.sleep(BUSY_RETRY_S)  # its row is locked elsewhere: again
 
         end = await steps.conclude(succeeded=settlement.ack, stop_reason=run.stop_reason,
                                    fail_attempt=fail_attempt)

@@ -6,7 +6,9 @@ waiting when a write starts in one `jobs.ack_many` / `jobs.nack_many` statement 
 commit): nothing waits on a timer, and under load one round trip settles a whole batch.
 What a crash can lose or repeat: a written outcome is never lost; an outcome not yet
 committed is lost with the process, so that job's lease lapses and another worker runs
-it again (at-least-once).
+it again (at-least-once). A job whose row another transaction holds locked past the
+batch's short wait answers "busy" (ok None): the rest are written at once, and the busy
+ones go into the next write after a short pause.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ logger = logging.getLogger("sqljobs.worker")
 
 _MESSAGE_LIMIT = 2_000
 _TRACEBACK_LIMIT = 16_000
+BUSY_RETRY_S = 0.2  # a busy row's outcome is written again after this pause
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +101,25 @@ class Settler:
         self._worker_id = worker_id
         self._pending: list[_Pending] = []
         self._ready = asyncio.Event()
+        self._retries: set[asyncio.Task[None]] = set()
         self.batches = 0
 
     def submit(self, run: Run, settlement: Settlement, written: Written) -> None:
         """Write this outcome with the next batch; then call `written`."""
         self._pending.append((run, settlement, written))
         self._ready.set()
+
+    def _later(self, busy: list[_Pending]) -> None:
+        """Outcomes of busy rows: into a write after a short pause (their lock may be
+        held for long; the rest of the worker's outcomes must not wait for them)."""
+        async def again() -> None:
+            await asyncio.sleep(BUSY_RETRY_S)
+            self._pending.extend(busy)
+            self._ready.set()
+
+        task = asyncio.get_running_loop().create_task(again())
+        self._retries.add(task)
+        task.add_done_callback(self._retries.discard)
 
     async def serve(self) -> None:
         while True:
@@ -144,9 +160,10 @@ class Settler:
         while acks or nacks:
             try:
                 if acks:
-                    acks = await self._acks(acks)
+                    self._later_if_any(await self._acks(acks))
+                    acks = []
                 if nacks:
-                    await self._nacks(nacks)
+                    self._later_if_any(await self._nacks(nacks))
                     nacks = []
             except TRANSIENT_ERRORS as error:
                 pause = backoff.next()
@@ -154,8 +171,13 @@ class Settler:
                        {"worker_id": self._worker_id})
                 await asyncio.sleep(pause)
 
+    def _later_if_any(self, busy: list[_Pending]) -> None:
+        if busy:
+            self._later(busy)
+
     async def _acks(self, acks: list[_Pending]) -> list[_Pending]:
-        """Write the acks (answers []); transient errors propagate and the caller retries."""
+        """Write the acks; answers those whose row was busy. Transient errors propagate
+        and the caller retries."""
         try:
             answers = await self._client.run(queries.ack_many(
                 [p[0].job.id for p in acks], [p[0].job.claim for p in acks],
@@ -166,26 +188,36 @@ class Settler:
             # The server refused a value: write them one by one, and fail the attempt
             # of a job whose result alone is refused.
             if len(acks) > 1:
+                busy = []
                 for pending in acks:
-                    await self._acks([pending])
-                return []
+                    busy += await self._acks([pending])
+                return busy
             run, _, written = acks[0]
             retry = Settlement(ack=False, error=error_record("result_not_json", error))
-            await self._nacks([(run, retry, written)])
-            return []
+            return await self._nacks([(run, retry, written)])
         self.batches += 1
+        busy = []
         for pending, answer in zip(acks, answers, strict=True):
-            self._answer(pending, JobState.SUCCEEDED if answer.ok else None)
-        return []
+            if answer.busy:
+                busy.append(pending)
+            else:
+                self._answer(pending, JobState.SUCCEEDED if answer.ok else None)
+        return busy
 
-    async def _nacks(self, nacks: list[_Pending]) -> None:
+    async def _nacks(self, nacks: list[_Pending]) -> list[_Pending]:
+        """Write the nacks; answers those whose row was busy."""
         answers: list[Settled] = await self._client.run(queries.nack_many(
             [p[0].job.id for p in nacks], [p[0].job.claim for p in nacks],
             [p[1].error for p in nacks], [p[1].mode for p in nacks],
             [p[1].delay_s for p in nacks]))
         self.batches += 1
+        busy = []
         for pending, answer in zip(nacks, answers, strict=True):
-            self._answer(pending, answer.state if answer.ok else None)
+            if answer.busy:
+                busy.append(pending)
+            else:
+                self._answer(pending, answer.state if answer.ok else None)
+        return busy
 
 
 def clean_text(text: str, limit: int = _MESSAGE_LIMIT) -> str:

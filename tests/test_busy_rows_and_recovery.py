@@ -1,0 +1,188 @@
+"""A row another session holds locked does not stall a worker's batch, and lapsed
+leases are recovered while every worker is busy (the two defects the chaos suite's
+idle-lock and recovery-tail figures showed; sql/40_settle.sql "Busy rows",
+jobs.recover in sql/30_claim.sql).
+
+The batch functions skip a locked row and answer ok = null for it ("busy": nothing
+written, call again); the one-job functions wait for the lock. A worker whose slots are
+all taken calls jobs.recover on its poll instead of claiming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from pydantic import BaseModel
+
+from sqljobs import App, JobContext, fresh_key
+from sqljobs._client import queries
+from sqljobs._client.connection import Client
+from tests.processes import scalar, wait_for
+from tests.worker_helpers import running
+
+QUEUE = "busy"
+
+
+def claimed(conn: psycopg.Connection[Any], n: int, lease_s: float = 30.0) -> list[Any]:
+    client = Client(conn)
+    for _ in range(n):
+        client.run(queries.enqueue("busy.job", fresh_key(), {}, {"queue": QUEUE}))
+    return client.run(queries.claim([QUEUE], "w", n, lease_s))
+
+
+def state(conn: psycopg.Connection[Any], job_id: int) -> str:
+    return str(scalar(conn, "select state::text from jobs.job where id = %s", (job_id,)))
+
+
+@pytest.fixture
+def locker(db_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """A session that holds row locks in an open transaction (an operator's, a
+    report's), as the chaos suite's idle-lock fault does."""
+    with psycopg.connect(db_dsn) as conn:
+        yield conn
+
+
+def lock_row(locker: psycopg.Connection[Any], job_id: int) -> None:
+    locker.execute("select id from jobs.job where id = %s for update", (job_id,))
+
+
+@pytest.fixture
+def worker_conn(db_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        # a batch that waited for the lock would fail here after a minute, not answer
+        conn.execute("set lock_timeout = '60s'")
+        yield conn
+
+
+def test_a_batch_settles_what_is_not_locked_and_answers_busy_for_the_rest(
+        conn: psycopg.Connection[Any], locker: psycopg.Connection[Any],
+        worker_conn: psycopg.Connection[Any]) -> None:
+    jobs = claimed(conn, 3)
+    ids, claims = [j.id for j in jobs], [j.claim for j in jobs]
+    lock_row(locker, ids[1])
+    client = Client(worker_conn)
+    assert [b.ok for b in client.run(queries.heartbeat_many(ids, claims, 30.0))] == [
+        True, None, True]
+    assert client.run(queries.heartbeat(ids[1], claims[1])) is None
+    assert [a.ok for a in client.run(queries.ack_many(ids, claims, ["a", "b", "c"]))] == [
+        True, None, True]
+    assert [state(conn, i) for i in ids] == ["succeeded", "running", "succeeded"]
+    # the answer still tells a lost fence from a busy row: a wrong token is false
+    assert [n.ok for n in client.run(queries.nack_many([ids[1], ids[1]],
+                                                       [claims[1], claims[1] + 1]))] == [
+        None, False]
+    locker.rollback()
+    assert [a.ok for a in client.run(queries.ack_many([ids[1]], [claims[1]], ["b"]))] == [True]
+    assert state(conn, ids[1]) == "succeeded"
+
+
+def test_the_one_job_ack_waits_for_the_lock_and_then_settles(
+        conn: psycopg.Connection[Any], db_dsn: str, locker: psycopg.Connection[Any]) -> None:
+    [job] = claimed(conn, 1)
+    lock_row(locker, job.id)
+    outcome: dict[str, Any] = {}
+
+    def ack() -> None:
+        with psycopg.connect(db_dsn, autocommit=True) as worker:
+            try:
+                Client(worker).run(queries.ack(job.id, job.claim, "done"))
+                outcome["acked"] = True
+            except BaseException as error:  # reported by the assertion below
+                outcome["error"] = error
+
+    thread = threading.Thread(target=ack)
+    thread.start()
+    try:
+        wait_for(lambda: scalar(conn, "select count(*) from pg_stat_activity "
+                                      "where wait_event_type = 'Lock' "
+                                      "and query like '%%jobs.ack(%%'"),
+                 "the ack to wait for the row lock")
+    finally:
+        locker.rollback()
+        thread.join(60)
+    assert outcome == {"acked": True}
+    assert state(conn, job.id) == "succeeded"
+
+
+class Nap(BaseModel):
+    release: str = ""
+
+
+def busy_app(dsn: str) -> App:
+    app = App(dsn)
+
+    @app.job(name="busy.hold", queue=QUEUE)
+    async def hold(ctx: JobContext, payload: Nap) -> str:
+        # runs until the test says so: it holds the worker's only slot meanwhile
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as side:
+            while not (await (await side.execute(
+                    "select count(*) from public.busy_release where name = %s",
+                    (payload.release,))).fetchone() or (0,))[0]:
+                await asyncio.sleep(0.05)
+        return payload.release
+
+    return app
+
+
+@pytest.fixture
+def release_table(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    conn.execute("create table if not exists public.busy_release (name text)")
+    yield
+    conn.execute("drop table public.busy_release")
+
+
+def test_a_locked_row_does_not_hold_back_the_rest_of_a_workers_acks(
+        db_dsn: str, conn: psycopg.Connection[Any], locker: psycopg.Connection[Any],
+        release_table: None) -> None:
+    app = busy_app(db_dsn)
+    handle = app.job_handle("busy.hold")
+    try:
+        with running(app, concurrency=4, lease_s=30.0):
+            ids = [handle.enqueue({"release": "go"}, key=fresh_key()).id for _ in range(4)]
+            wait_for(lambda: scalar(conn, "select count(*) = 4 from jobs.job where id = any(%s) "
+                                          "and state = 'running'", (ids,)),
+                     "the four jobs to run")
+            lock_row(locker, ids[0])
+            conn.execute("insert into public.busy_release values ('go')")
+            # the other three settle while the first one's row is still locked
+            wait_for(lambda: scalar(conn, "select count(*) = 3 from jobs.job "
+                                          "where id = any(%s) and state = 'succeeded'",
+                                    (ids[1:],)),
+                     "the three unlocked jobs to succeed")
+            assert state(conn, ids[0]) == "running"
+            locker.rollback()
+            wait_for(lambda: state(conn, ids[0]) == "succeeded", "the fourth, once unlocked")
+    finally:
+        app.close()
+    # each ran once, under its first claim
+    assert conn.execute("select count(*) from jobs.job where id = any(%s) and attempt = 1 "
+                        "and claim >> 32 = 1", (ids,)).fetchone() == (4,)
+
+
+def test_a_busy_worker_recovers_a_dead_workers_lapsed_leases_without_claiming(
+        db_dsn: str, conn: psycopg.Connection[Any], release_table: None) -> None:
+    app = busy_app(db_dsn)
+    handle = app.job_handle("busy.hold")
+    try:
+        with running(app, concurrency=1, prefetch=0, poll_interval=0.2, lease_s=30.0):
+            blocker = handle.enqueue({"release": "end"}, key=fresh_key()).id
+            wait_for(lambda: state(conn, blocker) == "running", "the worker's only slot taken")
+            # a worker that died: its claim's lease (0.5 s) lapses and nobody settles it
+            orphan = handle.enqueue({"release": "end"}, key=fresh_key()).id
+            taken = Client(conn).run(queries.claim([QUEUE], "dead-worker", 1, 0.5))
+            assert [j.id for j in taken] == [orphan]
+            # the busy worker's polls recover it while its slot is still taken
+            wait_for(lambda: scalar(conn, "select state::text = 'ready' and "
+                                          "last_error->>'kind' = 'lease_expired' "
+                                          "from jobs.job where id = %s", (orphan,)),
+                     "the orphan recovered by the busy worker")
+            assert state(conn, blocker) == "running"
+            conn.execute("insert into public.busy_release values ('end')")
+            wait_for(lambda: state(conn, orphan) == "succeeded", "the orphan run again")
+    finally:
+        app.close()
