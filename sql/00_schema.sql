@@ -235,6 +235,18 @@ create table if not exists jobs.step (
 
 comment on table jobs.step is 'Private: stored durable steps of jobs; written by jobs.step_* functions.';
 
+-- jobs.job_fork: a job made by jobs.fork (sql/55_fork.sql) points back to its original
+-- and the step it was forked from (the original may be purged before it: no reference).
+create table if not exists jobs.job_fork (
+  job_id      bigint primary key references jobs.job (id) on delete cascade,
+  forked_from bigint not null,
+  from_step   text not null,
+  forked_at   timestamptz not null,
+  forked_by   text not null
+);
+
+comment on table jobs.job_fork is 'Private: which job and step a forked job was made from.';
+
 -- ---------------------------------------------------------------------------
 -- jobs.event: emitted events.
 -- ---------------------------------------------------------------------------

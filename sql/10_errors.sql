@@ -27,6 +27,7 @@
 --   SJ018     tenant_refused        a tenant-bound session named another tenant, its job, or a fleet-wide function
 --   SJ019     setting_refused       a session setting would widen what the caller may do (the test clock)
 --   SJ020     worker_id_taken       a live worker row of that id was registered by another login
+--   SJ021     step_not_found        a fork names a step the job's stored history does not have
 --   SJ030     not_leader            a scheduler fire whose leader token is not the live lease's
 --   SJ031     schedule_not_found    a schedule verb names a schedule that does not exist
 
@@ -57,6 +58,7 @@ as $$
     ('SJ018', 'tenant_refused',      'the session is bound to another tenant, or the function acts on every tenant'),
     ('SJ019', 'setting_refused',     'a session setting would widen what the caller may do (the test clock)'),
     ('SJ020', 'worker_id_taken',     'a live worker of that id was registered by another login role'),
+    ('SJ021', 'step_not_found',      'the job''s stored history has no step of that name'),
     ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
     ('SJ031', 'schedule_not_found',  'no schedule has that name')
 $$;

@@ -57,7 +57,8 @@ returns table (
   traceparent      text,
   created_at       timestamptz,
   started_at       timestamptz,  -- this claim's time on the database clock
-  steps            jsonb         -- stored durable steps {name: value}; null when none
+  steps            jsonb         -- stored durable steps {name: value} and their order
+                                 -- {"sqljobs.order": [names]}; null when none
 )
 language plpgsql
 volatile
@@ -226,9 +227,16 @@ begin
            c.max_attempts, c.retry_base_s, c.retry_cap_s, c.retry_jitter, c.claim,
            c.lease_expires_at, c.timeout_s, c.progress,
            c.traceparent, c.created_at, c.started_at,
-           -- Stored steps (sql/50_steps.sql), read only for jobs that ever wrote one.
+           -- Stored steps (sql/50_steps.sql), read only for jobs that ever wrote one,
+           -- and under 'sqljobs.order' their names in the order they were written,
+           -- then the event waits still open (where the run parked): a replay checks
+           -- the order its code asks for steps in against it (sqljobs/_runtime/replay.py).
            case when c.step_seq > 0 then
-             (select pg_catalog.jsonb_object_agg(s.name, s.value)
+             (select coalesce(pg_catalog.jsonb_object_agg(s.name, s.value), '{}')
+                     || pg_catalog.jsonb_build_object('sqljobs.order',
+                          coalesce(pg_catalog.jsonb_agg(s.name order by s.ordinal), '[]')
+                          || (select coalesce(pg_catalog.jsonb_agg(w.step order by w.created_at), '[]')
+                                from jobs.event_wait w where w.job_id = c.id))
                 from jobs.step s where s.job_id = c.id)
            end
       from claimed c

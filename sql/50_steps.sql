@@ -88,7 +88,9 @@ $$;
 -- under p_claim. Extends the lease to now + p_lease_s (left as is when null).
 -- options: {"compensable": true} the step has a compensation (marks the job
 --          compensable); {"undo": true} the value records that the compensation of step
---          `name` ran: it is stored as step 'sqljobs.undo:<name>' (kind undo).
+--          `name` ran: it is stored as step 'sqljobs.undo:<name>' (kind undo);
+--          {"patch": true} the value is a patch marker's answer (ctx.patched): stored
+--          as step 'sqljobs.patch:<name>' (kind run).
 -- Errors: invalid_argument (SJ001) for a bad name, lease_s or option; payload_too_large (SJ002)
 -- for a value larger than jobs.max_payload_bytes(); lease_lost (SJ004); reserved_step_name
 -- (SJ011) for a name starting with 'sqljobs.'.
@@ -121,12 +123,13 @@ begin
   end if;
   if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
      or exists (select 1 from pg_catalog.jsonb_each(p_options) o
-                 where o.key not in ('compensable', 'undo')
+                 where o.key not in ('compensable', 'undo', 'patch')
                     or pg_catalog.jsonb_typeof(o.value) <> 'boolean') then
     perform jobs.raise_error('invalid_argument',
-      'options takes only {"compensable": boolean, "undo": boolean}');
+      'options takes only {"compensable": boolean, "undo": boolean, "patch": boolean}');
   end if;
   v_name := case when (p_options->>'undo')::boolean then 'sqljobs.undo:' || p_name
+                 when (p_options->>'patch')::boolean then 'sqljobs.patch:' || p_name
                  else p_name end;
   -- FENCE (locks the job row)
   v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);

@@ -23,7 +23,8 @@ select results_eq($$ select name, ordinal < lead(ordinal) over (order by ordinal
 select lives_ok(format('select jobs.nack(%s, %s, null, %L, 0)', (select id from c1),
                        (select claim from c1), 'retry'), 'setup: the attempt fails');
 select is((select steps from jobs.claim('{q_step}', 'w', 1, 30)),
-          '{"one": {"v": 1}, "two": null}'::jsonb, 'the next claim answers every stored step');
+          '{"one": {"v": 1}, "two": null, "sqljobs.order": ["one", "two"]}'::jsonb,
+          'the next claim answers every stored step, and the order they were written in');
 
 select * from finish();
 rollback;

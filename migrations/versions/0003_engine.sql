@@ -15,9 +15,20 @@
 -- function's catalog row; no job row is touched. Workers: need not drain. A 0.2 worker
 -- reads a busy answer (null) as a lost lease: the job runs again after its lease, as a
 -- stalled batch did before; upgrade the workers to 0.3 to retry it instead.
+--   * Forks (jobs.fork, jobs.job_forked_from; table jobs.job_fork) and patch markers
+--     (jobs.step_put option patch); the claim answers the stored steps' order
+--     ('sqljobs.order'), which the 0.3 client checks a replay against.
 --
 -- The DDL an upgrade needs (tables, columns, indexes, types) goes here by hand;
 -- the functions, views, triggers and comments are generated below it.
+
+create table jobs.job_fork (
+  job_id      bigint primary key references jobs.job (id) on delete cascade,
+  forked_from bigint not null,
+  from_step   text not null,
+  forked_at   timestamptz not null,
+  forked_by   text not null
+);
 
 -- ===========================================================================
 -- Generated from sql/ by `make revision`: every function, view, trigger and comment
@@ -26,6 +37,8 @@
 -- ===========================================================================
 
 -- === sql/00_schema.sql ===
+
+comment on table jobs.job_fork is 'Private: which job and step a forked job was made from.';
 
 -- ---------------------------------------------------------------------------
 -- Version. Bump with each schema change that ships a new Alembic revision; the
@@ -37,6 +50,40 @@ language sql
 immutable
 set search_path = ''
 as $$ select 3 $$;
+
+-- === sql/10_errors.sql ===
+
+create or replace function jobs.error_codes()
+returns table (sqlstate text, name text, meaning text)
+language sql
+immutable
+set search_path = ''
+as $$
+  values
+    ('SJ001', 'invalid_argument',    'an argument is missing, malformed or out of range'),
+    ('SJ002', 'payload_too_large',   'a payload is larger than jobs.max_payload_bytes()'),
+    ('SJ003', 'duplicate_job',       'on_conflict = ''error'' and the key already has a job'),
+    ('SJ004', 'lease_lost',          'the claim token or running state no longer holds'),
+    ('SJ005', 'queues_required',     'jobs.claim was given no queue'),
+    ('SJ006', 'job_not_found',       'no job has that id'),
+    ('SJ007', 'job_not_requeueable', 'the job succeeded; a success is not run again'),
+    ('SJ008', 'job_live',            'the job is still live (ready, running, parked or interrupted)'),
+    ('SJ009', 'job_running',         'a worker is running the job'),
+    ('SJ010', 'job_finished',        'the job already reached a final state'),
+    ('SJ011', 'reserved_step_name',  'step names starting with sqljobs. are the runtime''s own'),
+    ('SJ012', 'key_busy',            'another run held the key, and the job said when_busy = fail'),
+    ('SJ013', 'limit_not_found',     'no limit has that name'),
+    ('SJ014', 'invalid_retention',   'a retention age is negative or not a number, or a batch is below 1'),
+    ('SJ015', 'unknown_retention_key', 'a retention policy key is not succeeded, failed, dead, cancelled, awaited or events'),
+    ('SJ016', 'job_type_not_found',  'no job type has that name'),
+    ('SJ017', 'invalid_job_type',    'a job type definition is refused: unknown field, bad value or bad path'),
+    ('SJ018', 'tenant_refused',      'the session is bound to another tenant, or the function acts on every tenant'),
+    ('SJ019', 'setting_refused',     'a session setting would widen what the caller may do (the test clock)'),
+    ('SJ020', 'worker_id_taken',     'a live worker of that id was registered by another login role'),
+    ('SJ021', 'step_not_found',      'the job''s stored history has no step of that name'),
+    ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
+    ('SJ031', 'schedule_not_found',  'no schedule has that name')
+$$;
 
 -- === sql/20_enqueue.sql ===
 
@@ -92,7 +139,8 @@ returns table (
   traceparent      text,
   created_at       timestamptz,
   started_at       timestamptz,  -- this claim's time on the database clock
-  steps            jsonb         -- stored durable steps {name: value}; null when none
+  steps            jsonb         -- stored durable steps {name: value} and their order
+                                 -- {"sqljobs.order": [names]}; null when none
 )
 language plpgsql
 volatile
@@ -261,9 +309,16 @@ begin
            c.max_attempts, c.retry_base_s, c.retry_cap_s, c.retry_jitter, c.claim,
            c.lease_expires_at, c.timeout_s, c.progress,
            c.traceparent, c.created_at, c.started_at,
-           -- Stored steps (sql/50_steps.sql), read only for jobs that ever wrote one.
+           -- Stored steps (sql/50_steps.sql), read only for jobs that ever wrote one,
+           -- and under 'sqljobs.order' their names in the order they were written,
+           -- then the event waits still open (where the run parked): a replay checks
+           -- the order its code asks for steps in against it (sqljobs/_runtime/replay.py).
            case when c.step_seq > 0 then
-             (select pg_catalog.jsonb_object_agg(s.name, s.value)
+             (select coalesce(pg_catalog.jsonb_object_agg(s.name, s.value), '{}')
+                     || pg_catalog.jsonb_build_object('sqljobs.order',
+                          coalesce(pg_catalog.jsonb_agg(s.name order by s.ordinal), '[]')
+                          || (select coalesce(pg_catalog.jsonb_agg(w.step order by w.created_at), '[]')
+                                from jobs.event_wait w where w.job_id = c.id))
                 from jobs.step s where s.job_id = c.id)
            end
       from claimed c
@@ -873,6 +928,78 @@ comment on function jobs.heartbeat(bigint, bigint, double precision) is
 -- === sql/50_steps.sql ===
 
 -- ---------------------------------------------------------------------------
+-- jobs.step_put(id, claim, name, value, lease_s, options) -> the stored value of the step.
+--
+-- Stores `value` as step `name` of job `id`, if that step is not stored yet, and
+-- answers the stored value (the new one, or the one stored before: the first write
+-- wins). Fenced: raises lease_lost (SJ004), writing nothing, unless the job is running
+-- under p_claim. Extends the lease to now + p_lease_s (left as is when null).
+-- options: {"compensable": true} the step has a compensation (marks the job
+--          compensable); {"undo": true} the value records that the compensation of step
+--          `name` ran: it is stored as step 'sqljobs.undo:<name>' (kind undo);
+--          {"patch": true} the value is a patch marker's answer (ctx.patched): stored
+--          as step 'sqljobs.patch:<name>' (kind run).
+-- Errors: invalid_argument (SJ001) for a bad name, lease_s or option; payload_too_large (SJ002)
+-- for a value larger than jobs.max_payload_bytes(); lease_lost (SJ004); reserved_step_name
+-- (SJ011) for a name starting with 'sqljobs.'.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.step_put(
+  p_id      bigint,
+  p_claim   bigint,
+  p_name    text,
+  p_value   jsonb,
+  p_lease_s double precision default null,
+  p_options jsonb default '{}'
+)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_seq   integer;
+  v_value jsonb;
+  v_name  text;
+begin
+  -- GUARD
+  perform jobs.check_step_name(p_name);
+  perform jobs.check_value(p_value, 'a step value');
+  if pg_catalog.octet_length(coalesce(p_value, 'null'::jsonb)::text) > jobs.max_payload_bytes() then
+    perform jobs.raise_error('payload_too_large',
+      pg_catalog.format('step %s: value is larger than %s bytes', p_name, jobs.max_payload_bytes()));
+  end if;
+  if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
+     or exists (select 1 from pg_catalog.jsonb_each(p_options) o
+                 where o.key not in ('compensable', 'undo', 'patch')
+                    or pg_catalog.jsonb_typeof(o.value) <> 'boolean') then
+    perform jobs.raise_error('invalid_argument',
+      'options takes only {"compensable": boolean, "undo": boolean, "patch": boolean}');
+  end if;
+  v_name := case when (p_options->>'undo')::boolean then 'sqljobs.undo:' || p_name
+                 when (p_options->>'patch')::boolean then 'sqljobs.patch:' || p_name
+                 else p_name end;
+  -- FENCE (locks the job row)
+  v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
+  -- WRITE, first write wins
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  values (p_id, v_name, v_seq,
+          case when (p_options->>'undo')::boolean then 'undo' else 'run' end,
+          p_value, jobs.now())
+  on conflict (job_id, name) do nothing
+  returning s.value into v_value;
+  if found then
+    if (p_options->>'compensable')::boolean then
+      update jobs.job as j set compensable = true where j.id = p_id and not j.compensable;
+    end if;
+    return v_value;
+  end if;
+  select s.value into v_value from jobs.step s where s.job_id = p_id and s.name = v_name;
+  return v_value;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
 -- jobs.step_sleep(id, claim, name, until, delay_s) -> (wake_at, parked).
 --
 -- A durable sleep. The first call stores step `name` with its wake-up time: p_until,
@@ -1051,6 +1178,117 @@ begin
      order by u.ord;
 end
 $$;
+
+-- === sql/55_fork.sql ===
+
+-- ---------------------------------------------------------------------------
+-- jobs.fork(id, from_step) -> the new job's id.
+--
+-- A new job with the original's name, payload, queue, priority, tenant, retry policy
+-- and flow-control fields, whose stored history is the original's steps written before
+-- `from_step` (with their order, patch markers included; a saga's unwind and undo
+-- records are not copied): its first run replays those and runs `from_step` and every
+-- step after it again. Its key is '<original key>:fork:<n>' (n unique); it starts ready now,
+-- at attempt 0. The original is left as it was; jobs.job_fork records where the fork
+-- came from. A bound session forks its own tenant's jobs only.
+-- Errors: job_not_found (SJ006); job_running (SJ009) while a worker runs the original;
+-- step_not_found (SJ021) for a step its history does not have (or a runtime record);
+-- job_live (SJ008) when the original is a singleton whose group has a live job.
+-- Locks: the original's row (for share), then the new row's insert.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.fork(p_id bigint, p_from_step text)
+returns bigint
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_job      record;
+  v_ordinal  integer;
+  v_spec     jsonb;
+  v_new      bigint;
+  v_outcome  text;
+  v_copied   integer;
+begin
+  if p_from_step is null or p_from_step = '' then
+    perform jobs.raise_error('invalid_argument', 'fork needs the name of the step to fork from');
+  end if;
+  select j.id, j.state, j.name, j.key, j.payload, j.queue, j.tenant, j.priority,
+         j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.dead_letter,
+         j.timeout_s, j.group_key, j.singleton, j.throttle_n, j.throttle_per_s, j.compensable
+    into v_job from jobs.job j where j.id = p_id for share;
+  if not found then
+    perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', p_id));
+  end if;
+  perform jobs.check_tenant(array[p_id]);
+  if v_job.state = 'running' then
+    perform jobs.raise_error('job_running',
+      pg_catalog.format('cannot fork job %s: a worker is running it', p_id),
+      null, 'wait for the run to end (or cancel it), then fork');
+  end if;
+  select s.ordinal into v_ordinal from jobs.step s
+   where s.job_id = p_id and s.name = p_from_step and not pg_catalog.starts_with(s.name, 'sqljobs.');
+  if v_ordinal is null then
+    perform jobs.raise_error('step_not_found',
+      pg_catalog.format('job %s has no stored step %L', p_id, p_from_step),
+      (select 'its steps: ' || coalesce(pg_catalog.string_agg(pg_catalog.quote_literal(s.name), ', '
+                                                               order by s.ordinal), 'none')
+         from jobs.step s where s.job_id = p_id and not pg_catalog.starts_with(s.name, 'sqljobs.')),
+      'name a step the job stored (sqljobs jobs show shows them)');
+  end if;
+
+  v_new := pg_catalog.nextval('jobs.job_id_seq'::regclass);  -- the key's unique suffix
+  v_spec := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+    'name', v_job.name, 'key', pg_catalog.left(v_job.key, 900) || ':fork:' || v_new,
+    'payload', v_job.payload, 'queue', v_job.queue, 'tenant', v_job.tenant,
+    'priority', v_job.priority, 'max_attempts', v_job.max_attempts,
+    'retry_base_s', v_job.retry_base_s, 'retry_cap_s', v_job.retry_cap_s,
+    'retry_jitter', v_job.retry_jitter, 'dead_letter', v_job.dead_letter,
+    'timeout_s', v_job.timeout_s, 'group_key', v_job.group_key,
+    'singleton', v_job.singleton, 'throttle_n', v_job.throttle_n,
+    'throttle_per_s', v_job.throttle_per_s));
+  select e.id, e.outcome into v_new, v_outcome from jobs.enqueue_many(pg_catalog.jsonb_build_array(v_spec)) e;
+  if v_outcome <> 'created' then
+    perform jobs.raise_error('job_live',
+      pg_catalog.format('cannot fork job %s: its singleton group has a live job (%s)', p_id, v_new),
+      null, 'wait for that job to finish, then fork');
+  end if;
+
+  insert into jobs.step (job_id, name, ordinal, kind, value, event_id, created_at)
+  select v_new, s.name, s.ordinal, s.kind, s.value, s.event_id, s.created_at
+    from jobs.step s
+   where s.job_id = p_id and s.ordinal < v_ordinal
+     and not pg_catalog.starts_with(s.name, 'sqljobs.undo:') and s.name <> 'sqljobs.unwind';
+  get diagnostics v_copied = row_count;
+  update jobs.job as j
+     set step_seq = v_ordinal - 1,
+         compensable = v_job.compensable and v_copied > 0
+   where j.id = v_new;
+  insert into jobs.job_fork (job_id, forked_from, from_step, forked_at, forked_by)
+  values (v_new, p_id, p_from_step, jobs.now(), session_user);
+  return v_new;
+end
+$$;
+
+comment on function jobs.fork(bigint, text) is
+  'A new job replaying the original''s steps before from_step and running the rest; answers its id.';
+
+-- jobs.job_forked_from(id) -> where a forked job came from (no row: not a fork).
+create or replace function jobs.job_forked_from(p_id bigint)
+returns table (forked_from bigint, from_step text, forked_at timestamptz, forked_by text)
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  perform jobs.check_tenant(array[p_id]);
+  return query select f.forked_from, f.from_step, f.forked_at, f.forked_by
+                 from jobs.job_fork f where f.job_id = p_id;
+end
+$$;
+
+comment on function jobs.job_forked_from(bigint) is
+  'The original job and step a forked job was made from; no row when it is not a fork.';
 
 -- === sql/60_events.sql ===
 
@@ -1250,6 +1488,7 @@ as $$
       ('sqljobs_operator', 'jobs.requeue(bigint[])'),
       ('sqljobs_operator', 'jobs.recover(text[],integer)'),
       ('sqljobs_operator', 'jobs.promote(bigint)'),
+      ('sqljobs_operator', 'jobs.fork(bigint,text)'),
       ('sqljobs_operator', 'jobs.remove(bigint)'),
       ('sqljobs_operator', 'jobs.cancel_where(jsonb,integer)'),
       ('sqljobs_operator', 'jobs.requeue_where(jsonb,integer)'),
@@ -1284,6 +1523,7 @@ as $$
       ('sqljobs_reader', 'jobs.list_jobs(jsonb,bigint,integer)'),
       ('sqljobs_reader', 'jobs.job_detail(bigint)'),
       ('sqljobs_reader', 'jobs.job_steps(bigint)'),
+      ('sqljobs_reader', 'jobs.job_forked_from(bigint)'),
       ('sqljobs_reader', 'jobs.job_types()'),
       ('sqljobs_reader', 'jobs.personal_data()'),
       ('sqljobs_reader', 'jobs.workers()'),

@@ -15,6 +15,17 @@
 -- function's catalog row; no job row is touched. Workers: need not drain. A 0.2 worker
 -- reads a busy answer (null) as a lost lease: the job runs again after its lease, as a
 -- stalled batch did before; upgrade the workers to 0.3 to retry it instead.
+--   * Forks (jobs.fork, jobs.job_forked_from; table jobs.job_fork) and patch markers
+--     (jobs.step_put option patch); the claim answers the stored steps' order
+--     ('sqljobs.order'), which the 0.3 client checks a replay against.
 --
 -- The DDL an upgrade needs (tables, columns, indexes, types) goes here by hand;
 -- the functions, views, triggers and comments are generated below it.
+
+create table jobs.job_fork (
+  job_id      bigint primary key references jobs.job (id) on delete cascade,
+  forked_from bigint not null,
+  from_step   text not null,
+  forked_at   timestamptz not null,
+  forked_by   text not null
+);

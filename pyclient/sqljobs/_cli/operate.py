@@ -288,6 +288,25 @@ def jobs_retry(ids: IdsArgument = None, state: StateOption = None, queue: QueueO
            lambda ids: [queries.requeue(ids)], queries.requeue_where, dsn, yes, as_json)
 
 
+@jobs_app.command("fork")
+def jobs_fork(job_id: Annotated[int, typer.Argument(help="The job to fork.", **JOB_ID)],
+              from_step: Annotated[str, typer.Option(
+                  "--from-step", help="The stored step to run again from.")],
+              as_json: Annotated[bool, typer.Option(
+                  "--json", help='Print {"job_id": N, "forked_from": N, "from_step": "..."}.')]
+              = False,
+              dsn: DsnOption = None) -> None:
+    """Run a job again from one of its durable steps: a new job replays the steps stored
+    before FROM_STEP and runs it and every step after it (jobs.fork). The original is
+    left as it was; a running one is refused."""
+    with connected_client(dsn_of(dsn)) as client:
+        new_id = client.run(queries.fork(job_id, from_step))
+    if as_json:
+        output.emit_json({"job_id": new_id, "forked_from": job_id, "from_step": from_step})
+    else:
+        output.say(f"forked job {job_id} from step {from_step!r}: new job {new_id}")
+
+
 @jobs_app.command("cancel")
 def jobs_cancel(ids: IdsArgument = None, state: StateOption = None, queue: QueueOption = None,
                 name: NameOption = None, tenant: TenantOption = None, max: MaxOption = 1000,

@@ -173,6 +173,11 @@ class WorkerIdTaken(DatabaseError, sqlstate="SJ020", name="worker_id_taken"):
     another id (`sqljobs worker --id`), or let an operator remove the row."""
 
 
+class StepNotFound(DatabaseError, LookupError, sqlstate="SJ021", name="step_not_found"):
+    """A fork names a step the job's stored history does not have (the detail lists
+    the steps it has)."""
+
+
 class NotLeader(DatabaseError, sqlstate="SJ030", name="not_leader"):
     """A scheduler fire whose leader token no longer holds the live lease: stop dispatching."""
 
@@ -235,6 +240,7 @@ __all__ = [
     "SchemaError",
     "SettingRefused",
     "SqljobsError",
+    "StepNotFound",
     "TenantRefused",
     "UnknownJob",
     "UnknownRetentionKey",

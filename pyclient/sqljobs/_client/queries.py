@@ -358,6 +358,12 @@ def remove(job_id: int) -> Call[None]:
     return Call("select jobs.remove(%s)", (job_id,), _none)
 
 
+def fork(job_id: int, from_step: str) -> Call[int]:
+    """`jobs.fork`: a new job that replays `job_id`'s steps stored before `from_step`
+    and runs that step and the rest; answers the new job's id."""
+    return Call("select jobs.fork(%s, %s) as id", (job_id, from_step), _one("id"))
+
+
 def _bulk(rows: list[Row]) -> BulkMoved:
     return BulkMoved.model_validate(rows[0])
 
@@ -855,6 +861,7 @@ __all__ = [
     "enqueue_chunks",
     "enqueue_many",
     "enqueue_spec",
+    "fork",
     "get_job",
     "heartbeat",
     "heartbeat_many",

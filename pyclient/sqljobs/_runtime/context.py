@@ -104,6 +104,22 @@ class JobContext:
             self._steps = self._make_steps(self)
         return self._steps
 
+    async def patched_async(self, patch_id: str) -> bool:
+        """Whether this run takes the patched branch of a deployed change: True on a
+        first run or a replay that reaches this point for the first time, False on a
+        replay whose history went past it before the patch (`Steps.patched_async`;
+        docs/howto-deploying.md)."""
+        return await self.step.patched_async(patch_id)
+
+    def patched(self, patch_id: str) -> bool:
+        """`patched_async`, blocking, for sync handlers."""
+        return self.step.patched(patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """The cleanup release of patch `patch_id`: raises ReplayDiverged for a job whose
+        history took the branch before the patch (`Steps.deprecate_patch`)."""
+        self.step.deprecate_patch(patch_id)
+
     @property
     def made_steps(self) -> Steps | None:
         """The run's steps if anything made them yet (a step, or stored steps at claim)."""

@@ -79,6 +79,7 @@ from sqljobs._client.records import JobSpec, JobState
 from sqljobs._client.results import JobCancelled, JobDead, JobError, JobFailed
 from sqljobs._declare.jobs import JobHandle, RetryPolicy
 from sqljobs._runtime.observing import NO_WATCH, RunWatch
+from sqljobs._runtime.replay import ORDER_KEY, History, ReplayDiverged
 from sqljobs._runtime.stopping import RunCancelled, StopReason
 
 T = TypeVar("T")
@@ -91,6 +92,7 @@ Caller = Callable[[Callable[[], Any], float | None], Awaitable[Any]]
 # reserved_step_name, SJ011): a saga's unwind record and its compensations' records.
 UNWIND_STEP = "sqljobs.unwind"
 UNDO_PREFIX = "sqljobs.undo:"
+PATCH_PREFIX = "sqljobs.patch:"  # a patch marker's stored answer (ctx.patched)
 
 # What a step runs inside when no observer watches the run (stateless, so shared).
 _UNWATCHED = contextlib.nullcontext()
@@ -225,6 +227,8 @@ class Steps:
         self.job_id = job_id
         self.claim = claim
         self._stored: dict[str, Any] = dict(stored or {})
+        # the order the stored steps were written in: a replay is checked against it
+        self._history = History(self._stored.pop(ORDER_KEY, None) or [])
         self._used: set[str] = set()
         self._started_at = started_at or datetime.now(UTC)
         self._started_mono = time.monotonic()
@@ -280,12 +284,33 @@ class Steps:
                 f"step {name!r} was already used in this run of job {self.job_id}; "
                 f"give every step of a job its own name (e.g. f'charge-{{i}}' in loops)")
         self._used.add(name)
+        self._history.ask((name,))
         if name in self._stored:
             return True, self._stored[name]
         if self.unwinding:
             raise Unwinding(f"job {self.job_id} is unwinding: step {name!r} does not run")
         self._check_running()
         return False, None
+
+    async def _in_order(self, names: Sequence[str]) -> None:
+        """Raise ReplayDiverged, before the step runs, when the code asks for these steps
+        out of the stored history's order (sqljobs._runtime.replay). Steps started
+        together ask in any order: one that finds a step skipped lets the loop run the
+        others once before it decides. An unwinding saga replays as it can."""
+        if self.unwinding or self._first_skipped(names) is None:
+            return
+        await asyncio.sleep(0)
+        found = self._first_skipped(names)
+        if found is not None:
+            name, skipped = found
+            raise ReplayDiverged.of(self.job_id, name, skipped, stored=name in self._stored)
+
+    def _first_skipped(self, names: Sequence[str]) -> tuple[str, str] | None:
+        for name in names:
+            skipped = self._history.skipped(name)
+            if skipped is not None:
+                return name, skipped
+        return None
 
     def _check_running(self) -> None:
         if self._cancelled.is_set():
@@ -420,6 +445,7 @@ class Steps:
                         retry: RetryPolicy | None, compensate: Callable[[Any], Any] | None,
                         result_type: Any, call: Caller) -> Any:
         done, value = self._begin(name)
+        await self._in_order((name,))
         if done:
             self.watch.event("replayed", {"step.name": name, "step.kind": "run"})
         else:
@@ -542,6 +568,7 @@ class Steps:
         if delay_s is not None and delay_s < 0:
             raise ValueError("a sleep cannot be negative")
         done, value = self._begin(name)
+        await self._in_order((name,))
         if done and (self.unwinding or datetime.fromisoformat(value["until"]) <= self.now()):
             self.watch.event("replayed", {"step.name": name, "step.kind": "sleep"})
             return
@@ -578,6 +605,7 @@ class Steps:
         Answers the Event that came first, or None on timeout."""
         specs = _specs(events)
         done, value = self._begin(name)
+        await self._in_order((name,))
         if done:
             self.watch.event("replayed", {"step.name": name, "step.kind": "wait"})
         else:
@@ -642,6 +670,7 @@ class Steps:
                 outcomes[step_name] = value
             else:
                 pending.append(step_name)
+        await self._in_order(names)
         if len(pending) < len(names):
             self.watch.event("replayed", {"step.name": name, "step.kind": "invoke",
                                           "children": len(names) - len(pending)})
@@ -670,6 +699,41 @@ class Steps:
                 self._stored[answer.name] = outcomes[answer.name] = answer.value
         return [_child_result(outcomes[step_name]) for step_name in names]
 
+
+    # -- patch markers ----------------------------------------------------------------
+
+    async def patched_async(self, patch_id: str) -> bool:
+        """Whether this run takes the patched branch of a code change (`ctx.patched`):
+        True on a first run, or on a replay that reaches this point for the first time;
+        False on a replay whose stored history went past this point without the marker
+        (the code before the patch ran here). The answer is stored (one round trip, the
+        first time), so every later replay answers the same."""
+        if not isinstance(patch_id, str) or not patch_id:
+            raise ValueError("a patch needs a non-empty id")
+        name = PATCH_PREFIX + patch_id
+        if name in self._stored:
+            return bool(self._stored[name])
+        fresh = not self._history.passed
+        if self.unwinding:
+            return fresh
+        stored = await self._call(queries.step_put(
+            self.job_id, self.claim, patch_id, fresh, self._lease_s, {"patch": True}))
+        self._stored[name] = stored
+        return bool(stored)
+
+    def patched(self, patch_id: str) -> bool:
+        """`patched_async`, blocking."""
+        return self._blocking(lambda _: self.patched_async(patch_id))
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """The cleanup release of a patch: the code keeps only the patched branch. A job
+        whose history took the branch before the patch cannot replay on it: that raises
+        ReplayDiverged (fork it, or let it finish on the previous release). No round trip."""
+        if self._stored.get(PATCH_PREFIX + patch_id) is False:
+            raise ReplayDiverged(
+                f"job {self.job_id}: its history took the branch before patch {patch_id!r}, "
+                f"which this code deprecated; run it on the release that still has both "
+                f"branches, or fork it (docs/howto-deploying.md)")
 
     # -- the blocking forms of the waits (sync handlers) ------------------------------
 
@@ -729,5 +793,5 @@ def _child_result(value: Mapping[str, Any]) -> Any:
     raise _CHILD_ERRORS[state](int(value["job_id"]), value.get("error"))
 
 
-__all__ = ["Event", "EventTimeout", "StepNameReused", "StepTimeout", "Steps", "Suspended",
-           "Unwinding"]
+__all__ = ["Event", "EventTimeout", "ReplayDiverged", "StepNameReused", "StepTimeout", "Steps",
+           "Suspended", "Unwinding"]

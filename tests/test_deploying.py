@@ -1,0 +1,339 @@
+"""Durable jobs across deploys (docs/howto-deploying.md): patch markers, replay
+divergence, fork from a step.
+
+One order flow is deployed as three generations of handler code, each its own App (the
+same job name, as after a deploy), over jobs parked mid-history on an event wait. Every
+step function records its real runs in the table `deploy_effect`, so each test proves
+what ran once, what was replayed from storage, and what never ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+from sqljobs import App, JobContext, ReplayDiverged, RetryPolicy, StepNotFound, fresh_key
+from sqljobs._cli import app as cli
+from sqljobs._client import queries
+from sqljobs._runtime.replay import History
+from tests.processes import wait_for
+from tests.worker_helpers import running
+
+QUEUE = "deploys"
+ONCE = RetryPolicy(max_attempts=1)
+
+
+class Order(BaseModel):
+    order: int
+    fail_ship: bool = False
+
+
+def effect(dsn: str, ctx: JobContext, step: str) -> Callable[[], Awaitable[str]]:
+    """A step function that records its real run in deploy_effect."""
+    async def fn() -> str:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute("insert into deploy_effect (job_id, step) values (%s, %s)",
+                               (ctx.job_id, step))
+        return step
+    return fn
+
+
+def generation(dsn: str, n: int) -> App:
+    """The order flow as release n deploys it:
+    1: reserve, charge, wait for shipped, ship
+    2: adds a fraud check after charge, behind ctx.patched("fraud")
+    3: moves charge before reserve (an unsafe change) and deprecates the patch
+    """
+    app = App(dsn)
+
+    @app.job(name="deploy.order", queue=QUEUE, retry=ONCE)
+    async def order(ctx: JobContext, payload: Order) -> dict[str, Any]:
+        steps = ["charge", "reserve"] if n == 3 else ["reserve", "charge"]
+        for step in steps:
+            await ctx.step.run_async(step, effect(dsn, ctx, step))
+        fraud = None
+        if n == 2:
+            fraud = await ctx.patched_async("fraud")
+            if fraud:
+                await ctx.step.run_async("fraud", effect(dsn, ctx, "fraud"))
+        if n == 3:
+            ctx.deprecate_patch("fraud")
+            await ctx.step.run_async("fraud", effect(dsn, ctx, "fraud"))
+        await ctx.step.wait_for_event_async("shipped", "order.shipped", {"order": payload.order})
+        if payload.fail_ship and not ctx.key.count(":fork:"):
+            raise RuntimeError("the carrier refused the parcel")
+        await ctx.step.run_async("ship", effect(dsn, ctx, "ship"))
+        return {"generation": n, "fraud": fraud}
+
+    return app
+
+
+@pytest.fixture
+def dsn(db_dsn: str, conn: psycopg.Connection[Any]) -> Iterator[str]:
+    conn.execute("create table if not exists deploy_effect "
+                 "(job_id bigint not null, step text not null)")
+    yield db_dsn
+
+
+def effects(conn: psycopg.Connection[Any], job_id: int) -> dict[str, int]:
+    return dict(conn.execute("select step, count(*)::int from deploy_effect where job_id = %s "
+                             "group by step", (job_id,)).fetchall())
+
+
+def state(conn: psycopg.Connection[Any], job_id: int) -> tuple[str, Any, Any]:
+    found = conn.execute("select state::text, result, last_error from jobs.job where id = %s",
+                         (job_id,)).fetchone()
+    assert found is not None
+    return found[0], found[1], found[2]
+
+
+def until_state(conn: psycopg.Connection[Any], job_id: int, *states: str) -> Any:
+    return wait_for(lambda: state(conn, job_id) if state(conn, job_id)[0] in states else None,
+                    f"job {job_id} to be {' or '.join(states)}")
+
+
+def enqueue(app: App, order: int, **fields: Any) -> int:
+    return app.job_handle("deploy.order").enqueue({"order": order, **fields}, key=fresh_key()).id
+
+
+def parked_on(dsn: str, conn: psycopg.Connection[Any], n: int, order: int,
+              **fields: Any) -> int:
+    """A job run by generation n until it parks on its event wait."""
+    app = generation(dsn, n)
+    try:
+        job_id = enqueue(app, order, **fields)
+        with running(app, concurrency=2):
+            until_state(conn, job_id, "parked")
+    finally:
+        app.close()
+    return job_id
+
+
+def ship(app: App, *orders: int) -> None:
+    for order in orders:
+        app.emit_event("order.shipped", {"order": order})
+
+
+def test_three_generations_replay_a_parked_job_step_by_step(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    old = parked_on(dsn, conn, 1, order=1)        # parked by release 1
+    doomed = parked_on(dsn, conn, 1, order=3)     # parked by release 1, replayed by 3
+    assert effects(conn, old) == {"reserve": 1, "charge": 1}
+
+    # Release 2: the old job replays past the patch point (False: the history went on
+    # without it); a new job takes the patched branch (True). Both answers are stored.
+    second = generation(dsn, 2)
+    try:
+        new = enqueue(second, 2)
+        with running(second, concurrency=2):
+            until_state(conn, new, "parked")
+            ship(second, 1, 2)
+            _, old_result, _ = until_state(conn, old, "succeeded")
+            _, new_result, _ = until_state(conn, new, "succeeded")
+    finally:
+        second.close()
+    assert old_result == {"generation": 2, "fraud": False}
+    assert new_result == {"generation": 2, "fraud": True}
+    assert effects(conn, old) == {"reserve": 1, "charge": 1, "ship": 1}  # no fraud, nothing twice
+    assert effects(conn, new) == {"reserve": 1, "charge": 1, "fraud": 1, "ship": 1}
+    assert conn.execute("select name, value from jobs.step where job_id = %s and name like "
+                        "'sqljobs.patch:%%'", (old,)).fetchall() == [("sqljobs.patch:fraud", False)]
+
+    # Release 3 moved charge before reserve: the parked job's replay stops before any
+    # step runs, with the step that differs named.
+    third = generation(dsn, 3)
+    try:
+        with running(third, concurrency=2):
+            ship(third, 3)
+            _, _, error = until_state(conn, doomed, "failed", "dead")
+    finally:
+        third.close()
+    assert error["type"] == "sqljobs.ReplayDiverged"
+    assert "'charge' before stored step 'reserve'" in error["message"]
+    assert effects(conn, doomed) == {"reserve": 1, "charge": 1}  # nothing of the new branch
+
+
+def test_a_deprecated_patch_refuses_a_history_that_took_the_old_branch(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    # A job parked by release 1, woken and replayed by release 2 past the patch point
+    # (its marker stored False), parks again on its wait.
+    job_id = parked_on(dsn, conn, 1, order=10)
+    second = generation(dsn, 2)
+    try:
+        with running(second, concurrency=1):
+            second.client.run(queries.promote(job_id))
+            wait_for(lambda: conn.execute(
+                "select value from jobs.step where job_id = %s and name = 'sqljobs.patch:fraud'",
+                (job_id,)).fetchone() == (False,), "the marker stored False")
+            until_state(conn, job_id, "parked")
+    finally:
+        second.close()
+    deprecating = App(dsn)
+
+    @deprecating.job(name="deploy.order", queue=QUEUE, retry=ONCE)
+    async def order(ctx: JobContext, payload: Order) -> None:
+        await ctx.step.run_async("reserve", effect(dsn, ctx, "reserve"))
+        await ctx.step.run_async("charge", effect(dsn, ctx, "charge"))
+        ctx.deprecate_patch("fraud")
+        await ctx.step.run_async("fraud", effect(dsn, ctx, "fraud"))
+
+    try:
+        with running(deprecating, concurrency=1):
+            ship(deprecating, 10)
+            _, _, error = until_state(conn, job_id, "failed", "dead")
+    finally:
+        deprecating.close()
+    assert error["type"] == "sqljobs.ReplayDiverged"
+    assert "patch 'fraud'" in error["message"]
+    assert effects(conn, job_id) == {"reserve": 1, "charge": 1}
+
+
+def test_safe_changes_replay_and_unsafe_ones_stop_before_running(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """A changed step body and a step added after the last stored one replay; a removed,
+    renamed or inserted step raises ReplayDiverged and runs nothing new."""
+    variants: dict[str, list[str]] = {
+        "body changed": ["reserve", "charge"],                   # same names, same order
+        "step appended": ["reserve", "charge", "shipped", "notify"],
+        "step removed": ["charge"],
+        "step renamed": ["reserve", "bill"],
+        "step inserted": ["reserve", "audit", "charge"],
+    }
+    parked = {label: parked_on(dsn, conn, 1, order=100 + i) for i, label in enumerate(variants)}
+    for i, (label, steps) in enumerate(variants.items()):
+        app = App(dsn)
+        app.job(name="deploy.order", queue=QUEUE, retry=ONCE)(release(dsn, steps))
+        try:
+            with running(app, concurrency=1):
+                ship(app, 100 + i)
+                final, _, error = until_state(conn, parked[label], "succeeded", "failed", "dead")
+        finally:
+            app.close()
+        safe = label in ("body changed", "step appended")
+        assert (final == "succeeded") is safe, (label, error)
+        ran = effects(conn, parked[label])
+        assert ran["reserve"] == 1 and ran["charge"] == 1, (label, ran)  # never run twice
+        if safe:
+            assert ran.get("notify", 0) == (1 if label == "step appended" else 0)
+        else:
+            assert error["type"] == "sqljobs.ReplayDiverged", (label, error)
+            assert set(ran) == {"reserve", "charge"}, (label, ran)  # nothing new ran
+
+
+def release(dsn: str, steps: list[str]) -> Callable[[JobContext, Order], Awaitable[str]]:
+    """A handler that asks for these steps in order ("shipped": the event wait)."""
+    async def order(ctx: JobContext, payload: Order) -> str:
+        for step in steps:
+            if step == "shipped":
+                await ctx.step.wait_for_event_async("shipped", "order.shipped",
+                                                    {"order": payload.order})
+            else:
+                await ctx.step.run_async(step, effect(dsn, ctx, step))
+        return "done"
+    return order
+
+
+def test_steps_started_together_replay_in_any_order(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    app = App(dsn)
+    attempts: list[int] = []
+
+    @app.job(name="deploy.fanout", queue=QUEUE, retry=RetryPolicy(max_attempts=2, base_s=0.01))
+    async def fanout(ctx: JobContext, payload: Order) -> list[str]:
+        attempts.append(ctx.attempt)
+        slow_first = ctx.attempt == 1
+
+        def step(name: str, delay: float) -> Callable[[], Awaitable[str]]:
+            async def fn() -> str:
+                await asyncio.sleep(delay)
+                return await effect(dsn, ctx, name)()
+            return fn
+
+        # attempt 1 stores b before a; attempt 2 asks a first: both replay
+        values = await asyncio.gather(
+            ctx.step.run_async("a", step("a", 0.2 if slow_first else 0)),
+            ctx.step.run_async("b", step("b", 0)))
+        if ctx.attempt == 1:
+            raise RuntimeError("again, to replay")
+        return list(values)
+
+    try:
+        job_id = app.job_handle("deploy.fanout").enqueue({"order": 1}, key=fresh_key()).id
+        with running(app, concurrency=1):
+            _, result, _ = until_state(conn, job_id, "succeeded")
+    finally:
+        app.close()
+    assert [r[0] for r in conn.execute("select name from jobs.job_steps(%s)",
+                                       (job_id,)).fetchall()] == ["b", "a"]
+    assert result == ["a", "b"] and attempts == [1, 2]
+    assert effects(conn, job_id) == {"a": 1, "b": 1}
+
+
+def test_a_failed_job_is_forked_from_a_step_and_the_fork_completes(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    app = generation(dsn, 1)
+    try:
+        job_id = enqueue(app, 7, fail_ship=True)
+        with running(app, concurrency=1):
+            until_state(conn, job_id, "parked")
+            ship(app, 7)
+            until_state(conn, job_id, "failed", "dead")
+
+            with pytest.raises(StepNotFound) as missing:
+                app.client.run(queries.fork(job_id, "nope"))
+            assert "'reserve', 'charge', 'shipped'" in (missing.value.detail or "")
+
+            result = CliRunner().invoke(cli, ["jobs", "fork", str(job_id), "--from-step",
+                                              "shipped", "--json", "--dsn", dsn])
+            assert result.exit_code == 0, result.output
+            fork = int(json.loads(result.output)["job_id"])
+            until_state(conn, fork, "parked")  # a fork waits for events after its own start
+            ship(app, 7)
+            _, fork_result, _ = until_state(conn, fork, "succeeded")
+    finally:
+        app.close()
+    assert fork_result == {"generation": 1, "fraud": None}
+    assert effects(conn, job_id) == {"reserve": 1, "charge": 1}  # the original's, once
+    assert effects(conn, fork) == {"ship": 1}                     # replayed, then shipped
+    assert state(conn, job_id)[0] in ("failed", "dead")            # left as it was
+    assert conn.execute("select forked_from, from_step from jobs.job_forked_from(%s)",
+                        (fork,)).fetchone() == (job_id, "shipped")
+
+
+def test_the_history_check_rules() -> None:
+    history = History(["a", "sqljobs.patch:p", "b", "c"])
+    history.ask(["a"])
+    assert history.skipped("a") is None and history.skipped("b") is None
+    assert history.skipped("c") == "b"         # c asked before b
+    assert history.skipped("new") == "b"       # a new step while b and c wait
+    assert history.passed
+    history.ask(["c", "b"])
+    assert history.skipped("new") is None and not history.passed
+    assert History([]).skipped("x") is None    # no stored order: nothing to check
+
+
+def test_replay_diverged_is_public_and_typed() -> None:
+    error = ReplayDiverged.of(5, "charge", "reserve", stored=True)
+    assert isinstance(error, RuntimeError) and "stored step 'charge'" in str(error)
+    with pytest.raises(ValueError):
+        asyncio.run(_patched_with_no_id())
+
+
+async def _patched_with_no_id() -> None:
+    from sqljobs._runtime.steps import Steps
+
+    async def never(call: Any) -> Any:
+        raise AssertionError("no round trip")
+
+    steps = Steps(job_id=1, claim=1, stored={}, started_at=None, lease_s=None, run=never,
+                  cancelled=threading.Event(), lost=lambda: None,
+                  loop=asyncio.get_running_loop())
+    await steps.patched_async("")
