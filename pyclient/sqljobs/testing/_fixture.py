@@ -1,0 +1,77 @@
+"""`TestDatabase`: the `sqljobs_db` fixture's value, one cloned database for one test.
+
+    def test_signup(sqljobs_db, client):
+        sqljobs_db.use(app)                  # the app's calls go to this test's database
+        client.post("/signup", json={...})
+        assert_enqueued(send_welcome, payload={"to": "a@example.com"})
+        sqljobs_db.clock.advance(3600)
+
+The fixture also sets $SQLJOBS_DSN for the test, so an `App()` made without a DSN, and
+the kit's assertions, find the database without being told.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from psycopg.conninfo import conninfo_to_dict
+
+from sqljobs._client.pools import Pools
+from sqljobs.testing._clock import Clock
+
+if TYPE_CHECKING:
+    from sqljobs._app.app import App
+
+
+class TestDatabase:
+    """One test's database: its DSN, its clock, and the apps bound to it."""
+
+    __test__ = False  # not a test class, whatever its name says to pytest
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.name = str(conninfo_to_dict(dsn)["dbname"])
+        self.clock = Clock(dsn)
+        self._bound: list[tuple[App, Pools]] = []
+        self.clock.on_advance.append(self._reopen)
+        self.clock.on_advance_async.append(self._reopen_async)
+
+    def use(self, app: App) -> App:
+        """Point `app` at this database for the test (its previous pools are closed and
+        given back after it); answers the app."""
+        previous = app.pools
+        previous.close()
+        if previous._async_pool is not None:
+            raise RuntimeError("the app's asyncio pool is open: await app.close_async() "
+                               "before use(app)")
+        app.pools = Pools(self.dsn, min_size=previous.min_size, max_size=previous.max_size)
+        self._bound.append((app, previous))
+        return app
+
+    def _reopen(self) -> None:
+        """After the clock moved: sessions opened before it keep the old time."""
+        for app, _ in self._bound:
+            if app.pools._async_pool is not None:
+                raise RuntimeError("an app's asyncio pool is open: in an asyncio test, "
+                                   "move the clock with `await clock.advance_async(...)`")
+            app.pools.close()  # reopened on the next call
+
+    async def _reopen_async(self) -> None:
+        for app, _ in self._bound:
+            app.pools.close()
+            if app.pools._async_pool is not None:
+                await app.pools.close_async()
+                await app.pools.open_async()
+
+    def release(self) -> None:
+        """Close what the test opened and give each app its own pools back."""
+        for app, previous in reversed(self._bound):
+            app.pools.close()
+            app.pools = previous
+        self._bound.clear()
+
+    def __repr__(self) -> str:
+        return f"TestDatabase({self.name!r})"
+
+
+__all__ = ["TestDatabase"]
