@@ -132,7 +132,8 @@ def test_the_public_names_are_exported_and_resolve() -> None:
 
 def test_every_module_is_private_but_the_documented_public_ones() -> None:
     public = {"sqljobs", "sqljobs.alembic", "sqljobs.queries", "sqljobs.records",
-              "sqljobs.errors", "sqljobs.metrics", "sqljobs.tracing", "sqljobs.dashboard"}
+              "sqljobs.errors", "sqljobs.metrics", "sqljobs.tracing", "sqljobs.dashboard",
+              "sqljobs.testing"}
     graph = grimp.build_graph("sqljobs")
     exposed = {m for m in graph.modules
                if not any(part.startswith("_") for part in m.split(".")[1:])}

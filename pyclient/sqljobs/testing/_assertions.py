@@ -79,6 +79,7 @@ def assert_enqueued(job: JobHandle[Any] | str | None = None, *, payload: Any = A
                     dsn: str | None = None) -> EnqueuedJob:
     """Fail unless a job matches; answers it (the oldest, when several do). The
     failure lists what was enqueued, closest match first."""
+    __tracebackhide__ = True  # pytest shows the test's line, not the kit's
     compared = _compare(job, payload, queue, tenant, key, state, dsn)
     for found, differs in compared:
         if not differs:
@@ -103,6 +104,7 @@ def refute_enqueued(job: JobHandle[Any] | str | None = None, *, payload: Any = A
                     state: JobState | str | Sequence[JobState | str] = JobState.READY,
                     dsn: str | None = None) -> None:
     """Fail if a job matches; the failure lists the ones that do."""
+    __tracebackhide__ = True
     matched = enqueued(job, payload=payload, queue=queue, tenant=tenant, key=key,
                        state=state, dsn=dsn)
     if matched:

@@ -1,0 +1,176 @@
+"""sqljobs.testing, used the way a user uses it: pytest sessions of their own (pytester,
+in a subprocess) with `-p sqljobs.testing`, on the harness's real PostgreSQL.
+
+The shop example (examples/testing, shown in docs/howto-testing.md) runs whole; the
+kit's other promises run as small user test files, some of which fail on purpose so
+that their failure messages can be read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def user(pytester: pytest.Pytester, pg_admin_dsn: str,
+         monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A user's project: the kit's databases on the harness's server, this checkout's
+    sqljobs (and the examples) importable."""
+    monkeypatch.setenv("SQLJOBS_TEST_DSN", pg_admin_dsn)
+    monkeypatch.delenv("SQLJOBS_DSN", raising=False)
+    paths = [str(ROOT / "pyclient"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
+    return pytester
+
+
+def run(user: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return user.runpytest_subprocess("-p", "sqljobs.testing", "-p", "no:randomly",
+                                     "-p", "no:cacheprovider", *args, timeout=300)
+
+
+def test_the_shop_example_passes_under_the_plugin(user: pytest.Pytester) -> None:
+    result = run(user, str(ROOT / "examples" / "testing" / "test_shop.py"),
+                 "--rootdir", str(user.path))
+    result.assert_outcomes(passed=6)
+
+
+def test_the_plugin_is_opt_in(user: pytest.Pytester) -> None:
+    user.makepyfile(test_plain="def test_db(sqljobs_db):\n    pass\n")
+    result = user.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider",
+                                       timeout=300)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*fixture 'sqljobs_db' not found*"])
+
+
+APP = '''
+from pydantic import BaseModel
+from sqljobs import App, JobContext, RetryPolicy
+
+app = App()
+
+class Mail(BaseModel):
+    to: str
+    subject: str = "hello"
+
+@app.job(queue="mail", retry=RetryPolicy(max_attempts=2, base_s=30.0))
+def send_mail(ctx: JobContext, mail: Mail) -> dict:
+    ctx.progress({"to": mail.to})
+    return {"sent": mail.to, "attempt": ctx.attempt}
+
+@app.job(queue="mail")
+async def with_steps(ctx: JobContext, mail: Mail) -> str:
+    return await ctx.step.run_async("one", lambda: "done")
+'''
+
+
+def test_a_failing_assert_enqueued_lists_what_was_enqueued_closest_first(
+        user: pytest.Pytester) -> None:
+    user.makepyfile(userapp=APP, test_mail='''
+from sqljobs.testing import assert_enqueued, refute_enqueued
+from userapp import Mail, app, send_mail
+
+def test_wrong_address(sqljobs_db):
+    sqljobs_db.use(app)
+    send_mail.enqueue(Mail(to="zed@example.com"), key="1", queue="bulk")
+    send_mail.enqueue(Mail(to="bob@example.com"), key="2")
+    send_mail.enqueue(Mail(to="ann@example.com"), key="3", queue="bulk")
+    assert_enqueued(send_mail, payload={"to": "ann@example.com"}, queue="mail")
+
+def test_nothing_enqueued(sqljobs_db):
+    assert_enqueued("send_mail")
+
+def test_refuted(sqljobs_db):
+    sqljobs_db.use(app)
+    send_mail.enqueue(Mail(to="ann@example.com"), key="1")
+    refute_enqueued(send_mail, payload=Mail(to="ann@example.com"))
+''')
+    result = run(user)
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines([
+        "*expected a job 'userapp.send_mail' queue='mail' payload={'to': 'ann@example.com'}; "
+        "none of the 3 ready job(s) matches (closest first):",
+        # off by one criterion (oldest first), then the job off by two
+        "*#2 userapp.send_mail queue='mail'*key='2'*",
+        "*differs: payload?'to'? is 'bob@example.com', not 'ann@example.com'",
+        "*#3 userapp.send_mail queue='bulk'*key='3'*",
+        "*differs: queue is 'bulk', not 'mail'",
+        "*#1 userapp.send_mail queue='bulk'*key='1'*",
+        "*differs: queue is 'bulk', not 'mail'; payload?'to'? is 'zed@example.com'*",
+    ])
+    result.stdout.fnmatch_lines(["*expected a job 'send_mail', but no job is ready*"])
+    result.stdout.fnmatch_lines([
+        "*expected no job 'userapp.send_mail' payload={'to': 'ann@example.com', "
+        "'subject': 'hello'}, found 1:",
+        "*#1 userapp.send_mail*"])
+
+
+def test_the_clock_drain_and_perform(user: pytest.Pytester) -> None:
+    user.makepyfile(userapp=APP, test_kit='''
+import psycopg, pytest
+from psycopg.conninfo import make_conninfo
+from sqljobs.testing import (ClockError, DrainTimeout, StepsNeedAJob, drain, enqueued,
+                             perform)
+from userapp import Mail, app, send_mail, with_steps
+
+def test_a_delayed_job_waits_for_the_clock(sqljobs_db):
+    sqljobs_db.use(app)
+    before = sqljobs_db.clock.now()
+    send_mail.enqueue(Mail(to="ann@example.com"), key="1", delay=600)
+    assert drain(app).outcomes == []
+    moved = sqljobs_db.clock.advance(601)
+    assert (moved - before).total_seconds() >= 601
+    drained = drain(app)
+    assert drained.counts == {"succeeded": 1}
+    job = enqueued(send_mail, state="succeeded")[0]
+    assert job.result == {"sent": "ann@example.com", "attempt": 1}
+    assert job.progress == {"to": "ann@example.com"}
+
+def test_the_clock_moves_for_this_role_in_this_database_only(sqljobs_db, sqljobs_server):
+    sqljobs_db.clock.advance(10 * 365 * 86400)
+    with psycopg.connect(sqljobs_db.dsn) as conn:
+        assert conn.execute("select jobs.now() - now() > interval '9 years'").fetchone()[0]
+    with psycopg.connect(sqljobs_server, autocommit=True) as admin:
+        admin.execute("drop role if exists kit_reader")
+        admin.execute("create role kit_reader login in role sqljobs_reader")
+    try:
+        # another role in the same database keeps the real time (no SJ019 either)
+        reader = make_conninfo(sqljobs_db.dsn, user="kit_reader")
+        with psycopg.connect(reader) as conn:
+            assert conn.execute("select jobs.now() - now() < interval '1 day'").fetchone()[0]
+    finally:
+        with psycopg.connect(sqljobs_server, autocommit=True) as admin:
+            admin.execute("drop owned by kit_reader")
+            admin.execute("drop role kit_reader")
+    with pytest.raises(ClockError, match="only moves forward"):
+        sqljobs_db.clock.advance(-1)
+
+def test_another_test_starts_at_the_real_time(sqljobs_db):
+    with psycopg.connect(sqljobs_db.dsn) as conn:
+        assert conn.execute("select jobs.now() - now() < interval '1 day'").fetchone()[0]
+
+def test_a_paused_queue_times_the_drain_out(sqljobs_db):
+    sqljobs_db.use(app)
+    send_mail.enqueue(Mail(to="ann@example.com"), key="1")
+    app.client.run(__import__("sqljobs").queries.pause_queue("mail"))
+    with pytest.raises(DrainTimeout, match="1 due in queues mail"):
+        drain(app, timeout=1.0)
+
+def test_perform_gives_a_real_context_and_no_steps():
+    progress = []
+    assert perform(send_mail, {"to": "ann@example.com"}, attempt=2, progress=progress) == {
+        "sent": "ann@example.com", "attempt": 2}
+    assert progress == [{"to": "ann@example.com"}]
+    with pytest.raises(StepsNeedAJob, match="drain"):
+        perform(with_steps, {"to": "ann@example.com"})
+    with pytest.raises(Exception, match="does not validate"):
+        perform(send_mail, {"subject": "no address"})
+''')
+    result = run(user, "-q")
+    result.assert_outcomes(passed=5)
