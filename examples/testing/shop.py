@@ -32,7 +32,7 @@ def place_order(order: Order) -> None:
     checkout.enqueue(order, key=f"checkout:{order.order_id}")
 
 
-@app.job(queue="mail", retry=RetryPolicy(max_attempts=3, base_s=60.0))
+@app.job(name="shop.send_mail", queue="mail", retry=RetryPolicy(max_attempts=3, base_s=60.0))
 def send_mail(ctx: JobContext, mail: Mail) -> dict[str, str]:
     if mail.to.endswith("@bounce.example"):
         raise ConnectionError(f"the mail server refused {mail.to}")
@@ -48,7 +48,7 @@ def _refund(charge: dict[str, str]) -> None:
     charges.pop(charge["charge"].removeprefix("ch_"), None)
 
 
-@app.job(queue="orders", retry=RetryPolicy(max_attempts=1))
+@app.job(name="shop.checkout", queue="orders", retry=RetryPolicy(max_attempts=1))
 async def checkout(ctx: JobContext, order: Order) -> str:
     """A saga: charge, then ship; a shipment that fails for good refunds the charge."""
     await ctx.step.run_async("charge", lambda: _charge(order), compensate=_refund)
@@ -59,7 +59,7 @@ async def checkout(ctx: JobContext, order: Order) -> str:
     return "shipped"
 
 
-@app.task(cron="0 8 * * *", queue="mail")
+@app.task(cron="0 8 * * *", name="shop.daily_digest", queue="mail")
 def daily_digest(ctx: JobContext) -> None:
     send_mail.enqueue(Mail(to="team@shop.example", subject="digest"),
                       key=f"digest:{ctx.key}")

@@ -65,20 +65,25 @@ def _expected_payload(payload: Any) -> Any:
 
 def enqueued(job: JobHandle[Any] | str | None = None, *, payload: Any = ANY,
              queue: str | None = ANY, tenant: str | None = ANY, key: str = ANY,
-             state: JobState | str | Sequence[JobState | str] = JobState.READY,
+             state: JobState | str | Sequence[JobState | str] = "ready",
              dsn: str | None = None) -> list[EnqueuedJob]:
-    """The jobs that match, oldest first (see the module docstring). `state`: the
-    states that count as enqueued, by default ready (including those due later)."""
+    """The jobs that match, oldest first (the criteria are `assert_enqueued`'s)."""
     return [found for found, differs in _compare(job, payload, queue, tenant, key, state, dsn)
             if not differs]
 
 
 def assert_enqueued(job: JobHandle[Any] | str | None = None, *, payload: Any = ANY,
                     queue: str | None = ANY, tenant: str | None = ANY, key: str = ANY,
-                    state: JobState | str | Sequence[JobState | str] = JobState.READY,
+                    state: JobState | str | Sequence[JobState | str] = "ready",
                     dsn: str | None = None) -> EnqueuedJob:
     """Fail unless a job matches; answers it (the oldest, when several do). The
-    failure lists what was enqueued, closest match first."""
+    failure lists what was enqueued, closest match first, with how each differs.
+
+    Each criterion given must match: `job` (a handle or a job name), `queue`,
+    `tenant`, `key`, and `payload`: a mapping matches when each field it gives equals
+    the stored payload's, a pydantic model when the whole payload equals it. `state`:
+    the states that count as enqueued, by default ready (jobs due later included).
+    The database: `dsn`, else $SQLJOBS_DSN (the `sqljobs_db` fixture sets it)."""
     __tracebackhide__ = True  # pytest shows the test's line, not the kit's
     compared = _compare(job, payload, queue, tenant, key, state, dsn)
     for found, differs in compared:
@@ -101,9 +106,10 @@ def assert_enqueued(job: JobHandle[Any] | str | None = None, *, payload: Any = A
 
 def refute_enqueued(job: JobHandle[Any] | str | None = None, *, payload: Any = ANY,
                     queue: str | None = ANY, tenant: str | None = ANY, key: str = ANY,
-                    state: JobState | str | Sequence[JobState | str] = JobState.READY,
+                    state: JobState | str | Sequence[JobState | str] = "ready",
                     dsn: str | None = None) -> None:
-    """Fail if a job matches; the failure lists the ones that do."""
+    """Fail if a job matches (the criteria are `assert_enqueued`'s); the failure
+    lists the ones that do."""
     __tracebackhide__ = True
     matched = enqueued(job, payload=payload, queue=queue, tenant=tenant, key=key,
                        state=state, dsn=dsn)

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 
 class TestDatabase:
-    """One test's database: its DSN, its clock, and the apps bound to it."""
+    """One test's database (the `sqljobs_db` fixture): its `dsn`, its `clock`, and the
+    apps bound to it with `use`. The fixture also sets $SQLJOBS_DSN to `dsn`."""
 
     __test__ = False  # not a test class, whatever its name says to pytest
 
@@ -64,7 +65,8 @@ class TestDatabase:
                 await app.pools.open_async()
 
     def release(self) -> None:
-        """Close what the test opened and give each app its own pools back."""
+        """Close what the test opened and give each app its own pools back (the
+        fixture calls it after the test)."""
         for app, previous in reversed(self._bound):
             app.pools.close()
             app.pools = previous
