@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sqljobs.testing._database import Template, database_dsn, drop
+from sqljobs.testing._database import Template, database_dsn
 from sqljobs.testing._fixture import TestDatabase
 from sqljobs.testing._server import DSN_OPTION, admin_server
 
@@ -59,7 +59,7 @@ def sqljobs_db(sqljobs_template: Template,
         yield database
     finally:
         database.release()
-        drop(sqljobs_template.admin_dsn, name)
+        sqljobs_template.release(name)
 
 
 __all__ = ["pytest_addoption", "sqljobs_db", "sqljobs_server", "sqljobs_template"]
