@@ -45,7 +45,7 @@ def test_the_example_projects_tests_pass(pg_admin_dsn: str) -> None:
     dsn = make_conninfo(pg_admin_dsn, dbname=f"djshop_{os.getpid()}_{secrets.token_hex(3)}")
     done = manage(dsn, "test", "shop", "--noinput", "-v", "2")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Ran 5 tests" in done.stderr and "\nOK" in done.stderr, done.stderr
+    assert "Ran 6 tests" in done.stderr and "\nOK" in done.stderr, done.stderr
 
 
 def test_migrate_installs_the_schema_the_check_and_the_worker_watch_it(empty_db: str) -> None:

@@ -15,7 +15,7 @@ from django.test import TransactionTestCase
 from psycopg.conninfo import make_conninfo
 
 import sqljobs.contrib.django
-from shop.jobs import ship_order
+from shop.jobs import Ship, app, ship_order
 from shop.models import Order
 from sqljobs._version import SCHEMA_VERSION
 from sqljobs.testing import assert_enqueued, enqueued, refute_enqueued
@@ -26,6 +26,11 @@ SAFETY_S = 120.0  # a bug turns into a failure, not a hung run; never what is as
 
 class ShopTests(TransactionTestCase):
     """Transactions commit for real here: the worker, another process, sees them."""
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        app.close()  # its pool's connections would keep Django from dropping the test db
+        super().tearDownClass()
 
     def setUp(self) -> None:
         self.jobs_dsn = sqljobs.contrib.django.dsn()
@@ -47,6 +52,14 @@ class ShopTests(TransactionTestCase):
         self.assertEqual(status, 201)
         assert_enqueued(ship_order, payload={"order_id": body["order"]}, queue="shipping",
                         dsn=self.jobs_dsn)
+
+    def test_the_app_follows_django_into_the_test_database(self) -> None:
+        # no conn=: the App's own pool, which the app config pointed at Django's
+        # database, the test run's included
+        ship_order.enqueue(Ship(order_id=0, email="eve@example.com"), key="no-conn")
+        with connection.cursor() as cursor:
+            cursor.execute("select count(*) from jobs.job_view where key = 'no-conn'")
+            self.assertEqual(cursor.fetchone()[0], 1)
 
     def test_an_order_rolled_back_leaves_no_job(self) -> None:
         status, _ = self.order("bob@example.com", 500)
