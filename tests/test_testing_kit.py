@@ -49,6 +49,26 @@ def test_the_plugin_is_opt_in(user: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*fixture 'sqljobs_db' not found*"])
 
 
+def test_without_a_dsn_the_kit_runs_a_private_embedded_server(
+        user: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SQLJOBS_TEST_DSN")
+    user.makepyfile(test_embedded='''
+import os, psycopg
+
+def test_a_database_on_the_embedded_server(sqljobs_db, pytestconfig):
+    with psycopg.connect(sqljobs_db.dsn) as conn:
+        assert conn.execute("select jobs.schema_version()").fetchone()[0] >= 1
+        data = conn.execute("select current_setting('data_directory')").fetchone()[0]
+    # under the project's pytest cache: not the machine's own server
+    assert os.path.realpath(data).startswith(os.path.realpath(str(pytestconfig.rootpath)))
+''')
+    result = user.runpytest_subprocess("-p", "sqljobs.testing", "-p", "no:randomly",
+                                       timeout=600)
+    result.assert_outcomes(passed=1)
+    # the session stopped the server it started
+    assert not list(user.path.glob(".pytest_cache/d/sqljobs-testing/pg/postmaster.pid"))
+
+
 APP = '''
 from pydantic import BaseModel
 from sqljobs import App, JobContext, RetryPolicy
@@ -113,10 +133,11 @@ def test_refuted(sqljobs_db):
 
 def test_the_clock_drain_and_perform(user: pytest.Pytester) -> None:
     user.makepyfile(userapp=APP, test_kit='''
-import psycopg, pytest
+import asyncio, psycopg, pytest
 from psycopg.conninfo import make_conninfo
-from sqljobs.testing import (ClockError, DrainTimeout, StepsNeedAJob, drain, enqueued,
-                             perform)
+from sqljobs import queries
+from sqljobs.testing import (ClockError, DrainTimeout, StepsNeedAJob, drain, drain_async,
+                             enqueued, perform)
 from userapp import Mail, app, send_mail, with_steps
 
 def test_a_delayed_job_waits_for_the_clock(sqljobs_db):
@@ -162,6 +183,23 @@ def test_a_paused_queue_times_the_drain_out(sqljobs_db):
     with pytest.raises(DrainTimeout, match="1 due in queues mail"):
         drain(app, timeout=1.0)
 
+def test_an_asyncio_test_moves_the_clock_of_its_app_s_pools(sqljobs_db):
+    async def main():
+        sqljobs_db.use(app)
+        await app.open_async()
+        try:
+            before = await app.async_client.run(queries.database_now())
+            await send_mail.enqueue_async(Mail(to="ann@example.com"), key="1", delay=60)
+            with pytest.raises(RuntimeError, match="advance_async"):
+                sqljobs_db.clock.advance(61)
+            await sqljobs_db.clock.advance_async(61)
+            after = await app.async_client.run(queries.database_now())
+            assert (after - before).total_seconds() >= 61
+            assert (await drain_async(app)).counts == {"succeeded": 1}
+        finally:
+            await app.close_async()
+    asyncio.run(main())
+
 def test_perform_gives_a_real_context_and_no_steps():
     progress = []
     assert perform(send_mail, {"to": "ann@example.com"}, attempt=2, progress=progress) == {
@@ -173,4 +211,4 @@ def test_perform_gives_a_real_context_and_no_steps():
         perform(send_mail, {"subject": "no address"})
 ''')
     result = run(user, "-q")
-    result.assert_outcomes(passed=5)
+    result.assert_outcomes(passed=6)

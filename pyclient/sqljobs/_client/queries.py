@@ -460,10 +460,10 @@ def due_jobs(names: Sequence[str], queues: Sequence[str] | None) -> Call[Row]:
     test's drain waits on."""
     return Call(
         "select pg_catalog.count(*) filter (where state = 'running') as running,"
-        " pg_catalog.count(*) filter (where state in ('ready', 'parked')"
+        " pg_catalog.count(*) filter (where state in ('ready', 'interrupted', 'parked')"
         "   and run_at <= (select jobs.now())) as due,"
-        " coalesce(pg_catalog.array_agg(id order by id) filter (where state = 'ready'"
-        "   and run_at > (select jobs.now())), '{}') as later"
+        " coalesce(pg_catalog.array_agg(id order by id) filter (where state in ('ready',"
+        "   'interrupted') and run_at > (select jobs.now())), '{}') as later"
         " from jobs.job_view where name = any (%s) and (%s::text[] is null or queue = any (%s))",
         (list(names), None if queues is None else list(queues),
          None if queues is None else list(queues)),
