@@ -87,6 +87,11 @@ def send_mail(ctx: JobContext, mail: Mail) -> dict:
 @app.job(queue="mail")
 async def with_steps(ctx: JobContext, mail: Mail) -> str:
     return await ctx.step.run_async("one", lambda: "done")
+
+@app.job(queue="mail")
+async def reminder(ctx: JobContext, mail: Mail) -> str:
+    await ctx.step.sleep_async("a day later", 86400)
+    return await ctx.step.run_async("remind", lambda: f"reminded {mail.to}")
 '''
 
 
@@ -138,7 +143,7 @@ from psycopg.conninfo import make_conninfo
 from sqljobs import queries
 from sqljobs.testing import (ClockError, DrainTimeout, StepsNeedAJob, drain, drain_async,
                              enqueued, perform)
-from userapp import Mail, app, send_mail, with_steps
+from userapp import Mail, app, reminder, send_mail, with_steps
 
 def test_a_delayed_job_waits_for_the_clock(sqljobs_db):
     sqljobs_db.use(app)
@@ -152,6 +157,16 @@ def test_a_delayed_job_waits_for_the_clock(sqljobs_db):
     job = enqueued(send_mail, state="succeeded")[0]
     assert job.result == {"sent": "ann@example.com", "attempt": 1}
     assert job.progress == {"to": "ann@example.com"}
+
+def test_a_durable_sleep_ends_when_the_clock_passes_it(sqljobs_db):
+    sqljobs_db.use(app)
+    reminder.enqueue(Mail(to="ann@example.com"), key="1")
+    assert drain(app).counts == {"parked": 1}
+    sqljobs_db.clock.advance(86399)
+    assert drain(app).counts == {}
+    sqljobs_db.clock.advance(1)
+    assert drain(app).counts == {"succeeded": 1}
+    assert enqueued(reminder, state="succeeded")[0].result == "reminded ann@example.com"
 
 def test_the_clock_moves_for_this_role_in_this_database_only(sqljobs_db, sqljobs_server):
     sqljobs_db.clock.advance(10 * 365 * 86400)
@@ -211,4 +226,4 @@ def test_perform_gives_a_real_context_and_no_steps():
         perform(send_mail, {"subject": "no address"})
 ''')
     result = run(user, "-q")
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=7)
