@@ -1,7 +1,8 @@
 """sqljobs.testing, used the way a user uses it: pytest sessions of their own (pytester,
 in a subprocess) with `-p sqljobs.testing`, on the harness's real PostgreSQL.
 
-The shop example (examples/testing, shown in docs/howto-testing.md) runs whole; the
+The shop example (examples/testing, shown in docs/howto-testing.md) and the Celery port
+(examples/from_celery, docs/coming-from-celery.md) run whole; the
 kit's other promises run as small user test files, some of which fail on purpose so
 that their failure messages can be read.
 """
@@ -39,6 +40,12 @@ def test_the_shop_example_passes_under_the_plugin(user: pytest.Pytester) -> None
     result = run(user, str(ROOT / "examples" / "testing" / "test_shop.py"),
                  "--rootdir", str(user.path))
     result.assert_outcomes(passed=6)
+
+
+def test_the_celery_port_example_passes_under_the_plugin(user: pytest.Pytester) -> None:
+    result = run(user, str(ROOT / "examples" / "from_celery" / "test_billing.py"),
+                 "--rootdir", str(user.path))
+    result.assert_outcomes(passed=3)
 
 
 def test_the_plugin_is_opt_in(user: pytest.Pytester) -> None:
