@@ -12,7 +12,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 pytest_plugins = ["pytester"]
 
@@ -74,6 +77,33 @@ def test_a_database_on_the_embedded_server(sqljobs_db, pytestconfig):
     result.assert_outcomes(passed=1)
     # the session stopped the server it started
     assert not list(user.path.glob(".pytest_cache/d/sqljobs-testing/pg/postmaster.pid"))
+
+
+def test_a_schema_owner_without_superuser_moves_the_clock(
+        user: pytest.Pytester, pg_admin_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI's user is often such a role: it may create databases, and owns what it migrates
+    role = f"kit_owner_{os.getpid()}"
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("create role {} login createdb createrole").format(
+            sql.Identifier(role)))
+    try:
+        monkeypatch.setenv("SQLJOBS_TEST_DSN", make_conninfo(pg_admin_dsn, user=role))
+        user.makepyfile(test_owner='''
+import psycopg
+
+def test_the_owner_moves_the_clock(sqljobs_db):
+    with psycopg.connect(sqljobs_db.dsn) as conn:
+        assert conn.execute("select not rolsuper from pg_roles"
+                            " where rolname = current_user").fetchone()[0]
+    sqljobs_db.clock.advance(400 * 86400)
+    with psycopg.connect(sqljobs_db.dsn) as conn:
+        assert conn.execute("select jobs.now() - now() > interval '399 days'").fetchone()[0]
+''')
+        run(user).assert_outcomes(passed=1)
+    finally:
+        with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("drop owned by {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))
 
 
 APP = '''
@@ -145,11 +175,11 @@ def test_refuted(sqljobs_db):
 
 def test_the_clock_drain_and_perform(user: pytest.Pytester) -> None:
     user.makepyfile(userapp=APP, test_kit='''
-import asyncio, psycopg, pytest
+import asyncio, os, psycopg, pytest
 from psycopg.conninfo import make_conninfo
 from sqljobs import queries
-from sqljobs.testing import (ClockError, DrainTimeout, StepsNeedAJob, drain, drain_async,
-                             enqueued, perform)
+from sqljobs.testing import (Clock, ClockError, DrainTimeout, StepsNeedAJob, drain,
+                             drain_async, enqueued, perform)
 from userapp import Mail, app, reminder, send_mail, with_steps
 
 def test_a_delayed_job_waits_for_the_clock(sqljobs_db):
@@ -175,18 +205,28 @@ def test_a_durable_sleep_ends_when_the_clock_passes_it(sqljobs_db):
     assert drain(app).counts == {"succeeded": 1}
     assert enqueued(reminder, state="succeeded")[0].result == "reminded ann@example.com"
 
-def test_the_clock_moves_for_this_role_in_this_database_only(sqljobs_db, sqljobs_server):
+def test_the_clock_moves_only_sessions_of_the_test_dsn_and_only_for_the_owner(
+        sqljobs_db, sqljobs_server):
+    before = sqljobs_db.dsn
     sqljobs_db.clock.advance(10 * 365 * 86400)
+    assert os.environ["SQLJOBS_DSN"] == sqljobs_db.dsn != before
     with psycopg.connect(sqljobs_db.dsn) as conn:
         assert conn.execute("select jobs.now() - now() > interval '9 years'").fetchone()[0]
+    with psycopg.connect(before) as conn:  # a session opened otherwise: the real time
+        assert conn.execute("select jobs.now() - now() < interval '1 day'").fetchone()[0]
     with psycopg.connect(sqljobs_server, autocommit=True) as admin:
         admin.execute("drop role if exists kit_reader")
         admin.execute("create role kit_reader login in role sqljobs_reader")
     try:
-        # another role in the same database keeps the real time (no SJ019 either)
+        # another role given the test's DSN gains nothing: the engine refuses it the
+        # clock (SJ019), and so does the kit
         reader = make_conninfo(sqljobs_db.dsn, user="kit_reader")
-        with psycopg.connect(reader) as conn:
-            assert conn.execute("select jobs.now() - now() < interval '1 day'").fetchone()[0]
+        with psycopg.connect(reader) as conn, pytest.raises(psycopg.Error) as refused:
+            conn.execute("select jobs.now()")
+        assert refused.value.sqlstate == "SJ019"
+        plain = make_conninfo(before, user="kit_reader")
+        with pytest.raises(ClockError, match="kit_reader may not move the test clock"):
+            Clock(lambda: plain, lambda when: None, None).advance(1)
     finally:
         with psycopg.connect(sqljobs_server, autocommit=True) as admin:
             admin.execute("drop owned by kit_reader")

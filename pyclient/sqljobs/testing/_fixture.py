@@ -12,15 +12,19 @@ the kit's assertions, find the database without being told.
 
 from __future__ import annotations
 
+import os
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from psycopg.conninfo import conninfo_to_dict
 
 from sqljobs._client.pools import Pools
-from sqljobs.testing._clock import Clock
+from sqljobs.testing._clock import Clock, dsn_at
 
 if TYPE_CHECKING:
     from sqljobs._app.app import App
+
+DSN_VARIABLE = "SQLJOBS_DSN"
 
 
 class TestDatabase:
@@ -30,39 +34,49 @@ class TestDatabase:
     __test__ = False  # not a test class, whatever its name says to pytest
 
     def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
+        self._base_dsn = dsn
+        self.dsn = dsn  # carries the test clock's time once it moved (sqljobs.testing._clock)
         self.name = str(conninfo_to_dict(dsn)["dbname"])
-        self.clock = Clock(dsn)
+        self.clock = Clock(lambda: self.dsn, self._moved, self._moved_async)
         self._bound: list[tuple[App, Pools]] = []
-        self.clock.on_advance.append(self._reopen)
-        self.clock.on_advance_async.append(self._reopen_async)
 
     def use(self, app: App) -> App:
         """Point `app` at this database for the test (its previous pools are closed and
         given back after it); answers the app."""
         previous = app.pools
-        previous.close()
         if previous._async_pool is not None:
             raise RuntimeError("the app's asyncio pool is open: await app.close_async() "
                                "before use(app)")
+        previous.close()
         app.pools = Pools(self.dsn, min_size=previous.min_size, max_size=previous.max_size)
         self._bound.append((app, previous))
         return app
 
-    def _reopen(self) -> None:
-        """After the clock moved: sessions opened before it keep the old time."""
+    def _moved(self, when: datetime) -> None:
+        """The clock moved: sessions opened before it keep the old time, so the bound
+        apps' pools reopen (on their next call) from the new DSN."""
         for app, _ in self._bound:
             if app.pools._async_pool is not None:
                 raise RuntimeError("an app's asyncio pool is open: in an asyncio test, "
                                    "move the clock with `await clock.advance_async(...)`")
-            app.pools.close()  # reopened on the next call
-
-    async def _reopen_async(self) -> None:
+        self._set_dsn(when)
         for app, _ in self._bound:
             app.pools.close()
-            if app.pools._async_pool is not None:
-                await app.pools.close_async()
+            app.pools.given = self.dsn
+
+    async def _moved_async(self, when: datetime) -> None:
+        self._set_dsn(when)
+        for app, _ in self._bound:
+            app.pools.close()
+            reopen = app.pools._async_pool is not None
+            await app.pools.close_async()
+            app.pools.given = self.dsn
+            if reopen:
                 await app.pools.open_async()
+
+    def _set_dsn(self, when: datetime) -> None:
+        self.dsn = dsn_at(self._base_dsn, when)
+        os.environ[DSN_VARIABLE] = self.dsn  # the fixture's monkeypatch restores it
 
     def release(self) -> None:
         """Close what the test opened and give each app its own pools back (the
