@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import psycopg
-import pytest
 from psycopg.conninfo import make_conninfo
 
 from sqljobs._schema.resources import revisions
@@ -20,9 +19,6 @@ from sqljobs._schema.resources import revisions
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "examples" / "django_shop"
 MIGRATIONS = ROOT / "pyclient" / "sqljobs" / "contrib" / "django" / "migrations"
-
-pytest.importorskip("django", reason="the django extra: pip install -e '.[django]'")
-
 
 def manage(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SHOP_DATABASE_URL": dsn,
