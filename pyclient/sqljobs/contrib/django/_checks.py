@@ -1,9 +1,11 @@
 """`manage.py check --database default`: is the jobs schema the one this package needs?
 
 Like `App.open()`, it refuses a schema that is missing, older than this package needs,
-or newer than it can use (SchemaError's message). While sqljobs' own Django migrations
-are not all applied, that is a warning naming `manage.py migrate` (so the check never
-stands in the way of the migration that fixes it); once they are, it is an error.
+or newer than it can use (SchemaError's message), once sqljobs' own Django migrations
+are all applied: the schema then no longer matches them (dropped or changed behind
+Django's back, or a sqljobs package older than the database). While some are still to
+be applied it says nothing: Django itself reports unapplied migrations, and `migrate`
+runs this check before it applies the ones that fix it.
 """
 
 from __future__ import annotations
@@ -41,10 +43,9 @@ def schema_check(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
         executor = MigrationExecutor(wrapper)
         pending = [m for m, _ in executor.migration_plan(
             executor.loader.graph.leaf_nodes()) if m.app_label == "sqljobs"]
-        message = str(error).replace("sqljobs migrate --dsn <dsn>", "manage.py migrate sqljobs")
         if pending:
-            return [checks.Warning(message, id="sqljobs.W001",
-                                   hint="run manage.py migrate")]
+            return []
+        message = str(error).replace("sqljobs migrate --dsn <dsn>", "manage.py migrate sqljobs")
         return [checks.Error(message, id="sqljobs.E001",
                              hint="the schema no longer matches sqljobs' applied migrations")]
     return []
