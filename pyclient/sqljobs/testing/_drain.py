@@ -136,6 +136,7 @@ async def drain_async(app: Deployed, *, queues: Sequence[str] | None = None,
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     running = asyncio.create_task(worker.run_async(), name="sqljobs-testing-drain")
+    finished = False
     try:
         async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
             client = AsyncClient(conn)
@@ -145,14 +146,17 @@ async def drain_async(app: Deployed, *, queues: Sequence[str] | None = None,
                 state = await client.run(queries.due_jobs(worker.names, worker.queues))
                 if with_scheduled and state["later"]:
                     await _promote(client, state["later"])
-                    continue
-                if state["running"] == 0 and state["due"] == 0:
+                elif state["running"] == 0 and state["due"] == 0:
                     break
                 await _look(running, deadline, loop, (
                     f"{state['running']} job(s) still running and {state['due']} due in "
                     f"queues {', '.join(worker.queues)}"))
+        finished = True
     finally:
-        worker.stop()
+        if finished:
+            worker.stop()  # nothing runs: a graceful stop
+        else:
+            worker.stop_now()  # a failed drain: what runs goes back at once
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(asyncio.shield(running), timeout)
     running.result()  # a worker that failed (e.g. SchemaError) fails the drain
