@@ -72,6 +72,10 @@ def test_the_sqljobs_command_is_the_clis_own_and_leaves_migrate_to_django(
     helped = manage(empty_db, "sqljobs", "worker", "--help")
     assert helped.returncode == 0 and "--concurrency" in helped.stdout, helped.stderr
     assert "manage.py sqljobs worker" in helped.stdout
+    for role in ("scheduler", "relay"):
+        helped = manage(empty_db, "sqljobs", role, "--help")
+        assert helped.returncode == 0, helped.stderr
+        assert f"manage.py sqljobs {role}" in helped.stdout
     refused = manage(empty_db, "sqljobs", "migrate")
     assert refused.returncode == 1
     assert "manage.py migrate" in refused.stderr
