@@ -36,6 +36,9 @@ REQUIRED_FILES = [
     "sqljobs/_migrations/env.py",
     "sqljobs/_migrations/versions/0001_install.py",
     "sqljobs/_migrations/versions/0001_install.sql",
+    "sqljobs/testing/__init__.py",  # the pytest plugin (`-p sqljobs.testing`)
+    "sqljobs/contrib/django/migrations/0001_schema_v1.py",  # what `migrate` finds
+    "sqljobs/contrib/django/management/commands/sqljobs.py",
 ]
 
 

@@ -453,6 +453,37 @@ def list_jobs(
     )
 
 
+def jobs_with_payloads(states: Sequence[str], names: Sequence[str] | None = None,
+                       limit: int = 1000) -> Call[list[Row]]:
+    """Jobs in `states` (of `names`, None: any), oldest first, each with its payload NOT
+    redacted (jobs.job_payload): what the testing kit asserts on."""
+    return Call(
+        "select " + _JOB_VIEW_COLUMNS + ", jobs.job_payload(id) as payload from jobs.job_view"
+        " where state::text = any (%s::text[]) and (%s::text[] is null or name = any (%s))"
+        " order by id limit %s",
+        (list(states), None if names is None else list(names),
+         None if names is None else list(names), limit),
+        lambda rows: list(rows),
+    )
+
+
+def due_jobs(names: Sequence[str], queues: Sequence[str] | None) -> Call[Row]:
+    """How many jobs of `names` (in `queues`, None: any) a worker is running and how
+    many it could claim now, and the ids of those waiting for a later run_at: what a
+    test's drain waits on."""
+    return Call(
+        "select pg_catalog.count(*) filter (where state = 'running') as running,"
+        " pg_catalog.count(*) filter (where state in ('ready', 'interrupted', 'parked')"
+        "   and run_at <= (select jobs.now())) as due,"
+        " coalesce(pg_catalog.array_agg(id order by id) filter (where state in ('ready',"
+        "   'interrupted') and run_at > (select jobs.now())), '{}') as later"
+        " from jobs.job_view where name = any (%s) and (%s::text[] is null or queue = any (%s))",
+        (list(names), None if queues is None else list(queues),
+         None if queues is None else list(queues)),
+        lambda rows: rows[0],
+    )
+
+
 def job_steps(job_id: int) -> Call[list[StepRecord]]:
     return Call(
         "select name, ordinal, kind, value, created_at from jobs.job_steps(%s)",

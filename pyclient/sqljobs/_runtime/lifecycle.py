@@ -33,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient
-from sqljobs._client.database import check_schema_version, needs_floor
+from sqljobs._client.database import SCHEMA_MISSING, check_schema_version, needs_floor
 from sqljobs._client.errors import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:
@@ -151,7 +151,10 @@ class Role:
         background: list[asyncio.Task[None]] = []
         signals: list[signal.Signals] = []
         try:
-            installed = await client.run(queries.schema_version())
+            try:
+                installed = await client.run(queries.schema_version())
+            except SCHEMA_MISSING:  # no schema at all: SchemaError says how to install it
+                installed = None
             floor = await client.run(queries.schema_floor()) if needs_floor(installed) else None
             check_schema_version(installed, floor=floor)
             await self._start(client, dsn, background)

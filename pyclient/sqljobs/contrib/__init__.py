@@ -1,0 +1,1 @@
+"""Integrations with web frameworks: `sqljobs.contrib.django` (the `django` extra)."""
