@@ -23,9 +23,17 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from sqljobs import errors, queries, records
-from sqljobs._app import App, Limits, Schedules
+from sqljobs._app import App, BackfillHandle, Batch, Limits, Schedules
 from sqljobs._client.connection import AsyncClient, Client
 from sqljobs._client.errors import (
+    BackfillBusy,
+    BackfillChecksumChanged,
+    BackfillEnvironmentRefused,
+    BackfillError,
+    BackfillNotFound,
+    BackfillRequiresUnmet,
+    BackfillStalled,
+    BackfillState,
     ConfigurationError,
     DatabaseError,
     DuplicateJob,
@@ -132,6 +140,16 @@ __all__ = [
     "App",
     "AsyncClient",
     "AsyncLock",
+    "BackfillBusy",
+    "BackfillChecksumChanged",
+    "BackfillEnvironmentRefused",
+    "BackfillError",
+    "BackfillHandle",
+    "BackfillNotFound",
+    "BackfillRequiresUnmet",
+    "BackfillStalled",
+    "BackfillState",
+    "Batch",
     "BulkMoved",
     "ClaimedJob",
     "Client",

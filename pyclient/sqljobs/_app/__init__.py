@@ -3,7 +3,8 @@ managers of what is stored (limits, schedules). Above the runtime: `App.run_work
 starts one."""
 
 from sqljobs._app.app import App
+from sqljobs._app.backfills import BackfillHandle, Batch
 from sqljobs._app.limits import Limits
 from sqljobs._app.schedules import Schedules
 
-__all__ = ["App", "Limits", "Schedules"]
+__all__ = ["App", "BackfillHandle", "Batch", "Limits", "Schedules"]

@@ -14,10 +14,18 @@ stored in the database, and starting a worker in this process.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from sqljobs._app.backfills import (
+    Backfill,
+    BackfillHandle,
+    Batch,
+    PageFn,
+    declare_backfill,
+    environment_of,
+)
 from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient, Client
 from sqljobs._client.pools import Pools
@@ -32,9 +40,18 @@ if TYPE_CHECKING:
 class App(Registry):
     """A sqljobs application: what it declares, and the pools its calls run on."""
 
-    def __init__(self, dsn: str | None = None, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(self, dsn: str | None = None, *, min_size: int = 1, max_size: int = 10,
+                 environment: str | None = None) -> None:
         super().__init__(self)
         self.pools = Pools(dsn, min_size=min_size, max_size=max_size)
+        self.given_environment = environment
+        self._backfills: dict[str, BackfillHandle] = {}
+
+    @property
+    def environment(self) -> str:
+        """Where this app runs, for the backfill ledger: the `environment` given, else
+        $SQLJOBS_ENVIRONMENT, else "default"."""
+        return environment_of(self.given_environment)
 
     # -- the database -------------------------------------------------------------------
 
@@ -98,6 +115,53 @@ class App(Registry):
         from sqljobs._app.schedules import Schedules
 
         return Schedules(self)
+
+    # -- data factories ---------------------------------------------------------------
+
+    def backfill(
+        self,
+        *,
+        name: str,
+        source: str | None = None,
+        key: str | Sequence[str] = (),
+        pages: PageFn | None = None,
+        batch: int = 1000,
+        count: int | None = None,
+        environments: Sequence[str] | None = None,
+        requires: Sequence[str] = (),
+        rate: float | None = None,
+        queue: str | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[[Batch], Any]], BackfillHandle]:
+        """Declare a backfill over its handler `handle(batch)` (sync or async), which
+        gets each page of rows at least once (docs/howto-backfills.md).
+
+        The source is either `source`, a query read by keyset on its `key` column(s)
+        (write `%(scope)s` for the run's scope, `%%` for a literal %), or `pages`, a
+        function `(cursor, scope) -> (rows, next_cursor | None)` (JSON cursors).
+        `batch` rows per page; `count` the rows expected in all (fewer after the last
+        batch: BackfillStalled); `environments` where it may run (None: anywhere);
+        `requires` backfills that must have completed in the environment first;
+        `rate` batches per second at most. It is a job named `name` (`queue`,
+        `timeout` as for `@app.job`); `handle.start()` enqueues a run.
+        """
+        keys = (key,) if isinstance(key, str) else tuple(key)
+
+        def declare(fn: Callable[[Batch], Any]) -> BackfillHandle:
+            declared = Backfill(
+                name=name, handle=fn, source=source, key=keys, pages=pages, batch=batch,
+                count=count, environments=None if environments is None else tuple(environments),
+                requires=tuple(requires), rate=rate)
+            handle = declare_backfill(self, declared, queue=queue, timeout=timeout)
+            self._backfills[name] = handle
+            return handle
+
+        return declare
+
+    @property
+    def backfills(self) -> dict[str, BackfillHandle]:
+        """Declared backfills by name."""
+        return dict(self._backfills)
 
     # -- locks ------------------------------------------------------------------------
 
