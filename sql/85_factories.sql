@@ -116,10 +116,16 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_tenant  text;
-  v_row     jobs.backfill;
-  v_missing text;
-  v_now     timestamptz := jobs.now();
+  v_tenant    text;
+  v_owner     text;     -- the row's tenant
+  v_status    text;
+  v_job       bigint;
+  v_checksum  text;
+  v_cursor    jsonb;
+  v_batches   bigint;
+  v_rows      bigint;
+  v_missing   text;
+  v_now       timestamptz := jobs.now();
 begin
   -- GUARD -----------------------------------------------------------------------
   if p_environment is null or p_environment = '' or p_checksum is null or p_checksum = ''
@@ -151,34 +157,36 @@ begin
   values (p_environment, p_name, coalesce(p_scope, ''), v_tenant, p_checksum, 'running', p_id,
           p_expected, p_started_by, v_now, v_now)
   on conflict on constraint backfill_pkey do nothing;
-  select * into strict v_row from jobs.backfill b
+  select b.tenant, b.status, b.job_id, b.checksum, b.cursor, b.batches, b.rows_done
+    into strict v_owner, v_status, v_job, v_checksum, v_cursor, v_batches, v_rows
+    from jobs.backfill b
    where b.environment = p_environment and b.name = p_name and b.scope = coalesce(p_scope, '')
      for update;
-  if v_row.tenant is distinct from v_tenant and jobs.bound_tenant() is not null then
+  if v_owner is distinct from v_tenant and jobs.bound_tenant() is not null then
     perform jobs.raise_error('tenant_refused',
       pg_catalog.format('backfill %s (scope %L) belongs to another tenant', p_name, p_scope));
   end if;
   -- VERDICT ---------------------------------------------------------------------
-  if v_row.job_id = p_id then  -- this job's row: a new one, or a replay of this run
-    return query select 'run'::text, v_row.cursor, v_row.batches, v_row.rows_done;
+  if v_job = p_id then  -- this job's row: a new one, or a replay of this run
+    return query select 'run'::text, v_cursor, v_batches, v_rows;
     return;
   end if;
-  if v_row.status = 'completed' and not coalesce(p_rerun, false) then
-    if v_row.checksum = p_checksum then
-      return query select 'done'::text, v_row.cursor, v_row.batches, v_row.rows_done;
+  if v_status = 'completed' and not coalesce(p_rerun, false) then
+    if v_checksum = p_checksum then
+      return query select 'done'::text, v_cursor, v_batches, v_rows;
       return;
     end if;
     perform jobs.raise_error('backfill_checksum_changed',
       pg_catalog.format('backfill %s completed in %s under checksum %s; it is now %s',
-                        p_name, p_environment, v_row.checksum, p_checksum),
+                        p_name, p_environment, v_checksum, p_checksum),
       null, 'start it with rerun to run it again, or leave it completed');
   end if;
-  if v_row.status in ('running', 'paused') and exists (
-       select from jobs.job j where j.id = v_row.job_id
+  if v_status in ('running', 'paused') and exists (
+       select from jobs.job j where j.id = v_job
           and j.state in ('ready', 'running', 'parked', 'interrupted')) then
     perform jobs.raise_error('backfill_busy',
       pg_catalog.format('backfill %s (scope %L) is being run by job %s', p_name, p_scope,
-                        v_row.job_id));
+                        v_job));
   end if;
   -- WRITE -----------------------------------------------------------------------
   update jobs.backfill b
@@ -189,9 +197,9 @@ begin
          batches   = case when p_rerun then 0 else b.batches end,
          rows_done = case when p_rerun then 0 else b.rows_done end,
          started_at = case when p_rerun or b.status = 'completed' then v_now else b.started_at end
-   where b.environment = v_row.environment and b.name = v_row.name and b.scope = v_row.scope
-  returning b.* into v_row;
-  return query select 'run'::text, v_row.cursor, v_row.batches, v_row.rows_done;
+   where b.environment = p_environment and b.name = p_name and b.scope = coalesce(p_scope, '')
+  returning b.cursor, b.batches, b.rows_done into v_cursor, v_batches, v_rows;
+  return query select 'run'::text, v_cursor, v_batches, v_rows;
 end
 $$;
 
@@ -307,36 +315,35 @@ $$;
 comment on function jobs.backfill_finish(bigint, bigint, text, text, text) is
   'The count check after a backfill''s last batch: completed, or stalled when short of the declared count.';
 
--- jobs.backfill_row(name, scope, environment): the ledger row, locked for update, for
--- the operator's verbs. Refuses backfill_not_found, and a bound session another
--- tenant's row (tenant_refused).
-create or replace function jobs.backfill_row(p_name text, p_scope text, p_environment text)
-returns jobs.backfill
+-- jobs.backfill_row(name, scope, environment) -> (status, job_id): the ledger row,
+-- locked for update, for the operator's verbs. Refuses backfill_not_found, and a bound
+-- session another tenant's row (tenant_refused).
+create or replace function jobs.backfill_row(p_name text, p_scope text, p_environment text,
+                                             out status text, out job_id bigint)
 language plpgsql
 volatile
 set search_path = ''
 as $$
 declare
-  v_row    jobs.backfill;
+  v_owner  text;
   v_tenant text := jobs.bound_tenant();
 begin
-  select * into v_row from jobs.backfill b
+  select b.status, b.job_id, b.tenant into status, job_id, v_owner from jobs.backfill b
    where b.environment = p_environment and b.name = p_name and b.scope = coalesce(p_scope, '')
      for update;
   if not found then
     perform jobs.raise_error('backfill_not_found',
       pg_catalog.format('no backfill %s (scope %L) has run in %s', p_name, p_scope, p_environment));
   end if;
-  if v_tenant is not null and v_row.tenant is distinct from v_tenant then
+  if v_tenant is not null and v_owner is distinct from v_tenant then
     perform jobs.raise_error('tenant_refused',
       pg_catalog.format('backfill %s (scope %L) belongs to another tenant', p_name, p_scope));
   end if;
-  return v_row;
 end
 $$;
 
 comment on function jobs.backfill_row(text, text, text) is
-  'A backfill ledger row locked for an operator verb; SJ044 when none, SJ018 another tenant''s.';
+  'The status and job of a backfill ledger row, locked for an operator verb; SJ044 when none, SJ018 another tenant''s.';
 
 -- jobs.backfill_pause(name, scope, environment): running -> paused. The run stops
 -- after the batch in hand (its next backfill_advance answers 'paused') and parks,
@@ -349,15 +356,18 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_row jobs.backfill := jobs.backfill_row(p_name, p_scope, p_environment);
+  v_status text;
+  v_job    bigint;
 begin
-  if v_row.status <> 'running' then
+  select r.status, r.job_id into v_status, v_job
+    from jobs.backfill_row(p_name, p_scope, p_environment) r;
+  if v_status <> 'running' then
     perform jobs.raise_error('backfill_state',
       pg_catalog.format('backfill %s (scope %L) is %s; only a running one pauses', p_name,
-                        p_scope, v_row.status));
+                        p_scope, v_status));
   end if;
   update jobs.backfill b set status = 'paused', updated_at = jobs.now()
-   where b.environment = v_row.environment and b.name = v_row.name and b.scope = v_row.scope;
+   where b.environment = p_environment and b.name = p_name and b.scope = coalesce(p_scope, '');
 end
 $$;
 
@@ -374,18 +384,21 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_row jobs.backfill := jobs.backfill_row(p_name, p_scope, p_environment);
+  v_status text;
+  v_job    bigint;
 begin
-  if v_row.status <> 'paused' then
+  select r.status, r.job_id into v_status, v_job
+    from jobs.backfill_row(p_name, p_scope, p_environment) r;
+  if v_status <> 'paused' then
     perform jobs.raise_error('backfill_state',
       pg_catalog.format('backfill %s (scope %L) is %s; only a paused one resumes', p_name,
-                        p_scope, v_row.status));
+                        p_scope, v_status));
   end if;
   update jobs.backfill b set status = 'running', updated_at = jobs.now()
-   where b.environment = v_row.environment and b.name = v_row.name and b.scope = v_row.scope;
+   where b.environment = p_environment and b.name = p_name and b.scope = coalesce(p_scope, '');
   perform jobs.emit_event('sqljobs.backfill', pg_catalog.jsonb_build_object(
-    'action', 'resume', 'environment', v_row.environment, 'name', v_row.name,
-    'scope', v_row.scope));
+    'action', 'resume', 'environment', p_environment, 'name', p_name,
+    'scope', coalesce(p_scope, '')));
 end
 $$;
 
@@ -404,19 +417,22 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_row jobs.backfill := jobs.backfill_row(p_name, p_scope, p_environment);
+  v_status text;
+  v_job    bigint;
 begin
-  if v_row.status not in ('running', 'paused') then
+  select r.status, r.job_id into v_status, v_job
+    from jobs.backfill_row(p_name, p_scope, p_environment) r;
+  if v_status not in ('running', 'paused') then
     perform jobs.raise_error('backfill_state',
       pg_catalog.format('backfill %s (scope %L) is %s; only a running or paused one cancels',
-                        p_name, p_scope, v_row.status));
+                        p_name, p_scope, v_status));
   end if;
   update jobs.backfill b set status = 'cancelled', updated_at = jobs.now(),
                              finished_at = jobs.now()
-   where b.environment = v_row.environment and b.name = v_row.name and b.scope = v_row.scope;
-  if exists (select from jobs.job j where j.id = v_row.job_id
+   where b.environment = p_environment and b.name = p_name and b.scope = coalesce(p_scope, '');
+  if exists (select from jobs.job j where j.id = v_job
                 and j.state in ('ready', 'running', 'parked', 'interrupted')) then
-    perform jobs.cancel(v_row.job_id);
+    perform jobs.cancel(v_job);
   end if;
 end
 $$;

@@ -302,3 +302,33 @@ def test_sigkill_mid_batch_resumes_from_the_stored_cursor(
     row = ledger(items)
     assert (row["status"], row["rows_done"], row["batches"]) == ("completed", 1050, 11)
     assert scalar(items, "select attempt from jobs.job where id = %s", (job.id,)) == 2
+
+
+def test_describe_lists_the_backfills_beside_their_jobs() -> None:
+    described = runner.invoke(cli, ["describe", "--app", "tests.backfill_example_app:app",
+                                    "--json"])
+    assert described.exit_code == 0, described.output
+    found = json.loads(described.output)
+    assert {"bf.items", "bf.pages", "bf.after"} <= {j["name"] for j in found["jobs"]}
+    after = next(b for b in found["backfills"] if b["name"] == "bf.after")
+    assert after["requires"] == ["bf.items"] and after["key"] == ["id"]
+    assert after["checksum"] == example.app.backfills["bf.after"].backfill.checksum
+    table = runner.invoke(cli, ["describe", "--app", "tests.backfill_example_app:app"])
+    assert "# backfills" in table.output and "pages=" in table.output
+
+
+def test_the_how_to_example_runs(db_dsn: str, conn: psycopg.Connection[Any]) -> None:
+    from examples.backfills import app as example_module
+
+    app = example_module.app
+    app.pools.given = db_dsn
+    conn.execute(example_module.USERS)
+    conn.execute("truncate public.users")
+    conn.execute("insert into public.users select i, 'User' || i || '@Example.COM' "
+                 "from generate_series(1, 1200) i")
+    with app:
+        job = app.backfills["users.lowercase_email"].start()
+    with running(app):
+        wait_for(lambda: job_state(conn, job.id) == "succeeded", "the example backfill")
+    assert scalar(conn, "select count(*) from public.users where email <> lower(email)") == 0
+    assert ledger(conn, "users.lowercase_email")["batches"] == 3
