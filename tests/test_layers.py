@@ -27,7 +27,7 @@ PUBLIC = {
     "App", "AsyncClient", "BackfillBusy", "BackfillChecksumChanged",
     "BackfillEnvironmentRefused", "BackfillError", "BackfillHandle", "BackfillNotFound",
     "BackfillRequiresUnmet", "BackfillStalled", "BackfillState", "Batch", "BulkMoved",
-    "ClaimedJob", "Client", "ConfigurationError",
+    "ClaimedJob", "Client", "ConfigurationError", "PurgeHandle", "PurgeTable",
     "DatabaseError", "DuplicateJob", "Enqueued", "Event", "EventTimeout", "InvalidArgument",
     "InvalidPayload", "JobCancelled", "JobContext", "JobDead", "JobError", "JobFailed",
     "JobFinished", "JobHandle", "JobLive", "JobNotFound", "JobNotRequeueable", "JobRecord",

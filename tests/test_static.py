@@ -31,6 +31,8 @@ SQL_WORD = re.compile(r"\b(select|returning)\b", re.I)
 APP_QUERY_WRAPPERS = {
     # a backfill's page: `source` is the app's declared query (sqljobs._app.backfills)
     "select * from ({source}) as sqljobs_page{after} order by {keys} limit {limit}",
+    # a rollup's source, read for its column names only (sqljobs._app.maintenance)
+    "select * from ({source}) as sqljobs_rollup limit 0",
 }
 
 

@@ -23,7 +23,15 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from sqljobs import errors, queries, records
-from sqljobs._app import App, BackfillHandle, Batch, Limits, Schedules
+from sqljobs._app import (
+    App,
+    BackfillHandle,
+    Batch,
+    Limits,
+    PurgeHandle,
+    PurgeTable,
+    Schedules,
+)
 from sqljobs._client.connection import AsyncClient, Client
 from sqljobs._client.errors import (
     BackfillBusy,
@@ -188,6 +196,8 @@ __all__ = [
     "NotLeader",
     "PayloadTooLarge",
     "PersonalData",
+    "PurgeHandle",
+    "PurgeTable",
     "QueueStats",
     "QueuesRequired",
     "Relay",

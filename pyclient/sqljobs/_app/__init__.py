@@ -5,6 +5,7 @@ starts one."""
 from sqljobs._app.app import App
 from sqljobs._app.backfills import BackfillHandle, Batch
 from sqljobs._app.limits import Limits
+from sqljobs._app.maintenance import PurgeHandle, PurgeTable
 from sqljobs._app.schedules import Schedules
 
-__all__ = ["App", "BackfillHandle", "Batch", "Limits", "Schedules"]
+__all__ = ["App", "BackfillHandle", "Batch", "Limits", "PurgeHandle", "PurgeTable", "Schedules"]

@@ -26,9 +26,18 @@ from sqljobs._app.backfills import (
     declare_backfill,
     environment_of,
 )
+from sqljobs._app.maintenance import (
+    PurgeHandle,
+    PurgeTable,
+    Rollup,
+    declare_purge,
+    declare_refresh,
+    declare_rollup,
+)
 from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient, Client
 from sqljobs._client.pools import Pools
+from sqljobs._declare.jobs import JobHandle
 from sqljobs._declare.registry import Registry
 
 if TYPE_CHECKING:
@@ -46,6 +55,8 @@ class App(Registry):
         self.pools = Pools(dsn, min_size=min_size, max_size=max_size)
         self.given_environment = environment
         self._backfills: dict[str, BackfillHandle] = {}
+        self._purges: dict[str, PurgeHandle] = {}
+        self._purged_tables: set[str] = set()
 
     @property
     def environment(self) -> str:
@@ -162,6 +173,43 @@ class App(Registry):
     def backfills(self) -> dict[str, BackfillHandle]:
         """Declared backfills by name."""
         return dict(self._backfills)
+
+    def purge(self, name: str, tables: Sequence[PurgeTable], *, cron: str | None = None,
+              queue: str | None = None, timeout: float | None = None) -> PurgeHandle:
+        """Declare the retention of the app's own rows by age (docs/howto-upkeep.md):
+        each `sqljobs.PurgeTable(table, column, older_than, batch=1000, where=None)` in
+        its own durable step, one clock reading per pass, bounded batches. A table kept
+        by another purge is refused here. With `cron`, a task; else a job to enqueue."""
+        handle = declare_purge(self, name, tables, self._purged_tables, cron=cron,
+                               queue=queue, timeout=timeout)
+        self._purges[name] = handle
+        return handle
+
+    @property
+    def purges(self) -> dict[str, PurgeHandle]:
+        """Declared purges by name."""
+        return dict(self._purges)
+
+    def rollup(self, name: str, *, target: str, source: str, key: str | Sequence[str],
+               cron: str | None = None, queue: str | None = None,
+               timeout: float | None = None) -> JobHandle[Any]:
+        """Declare a summary table `target` kept from `source` in ONE upsert per run
+        (docs/howto-upkeep.md): the query's columns are the target's, `key` its unique
+        key; rows whose values did not change are not written."""
+        keys = (key,) if isinstance(key, str) else tuple(key)
+        return declare_rollup(self, Rollup(name, target, source, keys), cron=cron,
+                              queue=queue, timeout=timeout)
+
+    def refresh_view(self, view: str, *, name: str | None = None, concurrently: bool = True,
+                     cron: str | None = None, queue: str | None = None,
+                     timeout: float | None = None) -> JobHandle[Any]:
+        """Declare `refresh materialized view [concurrently] view` (docs/howto-upkeep.md),
+        under an advisory lock: a run that finds another refresh of the view in progress
+        skips (`{"refreshed": false}`), so two never overlap. The job's name defaults to
+        `refresh:<view>`."""
+        return declare_refresh(self, name or f"refresh:{view}", view,
+                               concurrently=concurrently, cron=cron, queue=queue,
+                               timeout=timeout)
 
     # -- locks ------------------------------------------------------------------------
 
