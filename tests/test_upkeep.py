@@ -196,3 +196,24 @@ def test_upkeep_jobs_with_cron_are_tasks() -> None:
     assert set(app.tasks) == {"r", "refresh:public.mv"}
     with pytest.raises(ConfigurationError, match="needs key"):
         app.rollup("r2", target="public.t", source="select 1 as id", key=())
+
+
+def test_the_how_to_example_runs(db_dsn: str, conn: psycopg.Connection[Any]) -> None:
+    from examples.upkeep import app as module
+
+    app = module.app
+    app.pools.given = db_dsn
+    conn.execute(module.TABLES)
+    conn.execute("truncate public.page_views, public.daily_views")
+    conn.execute("insert into public.page_views (viewed_at, page) values "
+                 "(now() - interval '100 days', '/old'), (now(), '/a'), (now(), '/a'), "
+                 "(now(), '/b')")
+    assert {"views.retention", "views.daily", "refresh:public.top_pages"} <= set(app.tasks)
+    with app, running(app):
+        for name in ("views.retention", "views.daily", "refresh:public.top_pages"):
+            finished(conn, app.jobs[name].enqueue({}, key=fresh_key()).id)
+    assert scalar(conn, "select count(*) from public.page_views") == 3
+    assert conn.execute("select page, views from public.daily_views order by page").fetchall() \
+        == [("/a", 2), ("/b", 1)]
+    assert conn.execute("select page, views from public.top_pages order by page").fetchall() \
+        == [("/a", 2), ("/b", 1)]
