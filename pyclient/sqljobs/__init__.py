@@ -27,10 +27,12 @@ from sqljobs._app import (
     App,
     BackfillHandle,
     Batch,
+    ImportPage,
     Limits,
     PurgeHandle,
     PurgeTable,
     Schedules,
+    TransferRefused,
 )
 from sqljobs._client.connection import AsyncClient, Client
 from sqljobs._client.errors import (
@@ -167,6 +169,7 @@ __all__ = [
     "Enqueued",
     "Event",
     "EventTimeout",
+    "ImportPage",
     "InvalidArgument",
     "InvalidJobType",
     "InvalidPayload",
@@ -220,6 +223,7 @@ __all__ = [
     "StepTimeout",
     "Steps",
     "TenantRefused",
+    "TransferRefused",
     "UnknownJob",
     "UnknownRetentionKey",
     "Worker",

@@ -7,5 +7,16 @@ from sqljobs._app.backfills import BackfillHandle, Batch
 from sqljobs._app.limits import Limits
 from sqljobs._app.maintenance import PurgeHandle, PurgeTable
 from sqljobs._app.schedules import Schedules
+from sqljobs._app.transfer import ImportPage, TransferRefused
 
-__all__ = ["App", "BackfillHandle", "Batch", "Limits", "PurgeHandle", "PurgeTable", "Schedules"]
+__all__ = [
+           "App",
+           "BackfillHandle",
+           "Batch",
+           "ImportPage",
+           "Limits",
+           "PurgeHandle",
+           "PurgeTable",
+           "Schedules",
+           "TransferRefused",
+]

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from pydantic import BaseModel
+
 from sqljobs._app.backfills import (
     Backfill,
     BackfillHandle,
@@ -33,6 +35,14 @@ from sqljobs._app.maintenance import (
     declare_purge,
     declare_refresh,
     declare_rollup,
+)
+from sqljobs._app.transfer import (
+    Export,
+    Format,
+    Import,
+    ImportPage,
+    declare_export,
+    declare_import,
 )
 from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient, Client
@@ -210,6 +220,35 @@ class App(Registry):
         return declare_refresh(self, name or f"refresh:{view}", view,
                                concurrently=concurrently, cron=cron, queue=queue,
                                timeout=timeout)
+
+    def export_rows(self, name: str, *, source: str, key: str | Sequence[str], url: str,
+                    format: Format = "jsonl", page: int = 1000,
+                    tenant_column: str | None = None, queue: str | None = None,
+                    timeout: float | None = None) -> JobHandle[Any]:
+        """Declare an export of `source` (read by keyset on `key`) to the storage `url`
+        (fsspec: `file://`, `s3://`, ...; `{tenant}` is the job's tenant), one object per
+        page of `page` rows named by its index (`part-000001.jsonl`); `tenant_column`
+        limits a tenant's job to its rows (docs/howto-import-export.md)."""
+        keys = (key,) if isinstance(key, str) else tuple(key)
+        return declare_export(self, Export(name, source, keys, url, format, page,
+                                           tenant_column), queue=queue, timeout=timeout)
+
+    def import_rows(self, name: str, *, url: str = "", format: Format = "csv",
+                    page_bytes: int = 1 << 20, max_record_bytes: int = 64 << 10,
+                    model: type[BaseModel] | None = None, tenant_field: str | None = None,
+                    queue: str | None = None, timeout: float | None = None,
+                    ) -> Callable[[Callable[[ImportPage], Any]], JobHandle[Any]]:
+        """Declare an import of a CSV (header first) or JSON-lines file over its handler
+        `handle(page)`, which gets each page's valid records at least once: pages of at
+        most `page_bytes`, one durable step each, checkpointed at the byte offset; bad
+        records are counted and located (line, byte, field, reason), never copied
+        (docs/howto-import-export.md). `page_bytes < max_record_bytes` is refused."""
+        def declare(fn: Callable[[ImportPage], Any]) -> JobHandle[Any]:
+            spec = Import(name, fn, url, format, page_bytes, max_record_bytes, model,
+                          tenant_field)
+            return declare_import(self, spec, queue=queue, timeout=timeout)
+
+        return declare
 
     # -- locks ------------------------------------------------------------------------
 
