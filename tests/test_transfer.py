@@ -220,3 +220,25 @@ def test_sigkill_mid_import_resumes_at_the_byte_offset(
     assert int(stored["page-3"]) == scalar(
         orders, "select (value->>'offset')::int from jobs.step where job_id = %s and "
                 "name = 'page-3'", (job.id,)), "the stored offset was not rewritten"
+
+
+def test_the_how_to_example_runs(db_dsn: str, conn: psycopg.Connection[Any],
+                                 tmp_path: Path) -> None:
+    from examples.transfer import app as module
+
+    example = module.app
+    example.pools.given = db_dsn
+    conn.execute(module.ORDERS)
+    conn.execute("truncate public.orders")
+    source = tmp_path / "orders.csv"
+    source.write_text("id,customer,amount_cents\n1,ada,500\n2,grace,not-a-number\n3,alan,70\n")
+    with example, running(example):
+        loaded = finished(conn, example.jobs["orders.import"].enqueue(
+            {"url": f"file://{source}"}, key=fresh_key()).id)
+        exported = finished(conn, example.jobs["orders.export"].enqueue(
+            {"url": f"file://{tmp_path}/out"}, key=fresh_key()).id)
+    assert (loaded["accepted"], loaded["refused"]) == (2, 1)
+    assert loaded["errors"] == [{"line": 3, "byte": 35, "reason": "int_parsing",
+                                 "field": "amount_cents"}]
+    assert exported == {"url": f"file://{tmp_path}/out", "pages": 1, "rows": 2}
+    assert (tmp_path / "out" / "part-000001.jsonl").read_text().count("\n") == 2
