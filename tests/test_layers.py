@@ -28,7 +28,7 @@ PUBLIC = {
     "BackfillEnvironmentRefused", "BackfillError", "BackfillHandle", "BackfillNotFound",
     "BackfillRequiresUnmet", "BackfillStalled", "BackfillState", "Batch", "BulkMoved",
     "ClaimedJob", "Client", "ConfigurationError", "PurgeHandle", "PurgeTable",
-    "ImportPage", "TransferRefused",
+    "ImportPage", "TransferRefused", "Document", "PostgresSearchIndex", "SearchIndex",
     "DatabaseError", "DuplicateJob", "Enqueued", "Event", "EventTimeout", "InvalidArgument",
     "InvalidPayload", "JobCancelled", "JobContext", "JobDead", "JobError", "JobFailed",
     "JobFinished", "JobHandle", "JobLive", "JobNotFound", "JobNotRequeueable", "JobRecord",

@@ -36,6 +36,7 @@ from sqljobs._app.maintenance import (
     declare_refresh,
     declare_rollup,
 )
+from sqljobs._app.search import Document, SearchIndex, declare_reindex
 from sqljobs._app.transfer import (
     Export,
     Format,
@@ -183,6 +184,27 @@ class App(Registry):
     def backfills(self) -> dict[str, BackfillHandle]:
         """Declared backfills by name."""
         return dict(self._backfills)
+
+    def reindex(self, name: str, *, index: SearchIndex,
+                document_of: Callable[[Any], Document | None], source: str,
+                key: str | Sequence[str], id_of: Callable[[Any], str] | None = None,
+                batch: int = 1000, count: int | None = None,
+                environments: Sequence[str] | None = None, requires: Sequence[str] = (),
+                rate: float | None = None, queue: str | None = None,
+                timeout: float | None = None) -> BackfillHandle:
+        """Declare a backfill into a search index (docs/howto-reindex.md): each row of
+        `source` becomes `document_of(row)`, upserted into `index` (a `SearchIndex`:
+        `sqljobs.PostgresSearchIndex` needs no other service), or, when that is None,
+        deleted from it by `id_of(row)` (default: the key's value). The checksum covers
+        `document_of` too. The other arguments are `app.backfill`'s."""
+        keys = (key,) if isinstance(key, str) else tuple(key)
+        handle = declare_reindex(
+            self, name, index=index, document_of=document_of, source=source, key=keys,
+            id_of=id_of, batch=batch, count=count,
+            environments=None if environments is None else tuple(environments),
+            requires=tuple(requires), rate=rate, queue=queue, timeout=timeout)
+        self._backfills[name] = handle
+        return handle
 
     def purge(self, name: str, tables: Sequence[PurgeTable], *, cron: str | None = None,
               queue: str | None = None, timeout: float | None = None) -> PurgeHandle:

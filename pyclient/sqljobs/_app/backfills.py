@@ -134,6 +134,7 @@ class Backfill:
     environments: tuple[str, ...] | None = None
     requires: tuple[str, ...] = ()
     rate: float | None = None  # batches per second
+    also: Callable[..., Any] | None = None  # another function the checksum reads (reindex)
     checksum: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -163,6 +164,8 @@ class Backfill:
         declared = {"name": self.name, "source": self.source, "key": list(self.key),
                     "batch": self.batch, "count": self.count,
                     "handle": _source_text(self.handle), "pages": _source_text(self.pages)}
+        if self.also is not None:
+            declared["also"] = _source_text(self.also)
         text = json.dumps(declared, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
