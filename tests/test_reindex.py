@@ -70,3 +70,20 @@ def test_the_checksum_covers_document_of() -> None:
     with pytest.raises(ConfigurationError, match="upsert"):
         one.reindex("s", index=object(), document_of=document_of,  # type: ignore[arg-type]
                     source="select 1 as id", key="id")
+
+
+def test_the_how_to_example_runs(db_dsn: str, conn: psycopg.Connection[Any]) -> None:
+    from examples.reindex import app as module
+
+    module.app.pools.given = db_dsn
+    conn.execute(module.ARTICLES)
+    conn.execute("truncate public.articles")
+    conn.execute("insert into public.articles values (1, 'Durable queues', 'on PostgreSQL', "
+                 "true), (2, 'Queue drafts', 'not yet', false)")
+    module.index.ensure()
+    with module.app:
+        job = module.app.backfills["articles.search"].start()
+    with running(module.app):
+        wait_for(lambda: scalar(conn, "select state::text from jobs.job where id = %s",
+                                (job.id,)) == "succeeded", "the reindex")
+    assert [hit for hit, _ in module.index.search("durable queue")] == ["1"]
