@@ -15,6 +15,7 @@ stored in the database, and starting a worker in this process.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -36,6 +37,7 @@ from sqljobs._app.maintenance import (
     declare_refresh,
     declare_rollup,
 )
+from sqljobs._app.partitions import Every, Partitions, declare_partitions
 from sqljobs._app.search import Document, SearchIndex, declare_reindex
 from sqljobs._app.transfer import (
     Export,
@@ -205,6 +207,17 @@ class App(Registry):
             requires=tuple(requires), rate=rate, queue=queue, timeout=timeout)
         self._backfills[name] = handle
         return handle
+
+    def partitions(self, name: str, *, table: str, every: Every = "day", ahead: int = 3,
+                   retention: float | timedelta | None = None, cron: str | None = None,
+                   queue: str | None = None, timeout: float | None = None) -> JobHandle[Any]:
+        """Declare the upkeep of `table`, partitioned by range on one date or timestamp
+        column (docs/howto-partitions.md): each run creates the partitions of this
+        period and `ahead` more (`<table>_pYYYYMMDD`, periods of a day, week or month,
+        UTC) and detaches and drops those past `retention`, each a durable step; with
+        pg_partman managing the table, `partman.run_maintenance` instead."""
+        return declare_partitions(self, Partitions(name, table, every, ahead, retention),
+                                  cron=cron, queue=queue, timeout=timeout)
 
     def purge(self, name: str, tables: Sequence[PurgeTable], *, cron: str | None = None,
               queue: str | None = None, timeout: float | None = None) -> PurgeHandle:
