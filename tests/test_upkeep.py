@@ -5,6 +5,7 @@ The declarations are in tests/upkeep_example_app.py.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -217,3 +218,14 @@ def test_the_how_to_example_runs(db_dsn: str, conn: psycopg.Connection[Any]) -> 
         == [("/a", 2), ("/b", 1)]
     assert conn.execute("select page, views from public.top_pages order by page").fetchall() \
         == [("/a", 2), ("/b", 1)]
+
+
+def test_describe_lists_each_factory_with_its_kind() -> None:
+    described = runner.invoke(cli, ["describe", "--app", "tests.upkeep_example_app:app",
+                                    "--json"])
+    assert described.exit_code == 0, described.output
+    kinds = {f["name"]: f["kind"] for f in json.loads(described.output)["factories"]}
+    assert kinds == {"app.retention": "purge", "sales.daily": "rollup",
+                     "refresh:public.shop_totals": "refresh_view"}
+    table = runner.invoke(cli, ["describe", "--app", "tests.upkeep_example_app:app"]).output
+    assert "# data factories" in table and "public.app_logs" in table

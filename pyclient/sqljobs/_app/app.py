@@ -70,6 +70,7 @@ class App(Registry):
         self._backfills: dict[str, BackfillHandle] = {}
         self._purges: dict[str, PurgeHandle] = {}
         self._purged_tables: set[str] = set()
+        self._factories: dict[str, dict[str, Any]] = {}
 
     @property
     def environment(self) -> str:
@@ -178,6 +179,9 @@ class App(Registry):
                 requires=tuple(requires), rate=rate)
             handle = declare_backfill(self, declared, queue=queue, timeout=timeout)
             self._backfills[name] = handle
+            self._factories[name] = {"kind": "backfill", "source": source or "(pages)",
+                                     "batch": batch, "environments": environments,
+                                     "requires": list(requires)}
             return handle
 
         return declare
@@ -206,6 +210,8 @@ class App(Registry):
             environments=None if environments is None else tuple(environments),
             requires=tuple(requires), rate=rate, queue=queue, timeout=timeout)
         self._backfills[name] = handle
+        self._factories[name] = {"kind": "reindex", "source": source, "batch": batch,
+                                 "index": type(index).__name__}
         return handle
 
     def partitions(self, name: str, *, table: str, every: Every = "day", ahead: int = 3,
@@ -216,8 +222,12 @@ class App(Registry):
         period and `ahead` more (`<table>_pYYYYMMDD`, periods of a day, week or month,
         UTC) and detaches and drops those past `retention`, each a durable step; with
         pg_partman managing the table, `partman.run_maintenance` instead."""
-        return declare_partitions(self, Partitions(name, table, every, ahead, retention),
-                                  cron=cron, queue=queue, timeout=timeout)
+        declared = Partitions(name, table, every, ahead, retention)
+        handle = declare_partitions(self, declared, cron=cron, queue=queue, timeout=timeout)
+        self._factories[name] = {"kind": "partitions", "table": table, "every": every,
+                                 "ahead": ahead, "retention_s": declared.retention_s
+                                 if retention is not None else None, "cron": cron}
+        return handle
 
     def purge(self, name: str, tables: Sequence[PurgeTable], *, cron: str | None = None,
               queue: str | None = None, timeout: float | None = None) -> PurgeHandle:
@@ -228,7 +238,16 @@ class App(Registry):
         handle = declare_purge(self, name, tables, self._purged_tables, cron=cron,
                                queue=queue, timeout=timeout)
         self._purges[name] = handle
+        self._factories[name] = {"kind": "purge", "tables": [
+            {"table": t.table, "column": t.column, "older_than_s": t.age_s, "batch": t.batch}
+            for t in tables], "cron": cron}
         return handle
+
+    @property
+    def factories(self) -> dict[str, dict[str, Any]]:
+        """What each data factory declared (its job's name -> kind and settings), for
+        `sqljobs describe`."""
+        return {name: dict(found) for name, found in self._factories.items()}
 
     @property
     def purges(self) -> dict[str, PurgeHandle]:
@@ -242,8 +261,11 @@ class App(Registry):
         (docs/howto-upkeep.md): the query's columns are the target's, `key` its unique
         key; rows whose values did not change are not written."""
         keys = (key,) if isinstance(key, str) else tuple(key)
-        return declare_rollup(self, Rollup(name, target, source, keys), cron=cron,
-                              queue=queue, timeout=timeout)
+        handle = declare_rollup(self, Rollup(name, target, source, keys), cron=cron,
+                                queue=queue, timeout=timeout)
+        self._factories[name] = {"kind": "rollup", "target": target, "key": list(keys),
+                                 "cron": cron}
+        return handle
 
     def refresh_view(self, view: str, *, name: str | None = None, concurrently: bool = True,
                      cron: str | None = None, queue: str | None = None,
@@ -252,9 +274,12 @@ class App(Registry):
         under an advisory lock: a run that finds another refresh of the view in progress
         skips (`{"refreshed": false}`), so two never overlap. The job's name defaults to
         `refresh:<view>`."""
-        return declare_refresh(self, name or f"refresh:{view}", view,
-                               concurrently=concurrently, cron=cron, queue=queue,
-                               timeout=timeout)
+        handle = declare_refresh(self, name or f"refresh:{view}", view,
+                                 concurrently=concurrently, cron=cron, queue=queue,
+                                 timeout=timeout)
+        self._factories[handle.name] = {"kind": "refresh_view", "view": view,
+                                        "concurrently": concurrently, "cron": cron}
+        return handle
 
     def export_rows(self, name: str, *, source: str, key: str | Sequence[str], url: str,
                     format: Format = "jsonl", page: int = 1000,
@@ -265,8 +290,11 @@ class App(Registry):
         page of `page` rows named by its index (`part-000001.jsonl`); `tenant_column`
         limits a tenant's job to its rows (docs/howto-import-export.md)."""
         keys = (key,) if isinstance(key, str) else tuple(key)
-        return declare_export(self, Export(name, source, keys, url, format, page,
-                                           tenant_column), queue=queue, timeout=timeout)
+        handle = declare_export(self, Export(name, source, keys, url, format, page,
+                                             tenant_column), queue=queue, timeout=timeout)
+        self._factories[name] = {"kind": "export", "url": url, "format": format,
+                                 "page": page, "tenant_column": tenant_column}
+        return handle
 
     def import_rows(self, name: str, *, url: str = "", format: Format = "csv",
                     page_bytes: int = 1 << 20, max_record_bytes: int = 64 << 10,
@@ -281,7 +309,12 @@ class App(Registry):
         def declare(fn: Callable[[ImportPage], Any]) -> JobHandle[Any]:
             spec = Import(name, fn, url, format, page_bytes, max_record_bytes, model,
                           tenant_field)
-            return declare_import(self, spec, queue=queue, timeout=timeout)
+            handle = declare_import(self, spec, queue=queue, timeout=timeout)
+            self._factories[name] = {"kind": "import", "url": url, "format": format,
+                                     "page_bytes": page_bytes,
+                                     "max_record_bytes": max_record_bytes,
+                                     "tenant_field": tenant_field}
+            return handle
 
         return declare
 

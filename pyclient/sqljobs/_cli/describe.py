@@ -67,6 +67,9 @@ def describe(
                  else catalog(application))
         if not personal and application.backfills:
             found["backfills"] = [_backfill(h.backfill) for h in application.backfills.values()]
+        if not personal and application.factories:
+            found["factories"] = [{"name": name, **settings}
+                                  for name, settings in application.factories.items()]
     else:
         found = _from_database(dsn, personal)
     if as_json:
@@ -88,7 +91,7 @@ def describe(
                      ", ".join(job.get("limits") or ()),
                      f"{cron['cron']} ({cron['timezone']})" if cron else "",
                      _paths(job["sensitive"]), _paths(job["personal"]))
-    tasks = limits = backfills = None
+    tasks = limits = backfills = factories = None
     if found.get("tasks"):
         tasks = Listing("task", "job", "cron", "timezone", "catch up", title="tasks")
         for task in found["tasks"]:
@@ -108,7 +111,12 @@ def describe(
             backfills.add_row(b["name"], b["source"] or f"pages={b['pages']}", b["batch"],
                               b["count"], b["rate"], ", ".join(b["environments"] or ["(any)"]),
                               ", ".join(b["requires"]), b["checksum"][:12])
-    output.show(jobs, tasks, limits, backfills)
+    if found.get("factories"):
+        factories = Listing("job", "factory", "settings", title="data factories")
+        for f in found["factories"]:
+            settings = {k: v for k, v in f.items() if k not in ("name", "kind")}
+            factories.add_row(f["name"], f["kind"], json.dumps(settings))
+    output.show(jobs, tasks, limits, backfills, factories)
     if output.is_terminal():
         output.say("payload schemas: sqljobs describe --json")
 
