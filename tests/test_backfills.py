@@ -332,3 +332,21 @@ def test_the_how_to_example_runs(db_dsn: str, conn: psycopg.Connection[Any]) -> 
         wait_for(lambda: job_state(conn, job.id) == "succeeded", "the example backfill")
     assert scalar(conn, "select count(*) from public.users where email <> lower(email)") == 0
     assert ledger(conn, "users.lowercase_email")["batches"] == 3
+
+
+def test_the_cli_runs_a_backfill_idempotently_by_key(
+        db_dsn: str, items: psycopg.Connection[Any]) -> None:
+    target = "tests.backfill_example_app:app"
+    first = cli_run(db_dsn, "run", "bf.pages", "--app", target, "--key", "release-1")
+    again = cli_run(db_dsn, "run", "bf.pages", "--app", target, "--key", "release-1")
+    assert first.exit_code == 0 and again.exit_code == 0, first.output + again.output
+    assert "enqueued" in first.output and "already enqueued" in again.output
+    assert scalar(items, "select count(*) from jobs.job where name = 'bf.pages'") == 1
+    unknown = cli_run(db_dsn, "run", "bf.nope", "--app", target)
+    assert unknown.exit_code == 2 and "no backfill named" in unknown.output
+    app = example.make_app(db_dsn)
+    with running(app):
+        wait_for(lambda: scalar(items, "select state::text from jobs.job where name = "
+                                       "'bf.pages'") == "succeeded", "the run")
+    shown = json.loads(cli_run(db_dsn, "--json").output)
+    assert [(b["name"], b["status"]) for b in shown["backfills"]] == [("bf.pages", "completed")]

@@ -33,6 +33,8 @@ APP_QUERY_WRAPPERS = {
     "select * from ({source}) as sqljobs_page{after} order by {keys} limit {limit}",
     # a rollup's source, read for its column names only (sqljobs._app.maintenance)
     "select * from ({source}) as sqljobs_rollup limit 0",
+    # an export's page, of the app's declared query (sqljobs._app.transfer)
+    "select * from ({source}) as sqljobs_export{where} order by {keys} limit {limit}",
 }
 
 
