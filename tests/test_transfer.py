@@ -170,6 +170,12 @@ def test_an_import_refuses_another_tenants_records(
 app = App()  # the worker processes' app: `--app tests.test_transfer:app` ($SQLJOBS_DSN)
 
 
+# the fourth page waits while the test holds page -1 (the SIGKILL lands in it)
+app.export_rows("orders.crash_export", key="id", url="file:///nowhere", page=5,
+                source="select id, tenant, amount, public.tx_gate(id) as gate "
+                       "from public.tx_orders")
+
+
 @app.import_rows("orders.crash", model=Order, page_bytes=200, max_record_bytes=100)
 async def load_slowly(page: ImportPage) -> None:
     async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
@@ -242,3 +248,47 @@ def test_the_how_to_example_runs(db_dsn: str, conn: psycopg.Connection[Any],
                                  "field": "amount_cents"}]
     assert exported == {"url": f"file://{tmp_path}/out", "pages": 1, "rows": 2}
     assert (tmp_path / "out" / "part-000001.jsonl").read_text().count("\n") == 2
+
+
+@pytest.mark.slow
+def test_sigkill_mid_export_resumes_at_the_cursor_and_rewrites_no_stored_page(
+        db_dsn: str, orders: psycopg.Connection[Any], tmp_path: Path) -> None:
+    orders.execute("create table if not exists public.tx_hold (page integer primary key)")
+    orders.execute("truncate public.tx_hold")
+    orders.execute("insert into public.tx_hold values (-1)")
+    orders.execute("""create or replace function public.tx_gate(p_id integer) returns integer
+        language plpgsql as $$ begin
+          -- (the page query computes this for every row: hold once three pages are stored)
+          while exists (select from public.tx_hold where page = -1) and (
+              select count(*) from jobs.step s join jobs.job j on j.id = s.job_id
+               where j.name = 'orders.crash_export' and s.name like 'page-%%') >= 3 loop
+            perform pg_sleep(0.05);
+          end loop;
+          return 0;
+        end $$""")
+    app.pools.given = db_dsn
+    out = tmp_path / "export"
+    with app:
+        job = app.jobs["orders.crash_export"].enqueue({"url": f"file://{out}"},
+                                                      key=fresh_key())
+    args = ("tests.test_transfer:app", "--queue", "default", "--lease", "2",
+            "--poll-interval", "0.2", "--concurrency", "1")
+    with spawner(db_dsn, tmp_path, "worker") as start:
+        first = start(*args)
+        wait_for(lambda: scalar(orders, "select count(*) from jobs.step where job_id = %s and "
+                                        "name = 'page-3'", (job.id,)) == 1,
+                 "three pages stored, the fourth held")
+        first.kill()
+        written = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+        assert sorted(written) == ["part-000001.jsonl", "part-000002.jsonl",
+                                   "part-000003.jsonl"]
+        orders.execute("delete from public.tx_hold")
+        second = start(*args)
+        result = finished(orders, job.id)
+        second.kill()
+    assert result == {"url": f"file://{out}", "pages": 5, "rows": 25}
+    ids = [json.loads(line)["id"] for part in sorted(out.iterdir())
+           for line in part.read_text().splitlines()]
+    assert ids == list(range(1, 26)), "every row in exactly one object, in key order"
+    assert {name: (out / name).stat().st_mtime_ns for name in written} == written, \
+        "a stored page's object is not written again"

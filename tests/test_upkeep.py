@@ -229,3 +229,38 @@ def test_describe_lists_each_factory_with_its_kind() -> None:
                      "refresh:public.shop_totals": "refresh_view"}
     table = runner.invoke(cli, ["describe", "--app", "tests.upkeep_example_app:app"]).output
     assert "# data factories" in table and "public.app_logs" in table
+
+
+@pytest.mark.slow
+def test_sigkill_mid_purge_resumes_without_repeating_a_finished_table(
+        db_dsn: str, tables: psycopg.Connection[Any], tmp_path: Any) -> None:
+    from tests.processes import spawner
+
+    seed_old_and_new(tables)
+    app = example.make_app(db_dsn)
+    args = ("tests.upkeep_example_app:app", "--queue", "default", "--lease", "2",
+            "--poll-interval", "0.2", "--concurrency", "1")
+    with psycopg.connect(db_dsn) as holder, spawner(db_dsn, tmp_path, "worker") as start:
+        holder.execute("lock table public.app_logs in access exclusive mode")
+        with app:
+            job = app.jobs["app.retention"].enqueue({}, key=fresh_key())
+        first = start(*args)
+        wait_for(lambda: scalar(tables, "select count(*) from pg_stat_activity where "
+                                        "wait_event_type = 'Lock' and query ilike "
+                                        "'delete from \"public\".\"app_logs\"%%'") == 1,
+                 "the purge of the second table waiting for the test's lock")
+        done_first = tables.execute("select value, created_at from jobs.step where job_id = %s "
+                                    "and name in ('clock', 'table:public.app_events') "
+                                    "order by ordinal", (job.id,)).fetchall()
+        assert [v for v, _ in done_first][1:] == [25], "the first table was done and stored"
+        first.kill()
+        holder.rollback()
+        second = start(*args)
+        result = finished(tables, job.id)
+        second.kill()
+    assert result == {"public.app_events": 25, "public.app_logs": 12}
+    assert tables.execute("select value, created_at from jobs.step where job_id = %s and name "
+                          "in ('clock', 'table:public.app_events') order by ordinal",
+                          (job.id,)).fetchall() == done_first, "replayed, not run again"
+    assert scalar(tables, "select attempt from jobs.job where id = %s", (job.id,)) == 2
+    assert scalar(tables, "select count(*) from public.app_logs") == 3
