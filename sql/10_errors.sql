@@ -30,6 +30,14 @@
 --   SJ021     step_not_found        a fork names a step the job's stored history does not have
 --   SJ030     not_leader            a scheduler fire whose leader token is not the live lease's
 --   SJ031     schedule_not_found    a schedule verb names a schedule that does not exist
+--   SJ040     backfill_environment_refused  a backfill began in an environment it does not list
+--   SJ041     backfill_requires_unmet       a backfill began before a backfill it requires completed
+--   SJ042     backfill_checksum_changed     a completed backfill began again under another checksum
+--   SJ043     backfill_busy         a backfill began while another live job runs it
+--   SJ044     backfill_not_found    a backfill verb names a backfill that never ran there
+--   SJ045     backfill_state        pause/resume/cancel of a backfill not in a state that allows it
+--   SJ046     backfill_stalled      a backfill's last batch left fewer rows than its count
+--                                   (answered by jobs.backfill_finish, raised by the client)
 
 create or replace function jobs.error_codes()
 returns table (sqlstate text, name text, meaning text)
@@ -60,7 +68,14 @@ as $$
     ('SJ020', 'worker_id_taken',     'a live worker of that id was registered by another login role'),
     ('SJ021', 'step_not_found',      'the job''s stored history has no step of that name'),
     ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
-    ('SJ031', 'schedule_not_found',  'no schedule has that name')
+    ('SJ031', 'schedule_not_found',  'no schedule has that name'),
+    ('SJ040', 'backfill_environment_refused', 'the backfill may not run in this environment'),
+    ('SJ041', 'backfill_requires_unmet', 'a backfill this one requires has not completed in this environment'),
+    ('SJ042', 'backfill_checksum_changed', 'the backfill completed under another checksum; it is not run again silently'),
+    ('SJ043', 'backfill_busy',       'another live job is running this backfill'),
+    ('SJ044', 'backfill_not_found',  'no backfill of that name and scope has run in this environment'),
+    ('SJ045', 'backfill_state',      'the backfill is not in a state that allows this verb'),
+    ('SJ046', 'backfill_stalled',    'the backfill ended with fewer rows than its declared count')
 $$;
 
 comment on function jobs.error_codes() is 'The sqljobs SQLSTATE table: code, symbolic name, meaning.';

@@ -93,6 +93,10 @@ as $$
       ('sqljobs_worker', 'jobs.job_type_declare(text,jsonb)'),
       ('sqljobs_worker', 'jobs.worker_heartbeat(text,text[],text[],integer,double precision,text,integer,jsonb)'),
       ('sqljobs_worker', 'jobs.worker_stop(text)'),
+      ('sqljobs_worker', 'jobs.backfill_begin(bigint,bigint,text,text,text,text[],text[],text,bigint,boolean,text)'),
+      ('sqljobs_worker', 'jobs.backfill_advance(bigint,bigint,text,text,text,integer,jsonb,bigint)'),
+      ('sqljobs_worker', 'jobs.backfill_status(bigint,bigint,text,text,text)'),
+      ('sqljobs_worker', 'jobs.backfill_finish(bigint,bigint,text,text,text)'),
       -- scheduler: the fleet's configuration from code, the schedules, retention
       ('sqljobs_scheduler', 'jobs.leader_acquire(text,text,double precision)'),
       ('sqljobs_scheduler', 'jobs.leader_release(text,text,bigint)'),
@@ -140,6 +144,9 @@ as $$
       ('sqljobs_operator', 'jobs.tenant_bind(text,text)'),
       ('sqljobs_operator', 'jobs.tenant_unbind(text)'),
       ('sqljobs_operator', 'jobs.tenant_bindings()'),
+      ('sqljobs_operator', 'jobs.backfill_pause(text,text,text)'),
+      ('sqljobs_operator', 'jobs.backfill_resume(text,text,text)'),
+      ('sqljobs_operator', 'jobs.backfill_cancel(text,text,text)'),
       -- reader: views and read functions only (redacted: no raw payload)
       ('sqljobs_reader', 'jobs.queue_stats()'), ('sqljobs_reader', 'jobs.queue_stats_v2()'),
       ('sqljobs_reader', 'jobs.list_jobs(jsonb,bigint,integer)'),
@@ -163,6 +170,7 @@ as $$
       ('sqljobs_reader', 'jobs.finished_per_minute(integer)'),
       ('sqljobs_reader', 'jobs.finished_by_queue(integer,integer)'),
       ('sqljobs_reader', 'jobs.declared_queues()'),
+      ('sqljobs_reader', 'jobs.backfills(text)'),
       -- jobs.job_view calls these with its reader's privileges (a view's functions are
       -- checked against its caller), so whoever is granted SELECT on the view needs them;
       -- they compute on their arguments only and read no table (bound_tenant: only the

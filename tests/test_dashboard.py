@@ -721,3 +721,25 @@ def test_finished_per_minute_buckets_the_window_with_zeros(conn: psycopg.Connect
     assert rows == [("09:59", 0, 0), ("10:00", 1, 1), ("10:01", 0, 0), ("10:02", 1, 0)]
     with pytest.raises(psycopg.Error, match="between 1 and 1440"):
         conn.execute("select jobs.finished_per_minute(0)")
+
+
+def test_backfills_page_shows_progress_and_pauses_resumes_cancels(
+        conn: psycopg.Connection[Any], web: TestClient) -> None:
+    client = Client(conn)
+    job = client.run(queries.enqueue("bf.web", "k", {"scope": ""}, {"queue": "bf_web"}))
+    claimed = client.run(queries.claim(["bf_web"], "w", 1))[0]
+    client.run(queries.backfill_begin(job.id, claimed.claim, "bf.web", "", "production", None,
+                                      [], "sum", 400, False, "ci@deploy"))
+    client.run(queries.backfill_advance(job.id, claimed.claim, "bf.web", "", "production", 1,
+                                        [100], 100))
+    page = web.get(PREFIX + "/backfills").text
+    assert "bf.web" in page and "100/400 (25%)" in page and "ci@deploy" in page
+    assert "/backfills/production/bf.web/pause" in page
+    assert post(web, "/backfills/production/bf.web/pause", scope="").status_code == 303
+    assert client.run(queries.backfills("production"))[0].status == "paused"
+    assert "/backfills/production/bf.web/resume" in web.get(PREFIX + "/backfills").text
+    assert post(web, "/backfills/production/bf.web/pause", scope="").status_code == 400
+    assert post(web, "/backfills/production/bf.web/resume", scope="").status_code == 303
+    assert post(web, "/backfills/production/bf.web/cancel", scope="").status_code == 303
+    assert client.run(queries.backfills("production"))[0].status == "cancelled"
+    assert post(web, "/backfills/staging/bf.web/pause", scope="").status_code == 400

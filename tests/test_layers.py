@@ -24,7 +24,11 @@ import sqljobs
 ROOT = Path(__file__).resolve().parents[1]
 
 PUBLIC = {
-    "App", "AsyncClient", "BulkMoved", "ClaimedJob", "Client", "ConfigurationError",
+    "App", "AsyncClient", "BackfillBusy", "BackfillChecksumChanged",
+    "BackfillEnvironmentRefused", "BackfillError", "BackfillHandle", "BackfillNotFound",
+    "BackfillRequiresUnmet", "BackfillStalled", "BackfillState", "Batch", "BulkMoved",
+    "ClaimedJob", "Client", "ConfigurationError", "PurgeHandle", "PurgeTable",
+    "ImportPage", "TransferRefused", "Document", "PostgresSearchIndex", "SearchIndex",
     "DatabaseError", "DuplicateJob", "Enqueued", "Event", "EventTimeout", "InvalidArgument",
     "InvalidPayload", "JobCancelled", "JobContext", "JobDead", "JobError", "JobFailed",
     "JobFinished", "JobHandle", "JobLive", "JobNotFound", "JobNotRequeueable", "JobRecord",

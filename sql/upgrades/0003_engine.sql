@@ -11,13 +11,14 @@
 --     plans (as SQL functions they were planned in every transaction).
 --   * jobs.recover(queues, limit): the claim's recovery on its own, so a worker with no
 --     free slot recovers a crashed peer's lapsed leases without claiming.
--- Locks: function replacements only, no table rewrite: each takes a brief lock on the
--- function's catalog row; no job row is touched. Workers: need not drain. A 0.2 worker
--- reads a busy answer (null) as a lost lease: the job runs again after its lease, as a
--- stalled batch did before; upgrade the workers to 0.3 to retry it instead.
 --   * Forks (jobs.fork, jobs.job_forked_from; table jobs.job_fork) and patch markers
 --     (jobs.step_put option patch); the claim answers the stored steps' order
 --     ('sqljobs.order'), which the 0.3 client checks a replay against.
+--   * The backfill ledger (table jobs.backfill, sql/85_factories.sql) and its functions.
+-- Locks: two new, empty tables and function replacements, no table rewrite: no lock
+-- on a table that holds jobs. Workers: need not drain. A 0.2 worker reads a busy answer
+-- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
+-- before; upgrade the workers to 0.3 to retry it instead.
 --
 -- The DDL an upgrade needs (tables, columns, indexes, types) goes here by hand;
 -- the functions, views, triggers and comments are generated below it.
@@ -29,3 +30,31 @@ create table jobs.job_fork (
   forked_at   timestamptz not null,
   forked_by   text not null
 );
+
+-- ---------------------------------------------------------------------------
+-- jobs.backfill: the ledger of the backfills (sql/85_factories.sql). A new, empty
+-- table: no lock on anything that exists; workers need not drain.
+-- ---------------------------------------------------------------------------
+create table jobs.backfill (
+  environment text        not null,
+  name        text        not null,
+  scope       text        not null default '',
+  tenant      text,
+  checksum    text        not null,
+  status      text        not null
+              check (status in ('running', 'paused', 'completed', 'stalled', 'cancelled')),
+  job_id      bigint,
+  job_batch   integer     not null default 0,
+  batches     bigint      not null default 0,
+  rows_done   bigint      not null default 0,
+  expected    bigint,
+  cursor      jsonb,
+  started_by  text        not null,
+  started_at  timestamptz not null,
+  updated_at  timestamptz not null,
+  finished_at timestamptz,
+  primary key (environment, name, scope)
+);
+
+comment on table jobs.backfill is
+  'The backfill ledger: what ran, per environment, name and scope (sql/85_factories.sql).';

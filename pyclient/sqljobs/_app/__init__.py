@@ -3,7 +3,24 @@ managers of what is stored (limits, schedules). Above the runtime: `App.run_work
 starts one."""
 
 from sqljobs._app.app import App
+from sqljobs._app.backfills import BackfillHandle, Batch
 from sqljobs._app.limits import Limits
+from sqljobs._app.maintenance import PurgeHandle, PurgeTable
 from sqljobs._app.schedules import Schedules
+from sqljobs._app.search import Document, PostgresSearchIndex, SearchIndex
+from sqljobs._app.transfer import ImportPage, TransferRefused
 
-__all__ = ["App", "Limits", "Schedules"]
+__all__ = [
+    "App",
+    "BackfillHandle",
+    "Batch",
+    "Document",
+    "ImportPage",
+    "Limits",
+    "PostgresSearchIndex",
+    "PurgeHandle",
+    "PurgeTable",
+    "Schedules",
+    "SearchIndex",
+    "TransferRefused",
+]

@@ -14,13 +14,43 @@ stored in the database, and starting a worker in this process.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from pydantic import BaseModel
+
+from sqljobs._app.backfills import (
+    Backfill,
+    BackfillHandle,
+    Batch,
+    PageFn,
+    declare_backfill,
+    environment_of,
+)
+from sqljobs._app.maintenance import (
+    PurgeHandle,
+    PurgeTable,
+    Rollup,
+    declare_purge,
+    declare_refresh,
+    declare_rollup,
+)
+from sqljobs._app.partitions import Every, Partitions, declare_partitions
+from sqljobs._app.search import Document, SearchIndex, declare_reindex
+from sqljobs._app.transfer import (
+    Export,
+    Format,
+    Import,
+    ImportPage,
+    declare_export,
+    declare_import,
+)
 from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient, Client
 from sqljobs._client.pools import Pools
+from sqljobs._declare.jobs import JobHandle
 from sqljobs._declare.registry import Registry
 
 if TYPE_CHECKING:
@@ -32,9 +62,21 @@ if TYPE_CHECKING:
 class App(Registry):
     """A sqljobs application: what it declares, and the pools its calls run on."""
 
-    def __init__(self, dsn: str | None = None, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(self, dsn: str | None = None, *, min_size: int = 1, max_size: int = 10,
+                 environment: str | None = None) -> None:
         super().__init__(self)
         self.pools = Pools(dsn, min_size=min_size, max_size=max_size)
+        self.given_environment = environment
+        self._backfills: dict[str, BackfillHandle] = {}
+        self._purges: dict[str, PurgeHandle] = {}
+        self._purged_tables: set[str] = set()
+        self._factories: dict[str, dict[str, Any]] = {}
+
+    @property
+    def environment(self) -> str:
+        """Where this app runs, for the backfill ledger: the `environment` given, else
+        $SQLJOBS_ENVIRONMENT, else "default"."""
+        return environment_of(self.given_environment)
 
     # -- the database -------------------------------------------------------------------
 
@@ -98,6 +140,183 @@ class App(Registry):
         from sqljobs._app.schedules import Schedules
 
         return Schedules(self)
+
+    # -- data factories ---------------------------------------------------------------
+
+    def backfill(
+        self,
+        *,
+        name: str,
+        source: str | None = None,
+        key: str | Sequence[str] = (),
+        pages: PageFn | None = None,
+        batch: int = 1000,
+        count: int | None = None,
+        environments: Sequence[str] | None = None,
+        requires: Sequence[str] = (),
+        rate: float | None = None,
+        queue: str | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[[Batch], Any]], BackfillHandle]:
+        """Declare a backfill over its handler `handle(batch)` (sync or async), which
+        gets each page of rows at least once (docs/howto-backfills.md).
+
+        The source is either `source`, a query read by keyset on its `key` column(s)
+        (write `%(scope)s` for the run's scope, `%%` for a literal %), or `pages`, a
+        function `(cursor, scope) -> (rows, next_cursor | None)` (JSON cursors).
+        `batch` rows per page; `count` the rows expected in all (fewer after the last
+        batch: BackfillStalled); `environments` where it may run (None: anywhere);
+        `requires` backfills that must have completed in the environment first;
+        `rate` batches per second at most. It is a job named `name` (`queue`,
+        `timeout` as for `@app.job`); `handle.start()` enqueues a run.
+        """
+        keys = (key,) if isinstance(key, str) else tuple(key)
+
+        def declare(fn: Callable[[Batch], Any]) -> BackfillHandle:
+            declared = Backfill(
+                name=name, handle=fn, source=source, key=keys, pages=pages, batch=batch,
+                count=count, environments=None if environments is None else tuple(environments),
+                requires=tuple(requires), rate=rate)
+            handle = declare_backfill(self, declared, queue=queue, timeout=timeout)
+            self._backfills[name] = handle
+            self._factories[name] = {"kind": "backfill", "source": source or "(pages)",
+                                     "batch": batch, "environments": environments,
+                                     "requires": list(requires)}
+            return handle
+
+        return declare
+
+    @property
+    def backfills(self) -> dict[str, BackfillHandle]:
+        """Declared backfills by name."""
+        return dict(self._backfills)
+
+    def reindex(self, name: str, *, index: SearchIndex,
+                document_of: Callable[[Any], Document | None], source: str,
+                key: str | Sequence[str], id_of: Callable[[Any], str] | None = None,
+                batch: int = 1000, count: int | None = None,
+                environments: Sequence[str] | None = None, requires: Sequence[str] = (),
+                rate: float | None = None, queue: str | None = None,
+                timeout: float | None = None) -> BackfillHandle:
+        """Declare a backfill into a search index (docs/howto-reindex.md): each row of
+        `source` becomes `document_of(row)`, upserted into `index` (a `SearchIndex`:
+        `sqljobs.PostgresSearchIndex` needs no other service), or, when that is None,
+        deleted from it by `id_of(row)` (default: the key's value). The checksum covers
+        `document_of` too. The other arguments are `app.backfill`'s."""
+        keys = (key,) if isinstance(key, str) else tuple(key)
+        handle = declare_reindex(
+            self, name, index=index, document_of=document_of, source=source, key=keys,
+            id_of=id_of, batch=batch, count=count,
+            environments=None if environments is None else tuple(environments),
+            requires=tuple(requires), rate=rate, queue=queue, timeout=timeout)
+        self._backfills[name] = handle
+        self._factories[name] = {"kind": "reindex", "source": source, "batch": batch,
+                                 "index": type(index).__name__}
+        return handle
+
+    def partitions(self, name: str, *, table: str, every: Every = "day", ahead: int = 3,
+                   retention: float | timedelta | None = None, cron: str | None = None,
+                   queue: str | None = None, timeout: float | None = None) -> JobHandle[Any]:
+        """Declare the upkeep of `table`, partitioned by range on one date or timestamp
+        column (docs/howto-partitions.md): each run creates the partitions of this
+        period and `ahead` more (`<table>_pYYYYMMDD`, periods of a day, week or month,
+        UTC) and detaches and drops those past `retention`, each a durable step; with
+        pg_partman managing the table, `partman.run_maintenance` instead."""
+        declared = Partitions(name, table, every, ahead, retention)
+        handle = declare_partitions(self, declared, cron=cron, queue=queue, timeout=timeout)
+        self._factories[name] = {"kind": "partitions", "table": table, "every": every,
+                                 "ahead": ahead, "retention_s": declared.retention_s
+                                 if retention is not None else None, "cron": cron}
+        return handle
+
+    def purge(self, name: str, tables: Sequence[PurgeTable], *, cron: str | None = None,
+              queue: str | None = None, timeout: float | None = None) -> PurgeHandle:
+        """Declare the retention of the app's own rows by age (docs/howto-upkeep.md):
+        each `sqljobs.PurgeTable(table, column, older_than, batch=1000, where=None)` in
+        its own durable step, one clock reading per pass, bounded batches. A table kept
+        by another purge is refused here. With `cron`, a task; else a job to enqueue."""
+        handle = declare_purge(self, name, tables, self._purged_tables, cron=cron,
+                               queue=queue, timeout=timeout)
+        self._purges[name] = handle
+        self._factories[name] = {"kind": "purge", "tables": [
+            {"table": t.table, "column": t.column, "older_than_s": t.age_s, "batch": t.batch}
+            for t in tables], "cron": cron}
+        return handle
+
+    @property
+    def factories(self) -> dict[str, dict[str, Any]]:
+        """What each data factory declared (its job's name -> kind and settings), for
+        `sqljobs describe`."""
+        return {name: dict(found) for name, found in self._factories.items()}
+
+    @property
+    def purges(self) -> dict[str, PurgeHandle]:
+        """Declared purges by name."""
+        return dict(self._purges)
+
+    def rollup(self, name: str, *, target: str, source: str, key: str | Sequence[str],
+               cron: str | None = None, queue: str | None = None,
+               timeout: float | None = None) -> JobHandle[Any]:
+        """Declare a summary table `target` kept from `source` in ONE upsert per run
+        (docs/howto-upkeep.md): the query's columns are the target's, `key` its unique
+        key; rows whose values did not change are not written."""
+        keys = (key,) if isinstance(key, str) else tuple(key)
+        handle = declare_rollup(self, Rollup(name, target, source, keys), cron=cron,
+                                queue=queue, timeout=timeout)
+        self._factories[name] = {"kind": "rollup", "target": target, "key": list(keys),
+                                 "cron": cron}
+        return handle
+
+    def refresh_view(self, view: str, *, name: str | None = None, concurrently: bool = True,
+                     cron: str | None = None, queue: str | None = None,
+                     timeout: float | None = None) -> JobHandle[Any]:
+        """Declare `refresh materialized view [concurrently] view` (docs/howto-upkeep.md),
+        under an advisory lock: a run that finds another refresh of the view in progress
+        skips (`{"refreshed": false}`), so two never overlap. The job's name defaults to
+        `refresh:<view>`."""
+        handle = declare_refresh(self, name or f"refresh:{view}", view,
+                                 concurrently=concurrently, cron=cron, queue=queue,
+                                 timeout=timeout)
+        self._factories[handle.name] = {"kind": "refresh_view", "view": view,
+                                        "concurrently": concurrently, "cron": cron}
+        return handle
+
+    def export_rows(self, name: str, *, source: str, key: str | Sequence[str], url: str,
+                    format: Format = "jsonl", page: int = 1000,
+                    tenant_column: str | None = None, queue: str | None = None,
+                    timeout: float | None = None) -> JobHandle[Any]:
+        """Declare an export of `source` (read by keyset on `key`) to the storage `url`
+        (fsspec: `file://`, `s3://`, ...; `{tenant}` is the job's tenant), one object per
+        page of `page` rows named by its index (`part-000001.jsonl`); `tenant_column`
+        limits a tenant's job to its rows (docs/howto-import-export.md)."""
+        keys = (key,) if isinstance(key, str) else tuple(key)
+        handle = declare_export(self, Export(name, source, keys, url, format, page,
+                                             tenant_column), queue=queue, timeout=timeout)
+        self._factories[name] = {"kind": "export", "url": url, "format": format,
+                                 "page": page, "tenant_column": tenant_column}
+        return handle
+
+    def import_rows(self, name: str, *, url: str = "", format: Format = "csv",
+                    page_bytes: int = 1 << 20, max_record_bytes: int = 64 << 10,
+                    model: type[BaseModel] | None = None, tenant_field: str | None = None,
+                    queue: str | None = None, timeout: float | None = None,
+                    ) -> Callable[[Callable[[ImportPage], Any]], JobHandle[Any]]:
+        """Declare an import of a CSV (header first) or JSON-lines file over its handler
+        `handle(page)`, which gets each page's valid records at least once: pages of at
+        most `page_bytes`, one durable step each, checkpointed at the byte offset; bad
+        records are counted and located (line, byte, field, reason), never copied
+        (docs/howto-import-export.md). `page_bytes < max_record_bytes` is refused."""
+        def declare(fn: Callable[[ImportPage], Any]) -> JobHandle[Any]:
+            spec = Import(name, fn, url, format, page_bytes, max_record_bytes, model,
+                          tenant_field)
+            handle = declare_import(self, spec, queue=queue, timeout=timeout)
+            self._factories[name] = {"kind": "import", "url": url, "format": format,
+                                     "page_bytes": page_bytes,
+                                     "max_record_bytes": max_record_bytes,
+                                     "tenant_field": tenant_field}
+            return handle
+
+        return declare
 
     # -- locks ------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from sqljobs._app.backfills import Backfill
 from sqljobs._cli import output
 from sqljobs._cli.common import DsnOption, connected_client, load_app
 from sqljobs._cli.output import JsonOption, Listing
@@ -39,6 +40,14 @@ def _from_database(dsn: str | None, personal_only: bool) -> dict[str, Any]:
                       "origin": t.origin} for t in types]}
 
 
+def _backfill(b: Backfill) -> dict[str, Any]:
+    return {"name": b.name, "source": b.source, "key": list(b.key),
+            "pages": None if b.pages is None else getattr(b.pages, "__qualname__", "pages"),
+            "batch": b.batch, "count": b.count, "rate": b.rate,
+            "environments": None if b.environments is None else list(b.environments),
+            "requires": list(b.requires), "checksum": b.checksum}
+
+
 def describe(
     app: Annotated[str | None, typer.Option(
         "--app", help="The app to describe, as module:attribute (default: the job types "
@@ -50,11 +59,17 @@ def describe(
     dsn: DsnOption = None,
 ) -> None:
     """Describe the declared jobs and tasks: queue, payload schema, retry, timeout,
-    limits, cron, and the sensitive and personal fields of each payload."""
+    limits, cron, the sensitive and personal fields of each payload, and the
+    backfills (source, batch, count, rate, environments, requires, checksum)."""
     if app is not None:
         application = load_app(app)
         found = ({"personal_data": personal_data(application)} if personal
                  else catalog(application))
+        if not personal and application.backfills:
+            found["backfills"] = [_backfill(h.backfill) for h in application.backfills.values()]
+        if not personal and application.factories:
+            found["factories"] = [{"name": name, **settings}
+                                  for name, settings in application.factories.items()]
     else:
         found = _from_database(dsn, personal)
     if as_json:
@@ -76,7 +91,7 @@ def describe(
                      ", ".join(job.get("limits") or ()),
                      f"{cron['cron']} ({cron['timezone']})" if cron else "",
                      _paths(job["sensitive"]), _paths(job["personal"]))
-    tasks = limits = None
+    tasks = limits = backfills = factories = None
     if found.get("tasks"):
         tasks = Listing("task", "job", "cron", "timezone", "catch up", title="tasks")
         for task in found["tasks"]:
@@ -89,7 +104,19 @@ def describe(
             limits.add_row(limit["name"], limit["scope"], limit.get("target") or "",
                            limit.get("concurrency"),
                            f"{rate['n']}/{rate['per_s']:g}s" if rate else "")
-    output.show(jobs, tasks, limits)
+    if found.get("backfills"):
+        backfills = Listing("backfill", "source", "batch", "count", "rate (/s)",
+                            "environments", "requires", "checksum", title="backfills")
+        for b in found["backfills"]:
+            backfills.add_row(b["name"], b["source"] or f"pages={b['pages']}", b["batch"],
+                              b["count"], b["rate"], ", ".join(b["environments"] or ["(any)"]),
+                              ", ".join(b["requires"]), b["checksum"][:12])
+    if found.get("factories"):
+        factories = Listing("job", "factory", "settings", title="data factories")
+        for f in found["factories"]:
+            settings = {k: v for k, v in f.items() if k not in ("name", "kind")}
+            factories.add_row(f["name"], f["kind"], json.dumps(settings))
+    output.show(jobs, tasks, limits, backfills, factories)
     if output.is_terminal():
         output.say("payload schemas: sqljobs describe --json")
 

@@ -12,6 +12,7 @@ import typer
 import typer.core
 
 from sqljobs._cli import demo, install, metrics, operate, retention, roles
+from sqljobs._cli.backfills import backfills_app
 from sqljobs._cli.common import CommandLine
 from sqljobs._cli.dashboard import dashboard
 from sqljobs._cli.describe import describe
@@ -80,6 +81,7 @@ app.command()(dashboard)
 app.command()(retention.purge)
 app.add_typer(retention.retention_app, name="retention")
 app.add_typer(tenants_app, name="tenants")
+app.add_typer(backfills_app, name="backfills")
 
 
 def main() -> None:

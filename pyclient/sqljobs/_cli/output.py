@@ -30,6 +30,7 @@ REFUSED = 1  # the database refused: a coded SQL error (SQLSTATE and message on 
 USAGE = 2  # bad usage: an unknown option or value, an app that cannot load, no database
 NOT_CONFIRMED = 3  # a filter action without --yes: stdin not a terminal, or answered no
 NOT_FOUND = 4  # `jobs show` of an id no job has, `tenants unbind` of a role bound to none
+PENDING = 5  # `backfills --pending` found declared backfills not completed in the environment
 
 JsonOption = Annotated[bool, typer.Option(
     "--json", help="Print one JSON document (for scripts: see docs/howto-cli-scripts.md).")]

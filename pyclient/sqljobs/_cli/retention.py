@@ -11,22 +11,28 @@ from __future__ import annotations
 import math
 import re
 import time
+from datetime import timedelta
 from typing import Annotated, Any
 
+import psycopg
 import typer
 
+from sqljobs._app.maintenance import eligible, purge_table
 from sqljobs._cli import output
 from sqljobs._cli.common import (
     DsnOption,
     connected_client,
     console,
+    dsn_of,
     err_console,
     finite,
     in_range,
+    load_app,
     whole,
 )
 from sqljobs._cli.output import JsonOption, Listing
 from sqljobs._client import queries
+from sqljobs._client.connection import Client
 from sqljobs._client.records import PurgeStep, RetentionPolicy
 
 retention_app = typer.Typer(
@@ -103,10 +109,14 @@ def purge(
     cancelled: CancelledOption = None,
     awaited: AwaitedOption = None,
     events: EventsOption = None,
+    target: Annotated[str | None, typer.Option(
+        "--app", help="module:attribute of an App: its declared purges (app.purge) join "
+                      "this run, each table in bounded batches of its own.")] = None,
     dsn: DsnOption = None,
 ) -> None:
     """Delete finished jobs (with their steps, waits, outbox rows) and old events by age,
-    in bounded batches; the ages given override the stored policy for this run."""
+    in bounded batches; the ages given override the stored policy for this run. With
+    --app, the app's own tables declared with app.purge too."""
     if not 1 <= batch <= 100_000:
         raise typer.BadParameter("--batch must be between 1 and 100000")
     if max_batches is not None and max_batches < 1:
@@ -121,7 +131,8 @@ def purge(
         in_effect = client.run(queries.retention_policy(policy))
         if dry_run:
             step = client.run(queries.purge(batch, True, policy))
-            output.show(policy_table(in_effect, "retention in effect"))
+            output.show(policy_table(in_effect, "retention in effect"),
+                        _app_purges(target, dsn, client, dry_run=True, max_batches=None))
             output.say(f"eligible now: {step.jobs_remaining:,} jobs, "
                        f"{step.events_remaining:,} events (dry run: nothing deleted)")
             return
@@ -142,9 +153,34 @@ def purge(
                     break
                 if pause > 0:
                     time.sleep(pause)
+        app_tables = _app_purges(target, dsn, client, dry_run=False,
+                                 max_batches=max_batches)
+    output.show(app_tables)
     output.say(f"purged {totals['jobs']:,} jobs ({totals['outbox']:,} outbox rows with "
                f"them) and {totals['events']:,} events in {batches} batch(es); "
                f"{step.remaining:,} still eligible")
+
+
+def _app_purges(target: str | None, dsn: str | None, client: Client, *, dry_run: bool,
+                max_batches: int | None) -> Listing | None:
+    """The app's declared purges (app.purge), one clock reading for all: each table's
+    eligible rows (dry run), or what was deleted from it."""
+    if target is None:
+        return None
+    application = load_app(target)
+    now = client.run(queries.database_now())
+    table = Listing("purge", "table", "column", "older than",
+                    "eligible" if dry_run else "deleted",
+                    title="the app's tables" + (" (dry run)" if dry_run else ""))
+    with psycopg.connect(dsn_of(dsn), autocommit=True) as conn:  # the app's privileges
+        for name, handle in application.purges.items():
+            for kept in handle.purge.tables:
+                cutoff = now - timedelta(seconds=kept.age_s)
+                found = (eligible(conn, kept, cutoff) if dry_run
+                         else purge_table(conn, kept, cutoff, max_batches))
+                table.add_row(name, kept.table, kept.column, show_age(kept.age_s),
+                              f"{found:,}")
+    return table
 
 
 @retention_app.command("show")

@@ -186,6 +186,47 @@ class ScheduleNotFound(DatabaseError, LookupError, sqlstate="SJ031", name="sched
     """No schedule has that name."""
 
 
+class BackfillError(SqljobsError):
+    """Base class of the backfill ledger's errors (SJ040 to SJ046, each a DatabaseError)."""
+
+
+class BackfillEnvironmentRefused(DatabaseError, BackfillError, PermissionError,
+                                 sqlstate="SJ040", name="backfill_environment_refused"):
+    """The backfill declares `environments=[...]` and this environment is not one of them."""
+
+
+class BackfillRequiresUnmet(DatabaseError, BackfillError,
+                            sqlstate="SJ041", name="backfill_requires_unmet"):
+    """A backfill named in `requires=[...]` has not completed in this environment."""
+
+
+class BackfillChecksumChanged(DatabaseError, BackfillError,
+                              sqlstate="SJ042", name="backfill_checksum_changed"):
+    """The backfill completed here under another declaration (checksum): it is reported,
+    not run again; start it with `rerun=True` to run it again."""
+
+
+class BackfillBusy(DatabaseError, BackfillError,
+                   sqlstate="SJ043", name="backfill_busy"):
+    """Another live job is running this backfill (environment, name, scope)."""
+
+
+class BackfillNotFound(DatabaseError, BackfillError, LookupError,
+                       sqlstate="SJ044", name="backfill_not_found"):
+    """No backfill of that name and scope has run in this environment."""
+
+
+class BackfillState(DatabaseError, BackfillError,
+                    sqlstate="SJ045", name="backfill_state"):
+    """Pause, resume or cancel of a backfill whose status does not allow it."""
+
+
+class BackfillStalled(DatabaseError, BackfillError,
+                      sqlstate="SJ046", name="backfill_stalled"):
+    """The backfill's last batch left fewer rows handled than its declared `count`
+    (`jobs.backfill_finish` answered 'stalled'; the ledger row says so)."""
+
+
 class LockBusy(SqljobsError, TimeoutError):
     """`app.lock(...)` could not take the lock before its timeout: another holder has it."""
 
@@ -215,6 +256,14 @@ def translate(error: psycopg.Error) -> Exception:
 
 
 __all__ = [
+    "BackfillBusy",
+    "BackfillChecksumChanged",
+    "BackfillEnvironmentRefused",
+    "BackfillError",
+    "BackfillNotFound",
+    "BackfillRequiresUnmet",
+    "BackfillStalled",
+    "BackfillState",
     "ConfigurationError",
     "DatabaseError",
     "DuplicateJob",

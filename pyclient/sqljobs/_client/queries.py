@@ -16,6 +16,8 @@ from typing import Any, Generic, LiteralString, TypeVar
 from psycopg.types.json import Jsonb
 
 from sqljobs._client.records import (
+    BackfillRecord,
+    BackfillStart,
     BulkMoved,
     ClaimedJob,
     Enqueued,
@@ -704,6 +706,66 @@ _SCHEDULE_COLUMNS: LiteralString = (
 )
 
 
+# -- the backfill ledger (sql/85_factories.sql) ---------------------------------------
+
+_BACKFILL_COLUMNS: LiteralString = (
+    "environment, name, scope, tenant, checksum, status, job_id, job_state, batches, "
+    "rows_done, expected, cursor, started_by, started_at, updated_at, finished_at")
+
+
+def backfill_begin(job_id: int, claim: int, name: str, scope: str, environment: str,
+                   environments: Sequence[str] | None, requires: Sequence[str],
+                   checksum: str, expected: int | None, rerun: bool,
+                   started_by: str) -> Call[BackfillStart]:
+    return Call(
+        "select verdict, cursor, batches, rows_done from jobs.backfill_begin("
+        "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (job_id, claim, name, scope, environment,
+         None if environments is None else list(environments), list(requires), checksum,
+         expected, rerun, started_by),
+        lambda rows: BackfillStart(*rows[0]), tuples=True)
+
+
+def backfill_advance(job_id: int, claim: int, name: str, scope: str, environment: str,
+                     batch: int, cursor: Any, rows: int) -> Call[str]:
+    return Call(
+        "select jobs.backfill_advance(%s, %s, %s, %s, %s, %s, %s, %s) as status",
+        (job_id, claim, name, scope, environment, batch, _json(cursor), rows),
+        _one("status"))
+
+
+def backfill_status(job_id: int, claim: int, name: str, scope: str,
+                    environment: str) -> Call[str]:
+    return Call("select jobs.backfill_status(%s, %s, %s, %s, %s) as status",
+                (job_id, claim, name, scope, environment), _one("status"))
+
+
+def backfill_finish(job_id: int, claim: int, name: str, scope: str,
+                    environment: str) -> Call[str]:
+    return Call("select jobs.backfill_finish(%s, %s, %s, %s, %s) as status",
+                (job_id, claim, name, scope, environment), _one("status"))
+
+
+def backfill_pause(name: str, scope: str, environment: str) -> Call[None]:
+    return Call("select jobs.backfill_pause(%s, %s, %s)", (name, scope, environment), _none)
+
+
+def backfill_resume(name: str, scope: str, environment: str) -> Call[None]:
+    return Call("select jobs.backfill_resume(%s, %s, %s)", (name, scope, environment), _none)
+
+
+def backfill_cancel(name: str, scope: str, environment: str) -> Call[None]:
+    return Call("select jobs.backfill_cancel(%s, %s, %s)", (name, scope, environment), _none)
+
+
+def backfills(environment: str | None = None) -> Call[list[BackfillRecord]]:
+    """The ledger (`jobs.backfills`): one environment's rows, or every environment's."""
+    return Call(
+        "select " + _BACKFILL_COLUMNS + " from jobs.backfills(%s)",
+        (environment,),
+        lambda rows: [BackfillRecord.model_validate(row) for row in rows])
+
+
 def database_now() -> Call[datetime]:
     """The database's clock, `jobs.now()` (a session's jobs.fake_now when set)."""
     return Call("select jobs.now() as now", (), _one("now"))
@@ -882,6 +944,14 @@ __all__ = [
     "Call",
     "ack",
     "ack_many",
+    "backfill_advance",
+    "backfill_begin",
+    "backfill_cancel",
+    "backfill_finish",
+    "backfill_pause",
+    "backfill_resume",
+    "backfill_status",
+    "backfills",
     "cancel",
     "cancel_where",
     "claim",

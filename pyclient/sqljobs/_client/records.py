@@ -355,6 +355,41 @@ class ScheduleRecord(_Record):
     next_fire_at: datetime | None = None
 
 
+class BackfillRecord(_Record):
+    """One row of the backfill ledger, as `jobs.backfills()` reads it: what ran, where,
+    how far (`rows_done` of `expected`, `batches`, the `cursor` the next batch starts
+    from) and who started it. `status` is running, paused, completed, stalled or
+    cancelled, or the state of its job (failed, dead, cancelled) when that ended a
+    running or paused row without finishing it."""
+
+    environment: str
+    name: str
+    scope: str
+    tenant: str | None
+    checksum: str
+    status: str
+    job_id: int | None
+    job_state: str | None
+    batches: int
+    rows_done: int
+    expected: int | None
+    cursor: Any
+    started_by: str
+    started_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class BackfillStart(NamedTuple):
+    """What `jobs.backfill_begin` answers a run: `verdict` run | done, and where the run
+    starts (the ledger's cursor and counts)."""
+
+    verdict: str
+    cursor: Any
+    batches: int
+    rows_done: int
+
+
 class Fired(_Record):
     """One occurrence `jobs.schedule_fire` enqueued: its job, created or deduped."""
 
@@ -474,6 +509,8 @@ class LeaderRecord(_Record):
 
 
 __all__ = [
+    "BackfillRecord",
+    "BackfillStart",
     "BulkMoved",
     "ClaimedJob",
     "Enqueued",

@@ -347,6 +347,12 @@ class Dashboard:
             listed = client.run(queries.schedules())
         return self.render(request, "schedules.html", schedules=listed)
 
+    def backfills(self, request: Request) -> Response:
+        """The backfill ledger of every environment, with progress."""
+        with self.reading() as client:
+            rows = client.run(queries.backfills(None))
+        return self.render(request, "backfills.html", backfills=rows)
+
     def outbox(self, request: Request) -> Response:
         with self.reading() as client:
             stats = client.run(queries.outbox_stats())
@@ -439,6 +445,24 @@ class Dashboard:
         return RedirectResponse(
             f"{request.scope.get('root_path', '')}/schedules?done={verb}+{name}", status_code=303)
 
+    async def backfill_action(self, request: Request) -> Response:
+        form, refused = await self.guard(request)
+        if refused:
+            return refused
+        verb = request.path_params["verb"]
+        environment, name = request.path_params["environment"], request.path_params["name"]
+        call = {"pause": queries.backfill_pause, "resume": queries.backfill_resume,
+                "cancel": queries.backfill_cancel}.get(verb)
+        if call is None:
+            return self.refuse(request, 404, f"unknown action {verb!r}")
+        try:
+            with self.writing() as conn:
+                Client(conn).run(call(name, form.get("scope", ""), environment))
+        except SqljobsError as error:
+            return self.refuse(request, 400, str(error))
+        return RedirectResponse(
+            f"{request.scope.get('root_path', '')}/backfills?done={verb}+{name}", status_code=303)
+
     def login_page(self, request: Request) -> Response:
         return self.render(request, "login.html")
 
@@ -486,6 +510,8 @@ def app(dsn: str, allow_actions: bool = False, token: str | None = None) -> Star
         Route("/schedules", d.schedules),
         Route("/schedules/{name}/{verb}", d.schedule_action, methods=["POST"]),
         Route("/outbox", d.outbox),
+        Route("/backfills", d.backfills),
+        Route("/backfills/{environment}/{name}/{verb}", d.backfill_action, methods=["POST"]),
         Route("/queues/{queue}/{verb}", d.queue_action, methods=["POST"]),
         Route("/login", d.login_page),
         Route("/login", d.login, methods=["POST"]),
