@@ -108,7 +108,11 @@ create table if not exists jobs.job (
   -- outcome: retry|failed|dead|interrupted|lease_expired, error}. Written only where an
   -- attempt fails (jobs.nack_many, lease recovery in jobs.claim), never by a claim or
   -- an ack; null until the first such attempt. jobs.job_detail shows it, redacted.
-  attempts         jsonb
+  attempts         jsonb,
+  -- Version 3: the code version of the worker that first claimed the job (a claim's
+  -- option "version"); a claim with that option takes only jobs of its version or
+  -- never claimed, so a rolling deploy replays each job on the code that began it.
+  code_version     text
 ) with (fillfactor = 70);  -- room for HOT updates of progress and heartbeats
 -- No CHECK constraints: every value a caller gives is checked once, by
 -- jobs.spec_problem, before any write (a CHECK would repeat those rules, and cost a

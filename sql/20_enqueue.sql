@@ -45,7 +45,8 @@ declare
                              'progress', 'last_error', 'result', 'created_at', 'started_at',
                              'finished_at', 'first_started_at', 'step_seq', 'compensable',
                              'compensating', 'parent_id', 'parent_step', 'settle_watched',
-                             'slots', 'blocked_on', 'deferred_by', 'attempts'];
+                             'slots', 'blocked_on', 'deferred_by', 'attempts',
+                             'code_version'];
   -- the fields that only steer an enqueue (not columns)
   v_steering jsonb := '{"delay_s": "double precision", "on_conflict": "text"}';
   v_fields   jsonb := '{}';

@@ -82,6 +82,7 @@ declare
   v_now    timestamptz := jobs.now();
   v_queues text[];
   v_names  text[];
+  v_version text;   -- options.version: only jobs of this code version or never claimed
   v_limited boolean;
   v_rooms   integer[];  -- limited: per queue of v_queues, what its concurrency limits leave
   v_ids     bigint[];  -- limited: the candidates
@@ -105,9 +106,16 @@ begin
   end if;
   if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
      or exists (select 1 from pg_catalog.jsonb_object_keys(p_options) k
-                 where k not in ('names', 'recover')) then
+                 where k not in ('names', 'recover', 'version')) then
     perform jobs.raise_error('invalid_argument',
-      'options takes only {"names": [...], "recover": true|false}');
+      'options takes only {"names": [...], "recover": true|false, "version": "..."}');
+  end if;
+  if p_options ? 'version' then
+    if pg_catalog.jsonb_typeof(p_options->'version') <> 'string' then
+      perform jobs.raise_error('invalid_argument', 'options.version must be a string');
+    end if;
+    v_version := p_options->>'version';
+    perform jobs.check_name(v_version, 'options.version');
   end if;
   if p_options ? 'recover' and pg_catalog.jsonb_typeof(p_options->'recover') <> 'boolean' then
     perform jobs.raise_error('invalid_argument', 'options.recover must be true or false');
@@ -162,6 +170,7 @@ begin
              and r.run_at <= v_now
              and (v_names is null or r.name = any (v_names))
              and (v_tenant is null or r.tenant = v_tenant)
+             and (v_version is null or r.code_version is null or r.code_version = v_version)
            order by r.priority, r.run_at, r.id
            limit q.room + 4
              for update skip locked) as c
@@ -182,6 +191,7 @@ begin
               and r.run_at <= v_now
               and (v_names is null or r.name = any (v_names))
               and (v_tenant is null or r.tenant = v_tenant)
+              and (v_version is null or r.code_version is null or r.code_version = v_version)
             order by r.priority, r.run_at, r.id
             limit p_limit
               for update skip locked) as c
@@ -208,6 +218,7 @@ begin
              lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s),
              started_at = picked.started_at,
              first_started_at = coalesce(j.first_started_at, v_now),
+             code_version = coalesce(j.code_version, v_version),
              deferred_by = null,
              slots = picked.slots
         from picked

@@ -337,3 +337,48 @@ async def _patched_with_no_id() -> None:
                   cancelled=threading.Event(), lost=lambda: None,
                   loop=asyncio.get_running_loop())
     await steps.patched_async("")
+
+
+def rolling_release(dsn: str, version: str) -> Callable[[JobContext, Order], Awaitable[str]]:
+    """Release `version` of a job that records each run, stores a step, and fails its
+    first attempt."""
+    async def rolling(ctx: JobContext, payload: Order) -> str:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
+            await c.execute("insert into deploy_run values (%s, %s, %s)",
+                            (ctx.job_id, ctx.attempt, version))
+        await ctx.step.run_async("begun", lambda: version)
+        if ctx.attempt == 1:
+            raise RuntimeError("again, on the same release")
+        return version
+    return rolling
+
+
+def test_a_rolling_deploy_replays_each_job_on_the_version_that_began_it(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """Workers of releases v1 and v2 race on one queue; every job fails its first attempt
+    after a step, and its retry is claimed only by the version that began it."""
+    conn.execute("create table if not exists deploy_run "
+                 "(job_id bigint not null, attempt int not null, version text not null)")
+    apps = {v: App(dsn, code_version=v) for v in ("v1", "v2")}
+    for version, app in apps.items():
+        app.job(name="deploy.rolling", queue=QUEUE,
+                retry=RetryPolicy(max_attempts=3, base_s=0.01, cap_s=0.01))(
+            rolling_release(dsn, version))
+
+    try:
+        ids = [apps["v1"].job_handle("deploy.rolling").enqueue({"order": i}, key=fresh_key()).id
+               for i in range(20)]
+        with running(apps["v1"], concurrency=2), running(apps["v2"], concurrency=2):
+            for job_id in ids:
+                until_state(conn, job_id, "succeeded")
+    finally:
+        for app in apps.values():
+            app.close()
+    runs = conn.execute("select job_id, array_agg(distinct version), count(*)::int, "
+                        "(select code_version from jobs.job j where j.id = r.job_id) "
+                        "from deploy_run r where job_id = any(%s) group by job_id",
+                        (ids,)).fetchall()
+    assert len(runs) == 20
+    for job_id, versions, attempts, recorded in runs:
+        assert len(versions) == 1 and attempts == 2, (job_id, versions, attempts)
+        assert recorded == versions[0]

@@ -15,13 +15,19 @@
 --     (jobs.step_put option patch); the claim answers the stored steps' order
 --     ('sqljobs.order'), which the 0.3 client checks a replay against.
 --   * The backfill ledger (table jobs.backfill, sql/85_factories.sql) and its functions.
--- Locks: two new, empty tables and function replacements, no table rewrite: no lock
--- on a table that holds jobs. Workers: need not drain. A 0.2 worker reads a busy answer
+--   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
+--     a catalog change, no rewrite) set by the first claim that passes the option
+--     "version"; such a claim takes only jobs of its version or never claimed.
+-- Locks: two new, empty tables, one nullable column added to jobs.job (an ACCESS
+-- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
+-- transactions that hold the table), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
 -- before; upgrade the workers to 0.3 to retry it instead.
 --
 -- The DDL an upgrade needs (tables, columns, indexes, types) goes here by hand;
 -- the functions, views, triggers and comments are generated below it.
+
+alter table jobs.job add column code_version text;
 
 create table jobs.job_fork (
   job_id      bigint primary key references jobs.job (id) on delete cascade,
@@ -124,6 +130,407 @@ $$;
 -- === sql/20_enqueue.sql ===
 
 -- ---------------------------------------------------------------------------
+-- jobs.define_spec(): derive the job spec from jobs.job. (Re)creates
+--   jobs.job_spec         the spec's fields as a record type
+--   jobs.spec_fields()    {field: type} of every spec field (and delay_s, on_conflict)
+--   jobs.spec_defaults()  {field: default} from the columns' DEFAULTs
+--   jobs.spec_problem_of() the validation of one spec: each rule once, the type rules
+--                         read off the columns' types
+--   jobs.insert_jobs()    the one insert of jobs that enqueue, enqueue_many, stage's
+--                         relay and every other path share
+-- from the catalog, so a column added to jobs.job is a spec field with its default
+-- everywhere at once. Runs at install, and again in any revision that changes jobs.job.
+-- The engine's own columns, which no caller sets, are named here.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.define_spec()
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $define$
+declare
+  v_engine   text[] := array['id', 'state', 'attempt', 'claim', 'lease_expires_at', 'worker',
+                             'progress', 'last_error', 'result', 'created_at', 'started_at',
+                             'finished_at', 'first_started_at', 'step_seq', 'compensable',
+                             'compensating', 'parent_id', 'parent_step', 'settle_watched',
+                             'slots', 'blocked_on', 'deferred_by', 'attempts',
+                             'code_version'];
+  -- the fields that only steer an enqueue (not columns)
+  v_steering jsonb := '{"delay_s": "double precision", "on_conflict": "text"}';
+  v_fields   jsonb := '{}';
+  v_defaults jsonb := '{}';
+  v_columns  text[] := '{}';  -- spec columns the insert names (run_at is computed)
+  v_order    text[];          -- the record's fields: steering ones, then columns in order
+  v_checks   text := '';      -- one WHEN per field: a value not of its column's JSON type
+  v_values   text;            -- the value rules
+  v_given    text;            -- a spec without the fields it gives as JSON null
+  v_base     text;            -- the spec's fields with their defaults, before it gives any
+  v_known    text;            -- the fields' names
+  v_col      record;
+  v_default  jsonb;
+  v_wrong    text;
+  v_want     text;
+begin
+  -- FIELDS and DEFAULTS, from the columns of jobs.job
+  v_order := array(select k from pg_catalog.jsonb_object_keys(v_steering) k order by k);
+  for v_col in
+    select a.attname::text as name, pg_catalog.format_type(a.atttypid, a.atttypmod) as type,
+           pg_catalog.pg_get_expr(d.adbin, d.adrelid) as default_expr
+      from pg_catalog.pg_attribute a
+      left join pg_catalog.pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
+     where a.attrelid = 'jobs.job'::pg_catalog.regclass and a.attnum > 0
+       and not a.attisdropped and a.attname <> all (v_engine)
+     order by a.attnum
+  loop
+    v_fields := v_fields || pg_catalog.jsonb_build_object(v_col.name, v_col.type);
+    v_order := v_order || v_col.name;
+    if v_col.default_expr is not null then
+      -- a constant the catalog wrote itself (e.g. 'default'::text, 25, '{}'::jsonb)
+      execute 'select pg_catalog.to_jsonb(' || v_col.default_expr || ')' into v_default;
+      v_defaults := v_defaults || pg_catalog.jsonb_build_object(v_col.name, v_default);
+    end if;
+    if v_col.name <> 'run_at' then
+      v_columns := v_columns || v_col.name;
+    end if;
+  end loop;
+  v_fields := v_fields || v_steering;
+
+  -- TYPES: what a JSON value of each column type must be (null always is: the field
+  -- then takes its default). One WHEN per field, in jsonb key order, so the first
+  -- wrong field named is the first in the spec as jsonb stores it.
+  for v_col in
+    select f.key as name, f.value #>> '{}' as type, pg_catalog.quote_literal(f.key) as lit
+      from pg_catalog.jsonb_each(v_fields) f
+     order by pg_catalog.octet_length(f.key), f.key
+  loop
+    v_wrong := case v_col.type
+      when 'jsonb' then null
+      when 'text' then 'when ''string'' then false'
+      when 'boolean' then 'when ''boolean'' then false'
+      when 'double precision' then 'when ''number'' then @ ({spec}->{field})::numeric > 1e308'
+      when 'smallint' then 'when ''number'' then ({spec}->{field})::numeric % 1 <> 0 '
+                           'or ({spec}->{field})::numeric not between -32768 and 32767'
+      when 'integer' then 'when ''number'' then ({spec}->{field})::numeric % 1 <> 0 '
+                          'or ({spec}->{field})::numeric not between -2147483648 and 2147483647'
+      when 'timestamp with time zone' then 'when ''string'' then not jobs.is_time({spec}->>{field})'
+    end;
+    v_want := case v_col.type
+      when 'text' then 'a string'
+      when 'boolean' then 'true or false'
+      when 'double precision' then 'a number'
+      when 'smallint' then 'a whole number between -32768 and 32767'
+      when 'integer' then 'a whole number between -2147483648 and 2147483647'
+      when 'timestamp with time zone' then 'a time (ISO 8601, e.g. 2030-01-02T03:04:05Z)'
+    end;
+    if v_col.type <> 'jsonb' and v_wrong is null then
+      raise exception 'jobs.define_spec: no JSON rule for column type % (field %)',
+        v_col.type, v_col.name;
+    end if;
+    if v_wrong is not null then
+      v_checks := v_checks || pg_catalog.format(
+        E'\n        when case pg_catalog.jsonb_typeof({spec}->%1$s) when ''null'' then false %2$s'
+        || E'\n                  else {spec} ? %1$s end then %3$L',
+        v_col.lit, pg_catalog.replace(v_wrong, '{field}', v_col.lit),
+        pg_catalog.format('%L must be %s', v_col.name, v_want));
+    end if;
+  end loop;
+
+  -- jobs.job_spec: a spec's fields as one record (narrow, so reading a spec is cheap).
+  -- Fields are added, never dropped or changed: a column of jobs.job is never either.
+  -- A column added to jobs.job comes last, so does its field here: an upgraded type
+  -- and a fresh one list the same fields in the same order.
+  if pg_catalog.to_regtype('jobs.job_spec') is null then
+    execute 'create type jobs.job_spec as (' ||
+            (select pg_catalog.string_agg(pg_catalog.format('%I %s', f.name, v_fields->>f.name),
+                                          ', ' order by f.ord)
+               from pg_catalog.unnest(v_order) with ordinality as f(name, ord)) || ')';
+  else
+    for v_col in
+      select f.name, v_fields->>f.name as type
+        from pg_catalog.unnest(v_order) with ordinality as f(name, ord)
+       where not exists (select from pg_catalog.pg_attribute a
+                          where a.attrelid = 'jobs.job_spec'::pg_catalog.regclass
+                            and a.attname = f.name and not a.attisdropped)
+       order by f.ord
+    loop
+      execute pg_catalog.format('alter type jobs.job_spec add attribute %I %s',
+                                v_col.name, v_col.type);
+    end loop;
+  end if;
+  comment on type jobs.job_spec is
+    'Private: the fields of a job spec (made by jobs.define_spec() from jobs.job).';
+
+  execute pg_catalog.format($f$
+    create or replace function jobs.spec_fields()
+    returns jsonb language sql immutable set search_path = ''
+    as $b$ select %L::jsonb $b$ $f$, v_fields);
+  comment on function jobs.spec_fields() is
+    'The job spec''s fields and their types (made by jobs.define_spec()).';
+  execute pg_catalog.format($f$
+    create or replace function jobs.spec_defaults()
+    returns jsonb language sql immutable set search_path = ''
+    as $b$ select %L::jsonb $b$ $f$, v_defaults);
+  comment on function jobs.spec_defaults() is
+    'The job spec''s defaults (made by jobs.define_spec() from the DEFAULTs of jobs.job).';
+
+  -- The validation of one spec, written once here as two pieces of SQL over {spec} (the
+  -- spec) and {r} (its fields with their defaults), then used by jobs.spec_problem_of
+  -- (one spec: simple expressions, no query) and jobs.spec_problem (a batch: one query).
+  v_values := $rules$case
+        when {r}.name is null or {r}.name = '' then 'name is required'
+        when {r}.key is null or {r}.key = '' then 'key is required (the idempotency key)'
+        -- a payload is what a handler takes as keyword arguments (null or absent: {})
+        when pg_catalog.jsonb_typeof({r}.payload) <> 'object' then 'payload must be a JSON object'
+        -- BOUNDS (docs/reference/sql.md, "Limits"): no value a caller may pass breaks an
+        -- index, a fleet-wide read or a later settle of the job
+        when pg_catalog.octet_length({r}.name) > 200 then 'name must be at most 200 bytes'
+        when pg_catalog.octet_length({r}.key) > 1000 then 'key must be at most 1000 bytes'
+        when pg_catalog.octet_length({r}.queue) > 200 then 'queue must be at most 200 bytes'
+        when pg_catalog.octet_length({r}.tenant) > 200 then 'tenant must be at most 200 bytes'
+        when pg_catalog.octet_length({r}.group_key) > 1000 then 'group_key must be at most 1000 bytes'
+        when pg_catalog.octet_length({r}.traceparent) > 256 then 'traceparent must be at most 256 bytes'
+        when {r}.payload @? jobs.too_deep() then 'payload must be nested less than 100 levels deep'
+        when {r}.run_at not between '1970-01-01 00:00:00+00' and '2200-01-01 00:00:00+00'
+          then 'run_at must be between 1970-01-01 and 2200-01-01'
+        when {r}.delay_s > 3.2e9 then 'delay_s must be at most 3.2e9 seconds (a century)'
+        when {r}.timeout_s > 1e9 then 'timeout_s must be at most 1e9 seconds'
+        when {r}.retry_base_s > 1e9 then 'retry_base_s must be at most 1e9 seconds'
+        when {r}.retry_cap_s > 1e9 then 'retry_cap_s must be at most 1e9 seconds'
+        when {r}.debounce_s > 1e9 then 'debounce_s must be at most 1e9 seconds'
+        when {r}.throttle_per_s > 1e9 then 'throttle_per_s must be at most 1e9 seconds'
+        when {r}.queue = '' then 'queue must not be empty'
+        when {r}.max_attempts < 1 then 'max_attempts must be at least 1'
+        when {r}.retry_base_s <= 0 then 'retry_base_s must be positive'
+        when {r}.retry_cap_s < {r}.retry_base_s then 'retry_cap_s must be at least retry_base_s'
+        when {r}.retry_jitter not in ('none', 'full', 'equal')
+          then 'retry_jitter must be none, full or equal'
+        when {r}.timeout_s <= 0 then 'timeout_s must be positive'
+        when {r}.delay_s < 0 then 'delay_s must not be negative'
+        when {r}.delay_s is not null and {r}.run_at is not null
+          then 'give run_at or delay_s, not both'
+        when {r}.on_conflict not in ('return', 'error') then 'on_conflict must be return or error'
+        when {r}.group_key = '' then 'group_key must not be empty'
+        when {r}.debounce_s <= 0 then 'debounce_s must be positive'
+        when {r}.debounce_s is not null and ({r}.run_at is not null or {r}.delay_s is not null)
+          then 'give debounce_s, or run_at / delay_s, not both'
+        when ({r}.throttle_n is null) <> ({r}.throttle_per_s is null)
+          then 'give throttle_n and throttle_per_s together'
+        when {r}.throttle_n < 1 then 'throttle_n must be at least 1'
+        when {r}.throttle_per_s <= 0 then 'throttle_per_s must be positive'
+      end$rules$;
+  v_given := 'case when {spec} @? ''$.* ? (@ == null)'' then jobs.spec_given({spec}) else {spec} end';
+  v_base := 'pg_catalog.jsonb_populate_record(null::jobs.job_spec, '
+            || pg_catalog.quote_literal(v_defaults) || '::jsonb)';
+  v_known := pg_catalog.quote_literal(array(select pg_catalog.jsonb_object_keys(v_fields)))
+             || '::text[]';
+
+  -- jobs.spec_problem_of(spec) -> what is wrong with one spec, or null. Reads no table.
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+          pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
+    create or replace function jobs.spec_problem_of(p_spec jsonb)
+    returns text
+    language plpgsql
+    immutable
+    set search_path = ''
+    as $b$
+    declare
+      v_problem text;
+      v_r       jobs.job_spec;
+    begin
+      -- SHAPE: an object of known fields, each of its column's JSON type
+      if pg_catalog.jsonb_typeof({spec}) is distinct from 'object' then
+        return 'must be a JSON object';
+      end if;
+      if {spec} - {known} <> '{}' then  -- the first unknown field in jsonb key order
+        return pg_catalog.format('unknown field %L',
+          (select k from pg_catalog.jsonb_object_keys({spec} - {known}) k limit 1));
+      end if;
+      v_problem := case{checks}
+      end;
+      if v_problem is not null then
+        return v_problem;
+      end if;
+      -- VALUES: the fields with their defaults, now that every type is right
+      v_r := pg_catalog.jsonb_populate_record({base}, {given});
+      return {values};
+    end
+    $b$ $f$, '{values}', v_values), '{given}', v_given), '{base}', v_base), '{checks}', v_checks),
+      '{known}', v_known), '{spec}', 'p_spec'), '{r}', 'v_r');
+  comment on function jobs.spec_problem_of(jsonb) is
+    'What is wrong with one job spec, or null (made by jobs.define_spec() from jobs.job).';
+
+  -- jobs.spec_problem(specs) -> the first thing wrong with a batch of specs, or null:
+  -- 'spec N: <problem>' for the first spec that has one, and its first problem.
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+          pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
+    create or replace function jobs.spec_problem(p_specs jsonb)
+    returns text
+    language plpgsql
+    immutable
+    set search_path = ''
+    -- Generic plans: re-planning this statement on every call cost more than running it.
+    set plan_cache_mode = force_generic_plan
+    as $b$
+    begin
+      if p_specs is null or pg_catalog.jsonb_typeof(p_specs) <> 'array' then
+        return 'specs must be a JSON array of job specs';
+      end if;
+      if pg_catalog.jsonb_array_length(p_specs) = 1 then
+        return 'spec 1: ' || jobs.spec_problem_of(p_specs->0);
+      end if;
+      return (
+        select pg_catalog.format('spec %s: %s', p.ord, p.problem)
+          from (select e.ord, case
+              when pg_catalog.jsonb_typeof({spec}) <> 'object' then 'must be a JSON object'
+              when {spec} - {known} <> '{}' then
+                pg_catalog.format('unknown field %L',
+                  (select k from pg_catalog.jsonb_object_keys({spec} - {known}) k limit 1)){checks}
+              else (select {values}
+                      -- (offset 0: the record is made once, not once per field read)
+                      from (select pg_catalog.jsonb_populate_record({base}, {given}) as r
+                            offset 0) x)
+            end as problem
+              from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+            offset 0) p
+         where p.problem is not null
+         order by p.ord
+         limit 1);
+    end
+    $b$ $f$, '{values}', v_values), '{given}', v_given), '{base}', v_base), '{checks}', v_checks),
+      '{known}', v_known), '{spec}', 'e.spec'), '{r}', '(x.r)');
+  comment on function jobs.spec_problem(jsonb) is
+    'The first problem in a jsonb array of job specs, or null when all are valid. Reads no table.';
+
+  -- jobs.insert_jobs(specs, now, ids) -> (ord, id, queue, run_at) per job it created.
+  -- Inserts every spec (already checked) as a ready job, in (name, tenant, key) order so
+  -- two batches that share keys wait for each other instead of deadlocking; a key that
+  -- has a job (or that an earlier spec of the batch takes) is skipped, not answered.
+  -- ids: the id of each spec (the relay's staged rows); null: from jobs.job_id_seq.
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
+    create or replace function jobs.insert_jobs(p_specs jsonb, p_now timestamptz,
+                                                p_ids bigint[] default null)
+    returns table (ord integer, id bigint, queue text, run_at timestamptz)
+    language plpgsql volatile set search_path = ''
+    -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every call.
+    set plan_cache_mode = force_generic_plan
+    as $b$
+    declare
+      v_base jobs.job_spec := pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults});
+      v_r    jobs.job_spec;
+    begin
+      -- ONE SPEC (most calls): one row, without the batch statement's set-up.
+      if pg_catalog.jsonb_array_length(p_specs) = 1 then
+        v_r := pg_catalog.jsonb_populate_record(v_base,
+                 case when p_specs->0 @? '$.* ? (@ == null)' then jobs.spec_given(p_specs->0)
+                      else p_specs->0 end);
+        insert into jobs.job as j (id, {columns}, run_at, created_at)
+        values (coalesce(p_ids[1], pg_catalog.nextval('jobs.job_id_seq')), {values1},
+                coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
+                  secs => coalesce(v_r.delay_s, v_r.debounce_s, 0))),
+                p_now)
+        on conflict do nothing  -- the key, or a singleton's or debounced job's group
+        returning j.id, j.queue, j.run_at into id, queue, run_at;
+        if found then
+          ord := 1;
+          return next;
+        end if;
+        return;
+      end if;
+      -- A BATCH: one statement.
+      return query
+      with s as materialized (
+        select e.ord::integer as ord,
+               pg_catalog.jsonb_populate_record(v_base,
+                 case when e.spec @? '$.* ? (@ == null)' then jobs.spec_given(e.spec)
+                      else e.spec end) as r
+          from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+      ), mixed as (
+        -- Whether the batch spans several (name, tenant). Usually it does not, and then
+        -- key order is (name, tenant, key) order: sorting by key alone is far cheaper.
+        select exists (select from s, (select (s1.r).name, (s1.r).tenant from s as s1 limit 1) f
+                        where (s.r).name <> f.name
+                           or coalesce((s.r).tenant, '') <> coalesce(f.tenant, '')) as yes
+      ), sorted as materialized (
+        -- in lock order, the ids drawn in that order too
+        select o.ord, coalesce(p_ids[o.ord], pg_catalog.nextval('jobs.job_id_seq')) as id, o.r
+          from (select s.ord, s.r
+                  from s
+                 order by case when (select mixed.yes from mixed) then (s.r).name end,
+                          case when (select mixed.yes from mixed) then coalesce((s.r).tenant, '') end,
+                          (s.r).key, s.ord) o
+      ), ins as (
+        insert into jobs.job as j (id, {columns}, run_at, created_at)
+        select s.id, {values},
+               coalesce((s.r).run_at, p_now + pg_catalog.make_interval(
+                 secs => coalesce((s.r).delay_s, (s.r).debounce_s, 0))),
+               p_now
+          from sorted s
+        on conflict do nothing  -- the key, or a singleton's or debounced job's group
+        returning j.id, j.queue, j.run_at
+      )
+      select s.ord, ins.id, ins.queue, ins.run_at from ins join sorted s on s.id = ins.id;
+    end
+    $b$ $f$, '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
+      '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
+                      from pg_catalog.unnest(v_columns) c)),
+      '{values}', (select pg_catalog.string_agg('(s.r).' || pg_catalog.quote_ident(c), ', ')
+                     from pg_catalog.unnest(v_columns) c)),
+      '{values1}', (select pg_catalog.string_agg('v_r.' || pg_catalog.quote_ident(c), ', ')
+                      from pg_catalog.unnest(v_columns) c));
+  comment on function jobs.insert_jobs(jsonb, timestamp with time zone, bigint[]) is
+    'Private: the one insert of jobs (made by jobs.define_spec()).';
+
+  -- jobs.insert_batch(spec, keys, payloads, now) -> (ord, id, queue, run_at) per job it
+  -- created: the insert of jobs.insert_jobs for jobs that share one spec (already
+  -- checked), each with its own key and payload (null: {}). The shared fields are read
+  -- once, not once per job. In key order (one name and tenant), as insert_jobs locks.
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
+    create or replace function jobs.insert_batch(p_spec jsonb, p_keys text[],
+                                                 p_payloads jsonb, p_now timestamptz)
+    returns table (ord integer, id bigint, queue text, run_at timestamptz)
+    language plpgsql volatile set search_path = ''
+    set plan_cache_mode = force_generic_plan
+    as $b$
+    declare
+      v_r      jobs.job_spec := pg_catalog.jsonb_populate_record(
+                  pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults}),
+                  jobs.spec_given(p_spec));
+      v_run_at timestamptz := coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
+                  secs => coalesce(v_r.delay_s, v_r.debounce_s, 0)));
+    begin
+      return query
+      with sorted as materialized (
+        -- in lock order, the ids drawn in that order too
+        select o.ord, pg_catalog.nextval('jobs.job_id_seq') as id, o.key, o.payload
+          from (select k.ord::integer as ord, k.key,
+                       coalesce(nullif(p.payload, 'null'), '{}') as payload
+                  from pg_catalog.unnest(p_keys) with ordinality as k(key, ord)
+                  left join pg_catalog.jsonb_array_elements(p_payloads)
+                            with ordinality as p(payload, ord) on p.ord = k.ord
+                 order by k.key, k.ord) o
+      ), ins as (
+        insert into jobs.job as j (id, {columns}, run_at, created_at)
+        select s.id, {values}, v_run_at, p_now
+          from sorted s
+        on conflict do nothing  -- the key, or a singleton's group
+        returning j.id, j.queue, j.run_at
+      )
+      select s.ord, ins.id, ins.queue, ins.run_at from ins join sorted s on s.id = ins.id;
+    end
+    $b$ $f$, '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
+      '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
+                      from pg_catalog.unnest(v_columns) c)),
+      '{values}', (select pg_catalog.string_agg(case c when 'key' then 's.key'
+                                                       when 'payload' then 's.payload'
+                                                       else 'v_r.' || pg_catalog.quote_ident(c) end,
+                                                  ', ')
+                     from pg_catalog.unnest(v_columns) c));
+  comment on function jobs.insert_batch(jsonb, text[], jsonb, timestamp with time zone) is
+    'Private: the insert of jobs sharing one spec (made by jobs.define_spec()).';
+end
+$define$;
+
+-- ---------------------------------------------------------------------------
 -- Notification payloads (channels jobs_wake and jobs_settled). Any session may LISTEN
 -- on any channel, a tenant-bound one too: so a payload names no queue and no job, but is
 -- a token, the first 16 hex digits of sha256(jobs.channel_key || what), where `what` is
@@ -200,6 +607,7 @@ declare
   v_now    timestamptz := jobs.now();
   v_queues text[];
   v_names  text[];
+  v_version text;   -- options.version: only jobs of this code version or never claimed
   v_limited boolean;
   v_rooms   integer[];  -- limited: per queue of v_queues, what its concurrency limits leave
   v_ids     bigint[];  -- limited: the candidates
@@ -223,9 +631,16 @@ begin
   end if;
   if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
      or exists (select 1 from pg_catalog.jsonb_object_keys(p_options) k
-                 where k not in ('names', 'recover')) then
+                 where k not in ('names', 'recover', 'version')) then
     perform jobs.raise_error('invalid_argument',
-      'options takes only {"names": [...], "recover": true|false}');
+      'options takes only {"names": [...], "recover": true|false, "version": "..."}');
+  end if;
+  if p_options ? 'version' then
+    if pg_catalog.jsonb_typeof(p_options->'version') <> 'string' then
+      perform jobs.raise_error('invalid_argument', 'options.version must be a string');
+    end if;
+    v_version := p_options->>'version';
+    perform jobs.check_name(v_version, 'options.version');
   end if;
   if p_options ? 'recover' and pg_catalog.jsonb_typeof(p_options->'recover') <> 'boolean' then
     perform jobs.raise_error('invalid_argument', 'options.recover must be true or false');
@@ -280,6 +695,7 @@ begin
              and r.run_at <= v_now
              and (v_names is null or r.name = any (v_names))
              and (v_tenant is null or r.tenant = v_tenant)
+             and (v_version is null or r.code_version is null or r.code_version = v_version)
            order by r.priority, r.run_at, r.id
            limit q.room + 4
              for update skip locked) as c
@@ -300,6 +716,7 @@ begin
               and r.run_at <= v_now
               and (v_names is null or r.name = any (v_names))
               and (v_tenant is null or r.tenant = v_tenant)
+              and (v_version is null or r.code_version is null or r.code_version = v_version)
             order by r.priority, r.run_at, r.id
             limit p_limit
               for update skip locked) as c
@@ -326,6 +743,7 @@ begin
              lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s),
              started_at = picked.started_at,
              first_started_at = coalesce(j.first_started_at, v_now),
+             code_version = coalesce(j.code_version, v_version),
              deferred_by = null,
              slots = picked.slots
         from picked

@@ -15,13 +15,19 @@
 --     (jobs.step_put option patch); the claim answers the stored steps' order
 --     ('sqljobs.order'), which the 0.3 client checks a replay against.
 --   * The backfill ledger (table jobs.backfill, sql/85_factories.sql) and its functions.
--- Locks: two new, empty tables and function replacements, no table rewrite: no lock
--- on a table that holds jobs. Workers: need not drain. A 0.2 worker reads a busy answer
+--   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
+--     a catalog change, no rewrite) set by the first claim that passes the option
+--     "version"; such a claim takes only jobs of its version or never claimed.
+-- Locks: two new, empty tables, one nullable column added to jobs.job (an ACCESS
+-- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
+-- transactions that hold the table), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
 -- before; upgrade the workers to 0.3 to retry it instead.
 --
 -- The DDL an upgrade needs (tables, columns, indexes, types) goes here by hand;
 -- the functions, views, triggers and comments are generated below it.
+
+alter table jobs.job add column code_version text;
 
 create table jobs.job_fork (
   job_id      bigint primary key references jobs.job (id) on delete cascade,

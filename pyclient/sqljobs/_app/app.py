@@ -49,6 +49,7 @@ from sqljobs._app.transfer import (
 )
 from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient, Client
+from sqljobs._client.errors import ConfigurationError
 from sqljobs._client.pools import Pools
 from sqljobs._declare.jobs import JobHandle
 from sqljobs._declare.registry import Registry
@@ -63,8 +64,16 @@ class App(Registry):
     """A sqljobs application: what it declares, and the pools its calls run on."""
 
     def __init__(self, dsn: str | None = None, *, min_size: int = 1, max_size: int = 10,
-                 environment: str | None = None) -> None:
+                 environment: str | None = None, code_version: str | None = None) -> None:
+        """`code_version` (a release id) routes a rolling deploy: this app's workers
+        claim only jobs first claimed by the same version, or never claimed, and record
+        it on a job's first claim (docs/howto-deploying.md)."""
         super().__init__(self)
+        if code_version is not None and not (isinstance(code_version, str) and code_version
+                                             and len(code_version.encode()) <= 200):
+            raise ConfigurationError("code_version must be a non-empty string of at most "
+                                     "200 bytes")
+        self._code_version = code_version
         self.pools = Pools(dsn, min_size=min_size, max_size=max_size)
         self.given_environment = environment
         self._backfills: dict[str, BackfillHandle] = {}
@@ -84,6 +93,11 @@ class App(Registry):
     def dsn(self) -> str:
         """The DSN given, else $SQLJOBS_DSN, else $DATABASE_URL."""
         return self.pools.dsn
+
+    @property
+    def code_version(self) -> str | None:
+        """The release of this app's code its workers route by (None: no routing)."""
+        return self._code_version
 
     def open(self) -> Self:
         """Open the pool and check the schema version (raises SchemaError)."""

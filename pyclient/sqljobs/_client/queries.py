@@ -200,12 +200,16 @@ def claim(
     lease_s: float = 30.0,
     names: Sequence[str] | None = None,
     recover: bool = True,
+    version: str | None = None,
 ) -> Call[list[ClaimedJob]]:
     """recover=False skips lapsed-lease recovery and parked wake-ups (a worker's claims
-    as slots free; its periodic claims recover)."""
+    as slots free; its periodic claims recover). version: only jobs first claimed with
+    this code version, or never claimed (it is recorded on a first claim)."""
     options: dict[str, Any] = {} if names is None else {"names": list(names)}
     if not recover:
         options["recover"] = False
+    if version is not None:
+        options["version"] = version
     return Call(
         "select " + _CLAIMED_COLUMNS + " from jobs.claim(%s, %s, %s, %s, %s)",
         (list(queues), worker, limit, lease_s, Jsonb(options)),

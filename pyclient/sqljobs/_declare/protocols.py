@@ -35,5 +35,10 @@ class Deployed(Declared, ClientSource, Protocol):
     @property
     def dsn(self) -> str: ...
 
+    @property
+    def code_version(self) -> str | None:
+        """The release of the handlers' code, for version routing (None: no routing)."""
+        ...
+
 
 __all__ = ["Declared", "Deployed"]

@@ -47,7 +47,8 @@ class ClaimLoop:
     """Claims for `slots` until `stopping()`; hands each claim's jobs to `claimed`."""
 
     def __init__(self, *, client: AsyncClient, slots: Slots, worker_id: str,
-                 queues: Sequence[str], names: Sequence[str], lease_s: float,
+                 queues: Sequence[str], names: Sequence[str], version: str | None,
+                 lease_s: float,
                  poll_interval: float, wake: asyncio.Event,
                  claimed: Callable[[list[ClaimedJob], float], None],
                  undecodable: Callable[[ClaimedJob, float], None],
@@ -58,6 +59,7 @@ class ClaimLoop:
         self._worker_id = worker_id
         self._queues = list(queues)
         self._names = list(names)
+        self._version = version  # code-version routing (None: none)
         self._lease_s = lease_s
         self._poll_interval = poll_interval
         self._wake = wake
@@ -96,7 +98,7 @@ class ClaimLoop:
                 try:
                     jobs = await self._client.run(queries.claim(
                         self._queues, self._worker_id, min(free, MAX_CLAIM), self._lease_s,
-                        self._names, recover=polling))
+                        self._names, recover=polling, version=self._version))
                 except Exception as error:
                     pause = backoff.next()
                     failed(logger, "claim", error, pause, self._log_extra)

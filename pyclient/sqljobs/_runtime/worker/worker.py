@@ -115,6 +115,7 @@ class Worker(Role):
         self._default_queue_too = not queues and any(
             d.queue is None for d in definitions.values())
         self.names = sorted(definitions)
+        self.code_version = app.code_version  # routes its claims (docs/howto-deploying.md)
         self.concurrency = concurrency
         self.prefetch = Prefetch(prefetch, concurrency)  # None: auto (prefetching.py)
         self.lease_s = float(lease_s)
@@ -226,7 +227,8 @@ class Worker(Role):
                               log_extra=self._log_extra, observer=self.observers)
         self._claims = ClaimLoop(
             client=client, slots=self._slots, worker_id=self.id, queues=self.queues,
-            names=self.names, lease_s=self.lease_s, poll_interval=self.poll_interval,
+            names=self.names, version=self.code_version, lease_s=self.lease_s,
+            poll_interval=self.poll_interval,
             wake=self._wake, claimed=self._hold, undecodable=self._fail_undecodable,
             stopping=lambda: self._stopping,
             sleep=self._sleep, log_extra=self._log_extra, observer=self.observers)
