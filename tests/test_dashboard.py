@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
+from sqljobs import fresh_key
 from sqljobs._client import introspection, queries
 from sqljobs._client.connection import Client
 from sqljobs.dashboard import _charts as charts
@@ -595,6 +596,24 @@ def test_cancel_promote_remove(conn: psycopg.Connection[Any], jobs_db: dict[str,
     assert state_of(conn, jobs_db["m1"]) == "cancelled"
     assert post(web, f"/jobs/{jobs_db['m2']}/remove").status_code == 303
     assert state_of(conn, jobs_db["m2"]) is None
+
+
+def test_fork_a_finished_job_from_a_step(conn: psycopg.Connection[Any], web: TestClient) -> None:
+    client = Client(conn)
+    job = client.run(queries.enqueue("flow.order", fresh_key(), {}, {"queue": "forks"}))
+    held = take(client, "forks")
+    for name in ("reserve", "charge", "ship"):
+        client.run(queries.step_put(held.id, held.claim, name, {"step": name}))
+    client.run(queries.nack(held.id, held.claim, {"message": "no"}, "fail"))
+    page = web.get(f"{PREFIX}/jobs/{job.id}").text
+    assert page.count("Fork from here") == 3
+    done = post(web, f"/jobs/{job.id}/fork", step="charge")
+    assert done.status_code == 303 and "done=fork" in done.headers["location"]
+    fork = int(done.headers["location"].split("?")[0].rsplit("/", 1)[1])
+    assert [r[0] for r in conn.execute("select name from jobs.job_steps(%s)", (fork,))] == [
+        "reserve"]
+    missing = post(web, f"/jobs/{job.id}/fork", step="nope")
+    assert missing.status_code == 409 and "nope" in missing.text
 
 
 def test_pause_and_resume_a_queue(conn: psycopg.Connection[Any], jobs_db: dict[str, int],

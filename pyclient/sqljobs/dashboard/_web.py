@@ -361,11 +361,13 @@ class Dashboard:
     # -- actions ---------------------------------------------------------------------------
 
     async def job_action(self, request: Request) -> Response:
-        _, refused = await self.guard(request)
+        form, refused = await self.guard(request)
         if refused:
             return refused
         verb = request.path_params["verb"]
         job_id = int(request.path_params["job_id"])
+        if verb == "fork":
+            return self.fork(request, job_id, str(form.get("step") or ""))
         if verb not in JOB_VERBS:
             return self.refuse(request, 404, f"unknown action {verb!r}")
         try:
@@ -379,6 +381,18 @@ class Dashboard:
             return self.job(request, status=409, refusal=str(error))
         target = f"/jobs/{job_id}" if verb != "remove" else "/jobs"
         return RedirectResponse(f"{request.scope.get('root_path', '')}{target}?done={verb}",
+                                status_code=303)
+
+    def fork(self, request: Request, job_id: int, step: str) -> Response:
+        """A new job from one of this job's steps (jobs.fork); its page next."""
+        try:
+            with self.writing() as conn:
+                new_id = Client(conn).run(queries.fork(job_id, step))
+        except UnknownJob as error:
+            return self.refuse(request, 404, str(error))
+        except SqljobsError as error:
+            return self.job(request, status=409, refusal=str(error))
+        return RedirectResponse(f"{request.scope.get('root_path', '')}/jobs/{new_id}?done=fork",
                                 status_code=303)
 
     async def bulk_action(self, request: Request) -> Response:
