@@ -112,7 +112,10 @@ create table if not exists jobs.job (
   -- Version 3: the code version of the worker that first claimed the job (a claim's
   -- option "version"); a claim with that option takes only jobs of its version or
   -- never claimed, so a rolling deploy replays each job on the code that began it.
-  code_version     text
+  code_version     text,
+  -- Version 3, a spec field: the settlement hooks (sql/42_hooks.sql), {"settled":
+  -- {"name": ..., "queue": ...}, "exhausted": {...}}: jobs staged when this one settles.
+  hooks            jsonb
 ) with (fillfactor = 70);  -- room for HOT updates of progress and heartbeats
 -- No CHECK constraints: every value a caller gives is checked once, by
 -- jobs.spec_problem, before any write (a CHECK would repeat those rules, and cost a

@@ -209,6 +209,15 @@ begin
           then 'give throttle_n and throttle_per_s together'
         when {r}.throttle_n < 1 then 'throttle_n must be at least 1'
         when {r}.throttle_per_s <= 0 then 'throttle_per_s must be positive'
+        when {r}.hooks is not null and not (
+               pg_catalog.jsonb_typeof({r}.hooks) = 'object'
+               and {r}.hooks - '{settled,exhausted}'::text[] = '{}'
+               and not {r}.hooks @? '$.* ? (@.type() != "object" || !exists(@.name)
+                                           || @.name.type() != "string" || @.name == ""
+                                           || (exists(@.queue) && @.queue.type() != "string")
+                                           || exists(@.keyvalue() ? (@.key != "name" && @.key != "queue")))'
+               and pg_catalog.octet_length({r}.hooks::text) <= 1000)
+          then 'hooks must be {"settled": {"name": "...", "queue": "..."}, "exhausted": {...}}'
       end$rules$;
   v_given := 'case when {spec} @? ''$.* ? (@ == null)'' then jobs.spec_given({spec}) else {spec} end';
   v_base := 'pg_catalog.jsonb_populate_record(null::jobs.job_spec, '

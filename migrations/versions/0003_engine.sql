@@ -15,10 +15,12 @@
 --     (jobs.step_put option patch); the claim answers the stored steps' order
 --     ('sqljobs.order'), which the 0.3 client checks a replay against.
 --   * The backfill ledger (table jobs.backfill, sql/85_factories.sql) and its functions.
+--   * Settlement hooks: jobs.job.hooks (a spec field: a new nullable column, no
+--     default) and the trigger job_hooks (sql/42_hooks.sql) that stages them.
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
--- Locks: two new, empty tables, one nullable column added to jobs.job (an ACCESS
+-- Locks: two new, empty tables, two nullable columns added to jobs.job (an ACCESS
 -- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
 -- transactions that hold the table), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
@@ -28,6 +30,7 @@
 -- the functions, views, triggers and comments are generated below it.
 
 alter table jobs.job add column code_version text;
+alter table jobs.job add column hooks jsonb;
 
 create table jobs.job_fork (
   job_id      bigint primary key references jobs.job (id) on delete cascade,
@@ -317,6 +320,15 @@ begin
           then 'give throttle_n and throttle_per_s together'
         when {r}.throttle_n < 1 then 'throttle_n must be at least 1'
         when {r}.throttle_per_s <= 0 then 'throttle_per_s must be positive'
+        when {r}.hooks is not null and not (
+               pg_catalog.jsonb_typeof({r}.hooks) = 'object'
+               and {r}.hooks - '{settled,exhausted}'::text[] = '{}'
+               and not {r}.hooks @? '$.* ? (@.type() != "object" || !exists(@.name)
+                                           || @.name.type() != "string" || @.name == ""
+                                           || (exists(@.queue) && @.queue.type() != "string")
+                                           || exists(@.keyvalue() ? (@.key != "name" && @.key != "queue")))'
+               and pg_catalog.octet_length({r}.hooks::text) <= 1000)
+          then 'hooks must be {"settled": {"name": "...", "queue": "..."}, "exhausted": {...}}'
       end$rules$;
   v_given := 'case when {spec} @? ''$.* ? (@ == null)'' then jobs.spec_given({spec}) else {spec} end';
   v_base := 'pg_catalog.jsonb_populate_record(null::jobs.job_spec, '
@@ -552,6 +564,8 @@ begin
             from jobs.channel_key k);
 end
 $$;
+
+select jobs.define_spec();
 
 -- === sql/30_claim.sql ===
 
@@ -1378,6 +1392,54 @@ $$;
 
 comment on function jobs.heartbeat(bigint, bigint, double precision) is
   'Extend one lease; false when the job is no longer held under this claim, null when its row was busy.';
+
+-- === sql/42_hooks.sql ===
+
+create or replace function jobs.stage_hooks()
+returns trigger
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_specs jsonb := '[]';
+  v_hook  text;
+begin
+  foreach v_hook in array array['settled', 'exhausted'] loop
+    continue when not new.hooks ? v_hook;
+    continue when v_hook = 'exhausted'
+             and not (new.state = 'dead' or (new.state = 'failed' and new.attempt >= new.max_attempts));
+    v_specs := v_specs || pg_catalog.jsonb_build_array(pg_catalog.jsonb_strip_nulls(
+      pg_catalog.jsonb_build_object(
+        'name', new.hooks->v_hook->>'name',
+        'queue', new.hooks->v_hook->>'queue',
+        'tenant', new.tenant,
+        'key', pg_catalog.format('%s:%s:%s', new.id, v_hook,
+                                 pg_catalog.to_char(new.finished_at at time zone 'UTC',
+                                                    'YYYYMMDD"T"HH24MISS.US')),
+        'payload', pg_catalog.jsonb_build_object(
+          'job_id', new.id, 'name', new.name, 'state', new.state, 'attempt', new.attempt,
+          'error', case when new.state = 'succeeded' then null else new.last_error end))));
+  end loop;
+  if pg_catalog.jsonb_array_length(v_specs) > 0 then
+    perform from jobs.enqueue_many(v_specs);
+  end if;
+  return null;
+end
+$$;
+
+comment on function jobs.stage_hooks() is
+  'Private: stage the settlement hooks of a job that reached a final state (trigger job_hooks).';
+
+drop trigger if exists job_hooks on jobs.job;
+
+create trigger job_hooks
+  after update of state on jobs.job
+  for each row
+  when (new.hooks is not null
+        and new.state in ('succeeded', 'failed', 'dead', 'cancelled')
+        and old.state is distinct from new.state)
+  execute function jobs.stage_hooks();
 
 -- === sql/50_steps.sql ===
 

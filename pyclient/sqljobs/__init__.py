@@ -88,6 +88,7 @@ from sqljobs._client.records import (
     JobState,
     QueueStats,
     Settled,
+    SettledJob,
     Staged,
 )
 from sqljobs._client.results import (
@@ -226,6 +227,7 @@ __all__ = [
     "Sensitive",
     "SettingRefused",
     "Settled",
+    "SettledJob",
     "Snooze",
     "SqljobsError",
     "Staged",

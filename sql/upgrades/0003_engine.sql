@@ -15,10 +15,12 @@
 --     (jobs.step_put option patch); the claim answers the stored steps' order
 --     ('sqljobs.order'), which the 0.3 client checks a replay against.
 --   * The backfill ledger (table jobs.backfill, sql/85_factories.sql) and its functions.
+--   * Settlement hooks: jobs.job.hooks (a spec field: a new nullable column, no
+--     default) and the trigger job_hooks (sql/42_hooks.sql) that stages them.
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
--- Locks: two new, empty tables, one nullable column added to jobs.job (an ACCESS
+-- Locks: two new, empty tables, two nullable columns added to jobs.job (an ACCESS
 -- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
 -- transactions that hold the table), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
@@ -28,6 +30,7 @@
 -- the functions, views, triggers and comments are generated below it.
 
 alter table jobs.job add column code_version text;
+alter table jobs.job add column hooks jsonb;
 
 create table jobs.job_fork (
   job_id      bigint primary key references jobs.job (id) on delete cascade,

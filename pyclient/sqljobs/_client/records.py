@@ -219,10 +219,23 @@ class JobSpec(BaseModel):
     throttle_n: int | None = None
     throttle_per_s: float | None = None
     on_conflict: Literal["return", "error"] | None = None
+    hooks: dict[str, dict[str, str]] | None = None  # settlement hooks (docs/howto-hooks.md)
 
     def to_sql(self) -> dict[str, Any]:
         """The jsonb object the SQL reads; absent fields take the SQL defaults."""
         return self.model_dump(mode="json", exclude_none=True)
+
+
+class SettledJob(BaseModel):
+    """The payload of a settlement hook's job (`@app.job(on_settled=..., on_exhausted=...)`):
+    the job that settled, the final state it reached, its attempt, and its last error
+    (None when it succeeded). docs/howto-hooks.md."""
+
+    job_id: int
+    name: str
+    state: JobState
+    attempt: int
+    error: dict[str, Any] | None = None
 
 
 class WorkerRecord(_Record):

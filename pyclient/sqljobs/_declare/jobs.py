@@ -77,6 +77,7 @@ class JobDefinition(Generic[P]):
     timeout_s: float | None = None
     priority: int | None = None
     terminal: tuple[type[BaseException], ...] = ()
+    hooks: dict[str, dict[str, str]] | None = None  # {"settled"|"exhausted": {name, queue}}
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -201,6 +202,7 @@ class JobHandle(Generic[P]):
             on_conflict=on_conflict, traceparent=traceparent, group_key=group,
             singleton=singleton or None, debounce_s=_delay_s(debounce),
             throttle_n=rate and rate.n, throttle_per_s=rate and rate.per_s,
+            hooks=d.hooks,
         )
 
     def enqueue(self, payload: P | Mapping[str, Any], *, key: str, conn: Any = None,

@@ -21,6 +21,16 @@ if TYPE_CHECKING:
     from sqljobs._declare.limits import Rate
 
 
+def hook_of(target: JobHandle[Any] | str) -> dict[str, str]:
+    """A settlement hook as the spec stores it: the job's name, and its queue if declared."""
+    if isinstance(target, JobHandle):
+        queue = target.definition.queue
+        return {"name": target.name, **({"queue": queue} if queue else {})}
+    if not isinstance(target, str) or not target:
+        raise ConfigurationError("a hook is a job handle or a job name")
+    return {"name": target}
+
+
 class Registry:
     """Jobs, tasks and limits declared in code, by name (a duplicate name is refused)."""
 
@@ -46,6 +56,8 @@ class Registry:
         concurrency: int | None = None,
         rate: Rate | RateArg | None = None,
         limit: KeyLimit | Sequence[KeyLimit] | None = None,
+        on_settled: JobHandle[Any] | str | None = None,
+        on_exhausted: JobHandle[Any] | str | None = None,
     ) -> Callable[[Callable[..., Any]], JobHandle[Any]]:
         """Declare a job: `@app.job(queue="mail", retry=RetryPolicy(max_attempts=5))`.
 
@@ -58,8 +70,15 @@ class Registry:
         Limits, held by the claim across every worker (docs/howto-limits.md):
         `concurrency` runs of this job at once, `rate=(n, seconds)` starts per window,
         and `limit=key("field", n)` per value of a payload field (see `sqljobs.key`).
+
+        Settlement hooks, staged durably by the statement that settles the job
+        (docs/howto-hooks.md): `on_settled` runs once per final state it reaches,
+        `on_exhausted` when it is dead or failed with its attempts used up. Each is a job
+        (its handle, or its name) taking a `sqljobs.SettledJob` payload.
         """
         policy = retry or RetryPolicy()
+        hooks = {kind: hook_of(target) for kind, target in
+                 (("settled", on_settled), ("exhausted", on_exhausted)) if target is not None}
         if dead_letter is not None:
             policy = RetryPolicy(dead_letter=dead_letter).over(policy)
         if timeout is not None and timeout <= 0:
@@ -72,7 +91,7 @@ class Registry:
             definition: JobDefinition[Any] = JobDefinition(
                 name=job_name, fn=fn, payload_model=payload or payload_model_of(fn),
                 queue=queue, retry=policy, timeout_s=timeout, priority=priority,
-                terminal=terminal,
+                terminal=terminal, hooks=hooks or None,
             )
             limits = job_limits(job_name, definition.payload_model, concurrency, rate, limit)
             for each in limits:
@@ -129,6 +148,8 @@ class Registry:
         priority: int | None = None,
         dead_letter: bool | None = None,
         terminal: tuple[type[BaseException], ...] = (),
+        on_settled: JobHandle[Any] | str | None = None,
+        on_exhausted: JobHandle[Any] | str | None = None,
     ) -> Callable[[Callable[..., Any]], JobHandle[Any]]:
         """Declare a task, a job with a schedule: `@app.task(cron="*/5 * * * *")`.
 
@@ -151,7 +172,8 @@ class Registry:
                 raise ConfigurationError(f"a task named {task_name!r} is already declared")
             handle = self.job(name=task_name, queue=queue, retry=retry, timeout=timeout,
                               priority=priority, dead_letter=dead_letter, terminal=terminal,
-                              payload=model)(handler)
+                              payload=model, on_settled=on_settled,
+                              on_exhausted=on_exhausted)(handler)
             spec = handle.spec(payload if payload is not None else {}, key="-").to_sql()
             options = {k: v for k, v in spec.items() if k not in ("name", "key", "payload")}
             self._tasks[task_name] = TaskDefinition(
