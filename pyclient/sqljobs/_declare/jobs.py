@@ -78,6 +78,7 @@ class JobDefinition(Generic[P]):
     priority: int | None = None
     terminal: tuple[type[BaseException], ...] = ()
     hooks: dict[str, dict[str, str]] | None = None  # {"settled"|"exhausted": {name, queue}}
+    progress_every_s: float = 1.0  # ctx.progress writes at most once per this interval
 
     @functools.cached_property
     def is_async(self) -> bool:

@@ -58,6 +58,7 @@ class Registry:
         limit: KeyLimit | Sequence[KeyLimit] | None = None,
         on_settled: JobHandle[Any] | str | None = None,
         on_exhausted: JobHandle[Any] | str | None = None,
+        progress_every: float = 1.0,
     ) -> Callable[[Callable[..., Any]], JobHandle[Any]]:
         """Declare a job: `@app.job(queue="mail", retry=RetryPolicy(max_attempts=5))`.
 
@@ -75,8 +76,13 @@ class Registry:
         (docs/howto-hooks.md): `on_settled` runs once per final state it reaches,
         `on_exhausted` when it is dead or failed with its attempts used up. Each is a job
         (its handle, or its name) taking a `sqljobs.SettledJob` payload.
+
+        `ctx.progress(...)` writes at most once per `progress_every` seconds (the last
+        value wins; the one kept is written before the outcome).
         """
         policy = retry or RetryPolicy()
+        if not progress_every >= 0:
+            raise ConfigurationError("progress_every must be zero or more seconds")
         hooks = {kind: hook_of(target) for kind, target in
                  (("settled", on_settled), ("exhausted", on_exhausted)) if target is not None}
         if dead_letter is not None:
@@ -91,7 +97,7 @@ class Registry:
             definition: JobDefinition[Any] = JobDefinition(
                 name=job_name, fn=fn, payload_model=payload or payload_model_of(fn),
                 queue=queue, retry=policy, timeout_s=timeout, priority=priority,
-                terminal=terminal, hooks=hooks or None,
+                terminal=terminal, hooks=hooks or None, progress_every_s=progress_every,
             )
             limits = job_limits(job_name, definition.payload_model, concurrency, rate, limit)
             for each in limits:

@@ -45,6 +45,7 @@ from sqljobs._runtime.context import JobContext
 from sqljobs._runtime.observing import NO_WATCH, RunObserver
 from sqljobs._runtime.steps import Steps, Suspended
 from sqljobs._runtime.threads import DaemonThreadPool
+from sqljobs._runtime.worker.progressing import ProgressThrottle
 from sqljobs._runtime.worker.redacting import redacted_settlement
 from sqljobs._runtime.worker.runs import JobLog, Run
 from sqljobs._runtime.worker.settling import (
@@ -74,6 +75,7 @@ class Runner:
         self._lease_s = lease_s
         self._log_extra = dict(log_extra)
         self._observer = observer
+        self.progress = ProgressThrottle()  # ctx.progress: at most once per interval
 
     async def outcome(self, run: Run) -> Settlement | None:
         """Run the handler; answers what to write, or None when nothing may be written.
@@ -193,9 +195,17 @@ class Runner:
     async def _progress(self, run: Run, value: Any) -> bool:
         if run.stop_reason is not None or run.settling:
             return False
-        ok: bool | None = await self._client.run(
-            queries.progress(run.job.id, run.job.claim, value))
-        return bool(ok)
+        job = run.job
+
+        async def write(latest: Any) -> bool | None:
+            if run.stop_reason is not None:  # stopped since: nothing more is written
+                return False
+            answer: bool | None = await self._client.run(
+                queries.progress(job.id, job.claim, latest))
+            return answer
+
+        interval = self._definitions[job.name].progress_every_s
+        return await self.progress.report(job.id, value, interval, write)
 
     # -- sagas ------------------------------------------------------------------------
 

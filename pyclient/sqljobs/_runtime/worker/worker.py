@@ -325,6 +325,9 @@ class Worker(Role):
             logger.exception("job %s: worker error", run.job.id,
                              extra={**self._log_extra, **run.log_fields})
             settlement = None
+        # the run's last kept progress report goes before its outcome
+        await self._runner.progress.settle(run.job.id, write=settlement is not None
+                                           and run.stop_reason is None)
         if settlement is None or settlement.written:
             self._done(run, settlement, None)
         else:
@@ -369,8 +372,11 @@ class Worker(Role):
             return
         if not settlement.written and state is None:
             if logger.isEnabledFor(logging.WARNING):
-                logger.warning("job %s %s: settle refused, the lease was lost (another "
-                               "worker may run it again)", job.id, settlement.label,
+                # (not "job N succeeded": the job is not; a cancel lands here too)
+                logger.warning("job %s: its outcome (%s) was not written: the job is no "
+                               "longer held by this worker (cancelled, or its lease lapsed "
+                               "and another worker may run it again)", job.id,
+                               settlement.label,
                                extra={**self._log_extra, **run.log_fields, "outcome": "lost"})
             return
         level = logging.INFO if settlement.ack or settlement.written or settlement.mode in (
@@ -379,8 +385,9 @@ class Worker(Role):
             return
         error = settlement.error or {}
         reason = f" ({error.get('kind')}: {error.get('message')})" if error else ""
-        logger.log(level, "job %s %s %s%s", job.id, job.name, settlement.label, reason,
-                   extra={**self._log_extra, **run.log_fields, "outcome": settlement.label,
+        # what the job became (dead, not "nack:retry", when its last attempt failed)
+        logger.log(level, "job %s %s %s%s", job.id, job.name, label, reason,
+                   extra={**self._log_extra, **run.log_fields, "outcome": label,
                           "duration_ms": round((time.monotonic() - run.started) * 1000, 1),
                           "error_kind": error.get("kind")})
 
