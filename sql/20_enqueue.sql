@@ -564,6 +564,21 @@ $$;
 comment on function jobs.wake_tokens(text[]) is
   'Per queue, the token jobs_wake carries when a job of it becomes runnable.';
 
+-- jobs.worker_token(worker) -> the token jobs_wake carries when an operator cancels a
+-- job this worker runs (jobs.apply_cancel): the worker renews its leases at once, hears
+-- the cancel, and stops the run, instead of at its next heartbeat.
+create or replace function jobs.worker_token(p_worker text)
+returns text
+language sql
+stable
+set search_path = ''
+as $$
+  select jobs.channel_token('worker:' || p_worker)
+$$;
+
+comment on function jobs.worker_token(text) is
+  'The token jobs_wake carries when a job this worker runs is cancelled.';
+
 -- ---------------------------------------------------------------------------
 -- jobs.wake(queues): one pg_notify('jobs_wake', <queue's token>) per queue, unless the
 -- session set jobs.notify = off. PostgreSQL delivers them at commit and folds repeats

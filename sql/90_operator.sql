@@ -156,6 +156,11 @@ language sql
 volatile
 set search_path = ''
 as $$
+  -- the workers running any of them hear it now (jobs.worker_token), not at their next
+  -- heartbeat; delivered at commit, as every notification
+  select pg_catalog.pg_notify('jobs_wake', jobs.worker_token(w.worker))
+    from (select distinct j.worker from jobs.job j
+           where j.id = any (p_ids) and j.state = 'running' and j.worker is not null) w;
   with moved as (
     update jobs.job as j
        set state = 'cancelled', finished_at = jobs.now(), lease_expires_at = null,

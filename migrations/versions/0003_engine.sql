@@ -565,6 +565,21 @@ begin
 end
 $$;
 
+-- jobs.worker_token(worker) -> the token jobs_wake carries when an operator cancels a
+-- job this worker runs (jobs.apply_cancel): the worker renews its leases at once, hears
+-- the cancel, and stops the run, instead of at its next heartbeat.
+create or replace function jobs.worker_token(p_worker text)
+returns text
+language sql
+stable
+set search_path = ''
+as $$
+  select jobs.channel_token('worker:' || p_worker)
+$$;
+
+comment on function jobs.worker_token(text) is
+  'The token jobs_wake carries when a job this worker runs is cancelled.';
+
 select jobs.define_spec();
 
 -- === sql/30_claim.sql ===
@@ -2340,6 +2355,40 @@ $$;
 comment on function jobs.backfills(text) is
   'The backfill ledger with each row''s job state (one environment, or all); a bound session sees its tenant''s.';
 
+-- === sql/90_operator.sql ===
+
+-- ---------------------------------------------------------------------------
+-- The state changes, each written once and shared by the one-job and bulk forms.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.apply_cancel(p_ids bigint[])
+returns void
+language sql
+volatile
+set search_path = ''
+as $$
+  -- the workers running any of them hear it now (jobs.worker_token), not at their next
+  -- heartbeat; delivered at commit, as every notification
+  select pg_catalog.pg_notify('jobs_wake', jobs.worker_token(w.worker))
+    from (select distinct j.worker from jobs.job j
+           where j.id = any (p_ids) and j.state = 'running' and j.worker is not null) w;
+  with moved as (
+    update jobs.job as j
+       set state = 'cancelled', finished_at = jobs.now(), lease_expires_at = null,
+           -- a running attempt ends here: it joins the history (sql/40_settle.sql)
+           attempts = case when j.state = 'running' then
+             jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
+               'attempt', j.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
+               'started_at', j.started_at, 'ended_at', jobs.now(), 'outcome', 'cancelled',
+               'error', null))
+             else j.attempts end
+     where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
+    returning j.id, j.state, j.settle_watched
+  )
+  -- result waiters of watched jobs hear of it (a saga's cancel first unwinds: not yet)
+  select jobs.notify_settled(array(
+    select moved.id from moved where moved.settle_watched and moved.state = 'cancelled'))
+$$;
+
 -- === sql/98_roles.sql ===
 
 create or replace function jobs.role_grants()
@@ -2396,6 +2445,7 @@ as $$
       ('sqljobs_worker', 'jobs.watch_outcome(bigint)'),
       ('sqljobs_worker', 'jobs.watch_token(bigint)'),
       ('sqljobs_worker', 'jobs.wake_tokens(text[])'),
+      ('sqljobs_worker', 'jobs.worker_token(text)'),
       ('sqljobs_worker', 'jobs.relay(integer,text,double precision)'),
       ('sqljobs_worker', 'jobs.purge_outbox(double precision,integer)'),
       ('sqljobs_worker', 'jobs.lease_acquire(text,text,double precision)'),

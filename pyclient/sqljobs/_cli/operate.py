@@ -312,7 +312,7 @@ def jobs_cancel(ids: IdsArgument = None, state: StateOption = None, queue: Queue
                 name: NameOption = None, tenant: TenantOption = None, max: MaxOption = 1000,
                 yes: YesOption = False, as_json: VerbJsonOption = False,
                 dsn: DsnOption = None) -> None:
-    """Cancel live jobs (a running one stops at its worker's next heartbeat)."""
+    """Cancel live jobs (a running one's worker hears it at once and stops the run)."""
     _apply("cancel", ids, _filter(state, queue, name, tenant), max,
            lambda ids: [queries.cancel(i) for i in ids], queries.cancel_where, dsn, yes,
            as_json)

@@ -105,6 +105,11 @@ def wake_tokens(queues: Sequence[str]) -> Call[dict[str, str]]:
                 lambda rows: {row["queue"]: row["token"] for row in rows})
 
 
+def worker_token(worker_id: str) -> Call[str]:
+    """The token `jobs_wake` carries when a job this worker runs is cancelled."""
+    return Call("select jobs.worker_token(%s) as token", (worker_id,), _one("token"))
+
+
 def watch_token(job_id: int) -> Call[str]:
     """The token `jobs_settled` carries when job `job_id` settles."""
     return Call("select jobs.watch_token(%s) as token", (job_id,), _one("token"))
@@ -1033,5 +1038,6 @@ __all__ = [
     "watch_token",
     "worker_heartbeat",
     "worker_stop",
+    "worker_token",
     "workers",
 ]

@@ -28,11 +28,13 @@ class Listener:
     def __init__(self, *, dsn: str, channel: str, wake: Callable[[], None],
                  accept: Callable[[str], bool] | None = None, retry_s: float,
                  poll_interval: float, holder: str, log: logging.Logger,
-                 log_extra: Mapping[str, Any]) -> None:
+                 log_extra: Mapping[str, Any],
+                 also: Mapping[str, Callable[[], None]] | None = None) -> None:
         self._dsn = dsn
         self._channel = channel
         self._wake = wake
         self._accept = accept
+        self._also = dict(also or {})  # payloads with a callback of their own
         self._retry_s = retry_s
         self._poll_interval = poll_interval
         self._holder = holder
@@ -57,7 +59,10 @@ class Listener:
                     delay = self._retry_s
                     self._wake()  # catch up with anything missed meanwhile
                     async for notify in conn.notifies():
-                        if self._accept is None or self._accept(notify.payload):
+                        special = self._also.get(notify.payload)
+                        if special is not None:
+                            special()
+                        elif self._accept is None or self._accept(notify.payload):
                             self._wake()
             except asyncio.CancelledError:
                 self.listening = False

@@ -13,6 +13,7 @@ not stopped, and the next beat tries again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,10 +39,18 @@ class LeaseKeeper:
         self._heartbeat_s = heartbeat_s
         self._register = register
         self._log_extra = dict(log_extra)
+        self._now = asyncio.Event()  # renew at once (a cancel was heard)
+
+    def beat_now(self) -> None:
+        """Renew before the next heartbeat is due: a job this worker runs was cancelled
+        (jobs_wake carried this worker's token), and the renewal's answer stops its run."""
+        self._now.set()
 
     async def serve(self) -> None:
         while True:
-            await asyncio.sleep(self._heartbeat_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._now.wait(), self._heartbeat_s)
+            self._now.clear()
             try:
                 await self.renew()
             except Exception:

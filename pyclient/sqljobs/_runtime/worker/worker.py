@@ -41,7 +41,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqljobs._client import queries
@@ -181,15 +181,16 @@ class Worker(Role):
             self.queues = sorted({*self.queues, default})
         await write_declarations(client, self.app, log=logger, extra=self._log_extra)
         tokens = await client.run(queries.wake_tokens(self.queues))
+        cancel_token = await client.run(queries.worker_token(self.id))
         await self._register()
-        self._wire(client, dsn, frozenset(tokens.values()))
+        leases = LeaseKeeper(client=client, slots=self._slots, lease_s=self.lease_s,
+                             heartbeat_s=self.heartbeat_s, register=self._register,
+                             log_extra=self._log_extra)
+        self._wire(client, dsn, frozenset(tokens.values()), {cancel_token: leases.beat_now})
         assert self._settler is not None and self._claims is not None
         background.append(asyncio.create_task(self._settler.serve(), name="settler"))
         background += [asyncio.create_task(self._serve_runs(), name=f"runner-{i}")
                        for i in range(self.concurrency)]
-        leases = LeaseKeeper(client=client, slots=self._slots, lease_s=self.lease_s,
-                             heartbeat_s=self.heartbeat_s, register=self._register,
-                             log_extra=self._log_extra)
         background.append(asyncio.create_task(leases.serve(), name="heartbeats"))
         if self._listener is not None:
             background.append(asyncio.create_task(self._listener.serve(), name="listen"))
@@ -219,7 +220,8 @@ class Worker(Role):
         finally:
             self._threads.shutdown()
 
-    def _wire(self, client: AsyncClient, dsn: str, wake_tokens: frozenset[str]) -> None:
+    def _wire(self, client: AsyncClient, dsn: str, wake_tokens: frozenset[str],
+              also: Mapping[str, Callable[[], None]]) -> None:
         """The parts a running worker is made of (see the module docstring)."""
         self._settler = Settler(client, self.id)
         self._runner = Runner(definitions=self._definitions, client=client,
@@ -237,7 +239,7 @@ class Worker(Role):
                 dsn=dsn, channel=WAKE_CHANNEL, wake=self._claims.want,
                 accept=wake_tokens.__contains__, retry_s=self.listen_retry_s,
                 poll_interval=self.poll_interval, holder=self.id, log=logger,
-                log_extra=self._log_extra)
+                log_extra=self._log_extra, also=also)
 
     async def _register(self) -> None:
         assert self._client is not None
