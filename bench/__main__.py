@@ -259,6 +259,10 @@ def pressure_part(args: argparse.Namespace, command: str) -> str:
     overrides = {k: v for k, v in (("seconds", args.pressure_seconds),
                                    ("rate", args.pressure_rate),
                                    ("window", args.pressure_window)) if v is not None}
+    if "seconds" in overrides:  # the burst keeps its place in the run: a third in,
+        scale = overrides["seconds"] / profile.seconds  # a sixth of it long
+        overrides |= {"burst_at": profile.burst_at * scale,
+                      "burst_seconds": profile.burst_seconds * scale}
     if overrides:
         profile = replace(profile, **overrides)
     cells = [c for c in pressure.CELLS if not args.cell or c in args.cell or c == "as_is"]
@@ -295,7 +299,7 @@ def pressure_part(args: argparse.Namespace, command: str) -> str:
                   + (f" ERRORS: {m.extra['errors']}" if m.extra["errors"] else ""),
                   flush=True)
     dump(runs, meta(), OUT / "pressure.json")
-    plot = HERE / "pressure.png"
+    plot = args.results.parent / "pressure.png"  # beside the report it belongs to
     drawn = bool(runs) and pressure_png(runs, plot)
     return render_pressure(runs, meta(), plot.name if drawn else None)
 

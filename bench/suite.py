@@ -11,6 +11,7 @@ timed window, per job (per step for step and replay), explain the timed figures.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
@@ -102,7 +103,8 @@ def run_driver(system: System, workload: str, args: tuple[str, ...], admin_dsn: 
                sampler: Watcher | None = None) -> list[dict[str, Any]]:
     """Run `system`'s driver for one workload in a fresh database; answer its results.
     A `sampler` watches that database while the driver runs."""
-    dbname = f"sqljobs_bench_{system.name}"
+    # the pid: two runs on one server (several checkouts) never drop each other's
+    dbname = f"sqljobs_bench_{system.name}_{os.getpid()}"
     db.fresh_database(admin_dsn, dbname)
     url = driver_url(admin_dsn, dbname, counter.port if counter else None)
     command = [*system.command(), "--workload", workload, "--dsn", url, *args]
