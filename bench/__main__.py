@@ -34,6 +34,7 @@ $SQLJOBS_BENCH_DSN, else the local postgres database) and dropped afterwards.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import subprocess
 import sys
@@ -275,9 +276,13 @@ def pressure_part(args: argparse.Namespace, command: str) -> str:
     def meta() -> dict[str, Any]:
         return _meta(command, load_start, profile=asdict(profile), cells=cells,
                      skipped=skipped, failed=failed,
-                     note=("Short profile: its numbers show that the cells run and what "
-                           "they record, not how the systems compare."
-                           if profile.name == "short" else ""))
+                     note=(f"A short run ({profile.name} profile, {profile.seconds:g} s per "
+                           f"cell at {profile.rate:g} jobs/s) on a machine of "
+                           f"{os.cpu_count()} cores shared with other work (see the load "
+                           "averages): it shows that the cells run and what they record, "
+                           "not how the systems compare. The long profile is "
+                           "`make bench-pressure`."
+                           if profile != pressure.PROFILES["long"] else ""))
 
     for cell in cells:
         for system in systems:
