@@ -8,7 +8,7 @@ PYTEST ?= $(PYTHON) -m pytest
 
 .DEFAULT_GOAL := help
 .PHONY: help test sqltest test-limits test-stalls chaos fuzz lint verify revision snapshot bench \
-	bench-retention screenshots docs
+	bench-retention bench-pressure bench-pressure-short screenshots docs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -59,6 +59,14 @@ bench: ## the benchmark suite, peers included (about 2 hours; docs/benchmarks.md
 bench-retention: ## sqljobs' sustained run with 60 s retention, 10 minutes (docs/benchmarks.md)
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
 	$(PYTHON) -m bench --part sustained --system sqljobs_retention --sustained-seconds 600
+
+bench-pressure: ## the pressure cells, every queue system, 3 min per cell at 400 jobs/s (about 2.5 hours)
+	$(PYTHON) -m pip install --quiet -e '.[bench]'
+	$(PYTHON) -m bench --part pressure --pressure-profile long
+
+bench-pressure-short: ## the pressure cells' short profile: 30 s per cell at 100 jobs/s (about 30 minutes)
+	$(PYTHON) -m pip install --quiet -e '.[bench]'
+	$(PYTHON) -m bench --part pressure --pressure-profile short
 
 screenshots: ## the dashboard's screenshots in docs/img/, taken by its browser test (Debian's chromium)
 	SQLJOBS_REQUIRE_BROWSER=1 SQLJOBS_SCREENSHOTS_DIR=docs/img $(PYTEST) tests/test_dashboard_browser.py

@@ -6,6 +6,8 @@
     python -m bench --part side_by_side --system sqljobs --system graphile \\
                     --workload drain --repeat 5       # some systems and workloads
     python -m bench --part sustained --sustained-seconds 120
+    python -m bench --part pressure --pressure-profile short   # one cell well under a
+                                                      #   minute (make bench-pressure: long)
 
 Parts (each rewrites only its own section of RESULTS.md):
   side_by_side  every system's driver through enqueue_single, enqueue_bulk, drain,
@@ -18,6 +20,14 @@ Parts (each rewrites only its own section of RESULTS.md):
   study         the engine hot-path study: jobs.* and the prototype storage shapes of
                 bench/adapters/shapes.sql through the engine workloads, interleaved
                 (docs/design/engine-hot-path.md); not part of a run without --part
+  pressure      the sustained load for each queue system in four cells: as_is, snapshot
+                (a REPEATABLE READ snapshot held idle in transaction), reader (full
+                scans of the job table beside it), burst (10x the rate for a while);
+                per 10 s pickup p50/p99, completions, dead tuples, sizes; draws
+                bench/pressure.png. Run only when asked for (--part pressure): the long
+                profile takes 3 minutes per system and cell
+
+A peer that cannot be installed here is skipped, and the section says why.
 
 Peers are installed on first use into bench/.peers/ (latest releases; --upgrade-peers
 to refresh). Databases are created next to the admin DSN (--dsn, else
@@ -27,6 +37,7 @@ $SQLJOBS_BENCH_DSN, else the local postgres database) and dropped afterwards.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import subprocess
 import sys
@@ -34,7 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import ceiling, db, study, suite, workloads
+from bench import ceiling, db, pressure, study, suite, workloads
 from bench.adapters import get_adapter
 from bench.report import Results, render, render_header, write_results
 from bench.systems import SYSTEMS
@@ -42,7 +53,8 @@ from bench.wire import WireCounter
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / ".out"
-PARTS = ("side_by_side", "sustained", "engine", "study")
+PARTS = ("side_by_side", "sustained", "engine", "pressure", "study")
+DEFAULT_PARTS = ["side_by_side", "sustained", "engine"]  # pressure, study: when asked for
 ENGINE_CHOICES = [*workloads.WORKLOADS, "ceiling"]
 
 
@@ -63,6 +75,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="sustained: seconds per system (default 600)")
     parser.add_argument("--sustained-rate", type=float, default=200.0,
                         help="sustained: jobs/s enqueued (default 200)")
+    parser.add_argument("--pressure-profile", choices=list(pressure.PROFILES), default="long",
+                        help="pressure: long (3 min per cell at 400 jobs/s, the default) or "
+                             "short (30 s at 100 jobs/s)")
+    parser.add_argument("--cell", action="append", choices=list(pressure.CELLS),
+                        help="pressure: only these cells (repeatable; as_is always runs "
+                             "first when another is asked for, as their baseline)")
+    parser.add_argument("--pressure-seconds", type=float, default=None,
+                        help="pressure: override the profile's seconds of offered load")
+    parser.add_argument("--pressure-rate", type=float, default=None,
+                        help="pressure: override the profile's jobs/s")
+    parser.add_argument("--pressure-window", type=float, default=None,
+                        help="pressure: override the profile's window (10 s)")
     parser.add_argument("--ceiling-seconds", type=int, default=10,
                         help="engine: pgbench -T for each ceiling (default 10)")
     parser.add_argument("--dsn", default=db.admin_dsn_from_env(),
@@ -78,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         if "://" not in a and "=" not in a)
     # "ceiling" belongs to the engine part alone: asking for it (without --part) means
     # the engine workloads, as the suite's SQL-level runs always have.
-    parts = args.part or (["engine"] if "ceiling" in (args.workload or [])
-                          else [p for p in PARTS if p != "study"])
+    parts = args.part or (["engine"] if "ceiling" in (args.workload or []) else DEFAULT_PARTS)
     sections: dict[str, str] = {}
     facts = db.machine_facts(args.dsn) | db.code_facts() | {"node": _node_version()}
 
@@ -89,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         sections["sustained"] = sustained(args, command.strip())
     if "engine" in parts:
         sections["engine"] = engine(args, command.strip(), facts)
+    if "pressure" in parts:
+        sections["pressure"] = pressure_part(args, command.strip())
     if "study" in parts:
         per_shape, ceilings = study.run(args.dsn, args.repeat, args.workload,
                                         args.ceiling_seconds)
@@ -115,12 +140,30 @@ def _meta(command: str, load_start: str, **more: Any) -> dict[str, Any]:
             "load_start": load_start, "load_end": db.load_average(), **more}
 
 
-def _systems(args: argparse.Namespace, workload_names: list[str]) -> list[Any]:
+def _systems(args: argparse.Namespace, workload_names: list[str],
+             skipped: dict[str, str] | None = None) -> list[Any]:
+    """The chosen systems that run any of these workloads, installed. A peer that cannot
+    be installed here is left out, its reason in `skipped` (and printed)."""
     chosen = [SYSTEMS[n] for n in (args.system or SYSTEMS)]
-    systems = [s for s in chosen if s.workloads & set(workload_names)]
-    for s in systems:
-        s.install(upgrade=args.upgrade_peers)
+    systems = []
+    for s in (s for s in chosen if s.workloads & set(workload_names)):
+        try:
+            s.install(upgrade=args.upgrade_peers)
+        except (OSError, subprocess.CalledProcessError) as e:
+            reason = f"could not be installed here ({type(e).__name__}: {e})"
+            print(f"[skip] {s.name}: {reason}", flush=True)
+            if skipped is not None:
+                skipped[s.name] = reason
+            continue
+        systems.append(s)
     return systems
+
+
+def _not_measured(skipped: dict[str, str]) -> str:
+    if not skipped:
+        return ""
+    return "Not measured:\n\n" + "\n".join(
+        f"- {name}: skipped, {reason}" for name, reason in skipped.items()) + "\n"
 
 
 def _merged(path: Path, runs: list[suite.Measurement], meta: dict[str, Any],
@@ -147,7 +190,8 @@ def side_by_side(args: argparse.Namespace, command: str) -> str:
     from bench.report_suite import dump, render_every_run, render_side_by_side
 
     names = [n for n in suite.WORKLOADS if not args.workload or n in args.workload]
-    systems = _systems(args, names)
+    skipped: dict[str, str] = {}
+    systems = _systems(args, names, skipped)
     load_start = db.load_average()
     runs: list[suite.Measurement] = []
 
@@ -181,14 +225,16 @@ def side_by_side(args: argparse.Namespace, command: str) -> str:
     meta = _meta(command, load_start, repeats=args.repeat)
     runs, meta = _merged(OUT / "side_by_side.json", runs, meta, args)
     dump(runs, meta, OUT / "side_by_side.json")
-    return render_side_by_side(runs, meta) + "\n" + render_every_run(runs)
+    return (render_side_by_side(runs, meta) + "\n" + _not_measured(skipped) + "\n"
+            + render_every_run(runs))
 
 
 def sustained(args: argparse.Namespace, command: str) -> str:
     from bench.plot import sustained_png
     from bench.report_suite import dump, render_sustained
 
-    systems = _systems(args, ["sustained"])
+    skipped: dict[str, str] = {}
+    systems = _systems(args, ["sustained"], skipped)
     load_start = db.load_average()
     runs = []
     for system in systems:
@@ -205,7 +251,69 @@ def sustained(args: argparse.Namespace, command: str) -> str:
     dump(runs, meta, OUT / "sustained.json")
     plot = HERE / "sustained.png"
     sustained_png(runs, plot)
-    return render_sustained(runs, meta, plot.name)
+    return render_sustained(runs, meta, plot.name) + "\n" + _not_measured(skipped)
+
+
+def pressure_part(args: argparse.Namespace, command: str) -> str:
+    """Every cell (as_is first: the others are read against it), the systems one
+    after another within each cell. A cell that fails for a system is reported, not
+    fatal."""
+    from dataclasses import asdict, replace
+
+    from bench.report_pressure import pressure_png, render_pressure
+    from bench.report_suite import dump
+
+    profile = pressure.PROFILES[args.pressure_profile]
+    overrides = {k: v for k, v in (("seconds", args.pressure_seconds),
+                                   ("rate", args.pressure_rate),
+                                   ("window", args.pressure_window)) if v is not None}
+    if "seconds" in overrides:  # the burst keeps its place in the run: a third in,
+        scale = overrides["seconds"] / profile.seconds  # a sixth of it long
+        overrides |= {"burst_at": profile.burst_at * scale,
+                      "burst_seconds": profile.burst_seconds * scale}
+    if overrides:
+        profile = replace(profile, **overrides)
+    cells = [c for c in pressure.CELLS if not args.cell or c in args.cell or c == "as_is"]
+    skipped: dict[str, str] = {}
+    systems = _systems(args, ["pressure"], skipped)
+    load_start = db.load_average()
+    runs: list[suite.Measurement] = []
+    failed: dict[str, str] = {}
+
+    def meta() -> dict[str, Any]:
+        return _meta(command, load_start, profile=asdict(profile), cells=cells,
+                     skipped=skipped, failed=failed,
+                     note=(f"A short run ({profile.name} profile, {profile.seconds:g} s per "
+                           f"cell at {profile.rate:g} jobs/s) on a machine of "
+                           f"{os.cpu_count()} cores shared with other work (see the load "
+                           "averages): it shows that the cells run and what they record, "
+                           "not how the systems compare. The long profile is "
+                           "`make bench-pressure`."
+                           if profile != pressure.PROFILES["long"] else ""))
+
+    for cell in cells:
+        for system in systems:
+            try:
+                m = pressure.run_cell(system, cell, args.dsn, profile)
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+                failed[f"{system.name} / {cell}"] = f"{type(e).__name__}: {str(e)[-600:]}"
+                print(f"[pressure] {cell:8} {system.name:17} FAILED: {str(e)[-300:]}",
+                      flush=True)
+                continue
+            runs.append(m)
+            dump(runs, meta(), OUT / "pressure.partial.json")
+            worst = max((w["p99_ms"] for w in m.extra["windows"] if w["p99_ms"] is not None),
+                        default=0.0)
+            dead = max((w["dead"] or 0 for w in m.extra["windows"]), default=0)
+            print(f"[pressure] {cell:8} {system.name:17} p50={m.values['p50_ms']:.1f} ms "
+                  f"p99={m.values['p99_ms']:.1f} ms worst-window-p99={worst:.1f} ms "
+                  f"most-dead={dead:,.0f} windows={len(m.extra['windows'])}"
+                  + (f" ERRORS: {m.extra['errors']}" if m.extra["errors"] else ""),
+                  flush=True)
+    dump(runs, meta(), OUT / "pressure.json")
+    plot = args.results.parent / "pressure.png"  # beside the report it belongs to
+    drawn = bool(runs) and pressure_png(runs, plot)
+    return render_pressure(runs, meta(), plot.name if drawn else None)
 
 
 def engine(args: argparse.Namespace, command: str, facts: dict[str, str]) -> str:

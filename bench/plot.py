@@ -18,7 +18,7 @@ def sustained_png(runs: list[Measurement], path: Path) -> None:
     fig, (lat, size, dead) = plt.subplots(3, 1, figsize=(9, 10), sharex=True)
     for m in runs:
         label = SYSTEMS[m.system].label if m.system in SYSTEMS else m.system
-        series = m.values.get("series", [])
+        series = [b for b in m.values.get("series", []) if b.get("p99_ms") is not None]
         lat.plot([b["t"] for b in series], [b["p99_ms"] for b in series], label=label)
         samples = m.extra.get("samples", [])
         ts = [s["t"] for s in samples]

@@ -155,7 +155,7 @@ def render(results: Results, facts: dict[str, str], workloads: dict[str, str],
 
 # -- RESULTS.md: sections, each rewritten only by the part of the suite that made it ----
 
-SECTIONS = ("side_by_side", "sustained", "engine", "study")
+SECTIONS = ("side_by_side", "sustained", "engine", "pressure", "study")
 
 
 def _markers(name: str) -> tuple[str, str]:

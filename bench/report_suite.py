@@ -190,7 +190,8 @@ def render_sustained(runs: list[Measurement], meta: dict[str, Any], plot: str) -
     for m in runs:
         samples = m.extra.get("samples") or [{}]
         last = samples[-1]
-        worst = max((b["p99_ms"] for b in m.values.get("series", [])), default=0.0)
+        worst = max((b["p99_ms"] for b in m.values.get("series", [])
+                     if b.get("p99_ms") is not None), default=0.0)
         w(f"| {_label(m.system)} | {m.version} | {int(m.values['jobs']):,} "
           f"| {m.values['p50_ms']:.1f} | {m.values['p99_ms']:.1f} | {worst:.1f} "
           f"| {last.get('table_bytes', 0) / 2**20:.1f} | {last.get('index_bytes', 0) / 2**20:.1f} "

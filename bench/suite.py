@@ -11,11 +11,12 @@ timed window, per job (per step for step and replay), explain the timed figures.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import psycopg
@@ -89,12 +90,21 @@ def driver_url(admin_dsn: str, dbname: str, port: int | None = None) -> str:
     return f"postgresql://{auth}@{host}:{port or info.get('port') or 5432}/{dbname}"
 
 
+class Watcher(Protocol):
+    """What watches a driver's database while it runs (Sampler, pressure.Pressure)."""
+
+    def start(self, dsn: str) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 def run_driver(system: System, workload: str, args: tuple[str, ...], admin_dsn: str,
                counter: WireCounter | None = None, timeout: float = 1200.0,
-               sampler: Sampler | None = None) -> list[dict[str, Any]]:
+               sampler: Watcher | None = None) -> list[dict[str, Any]]:
     """Run `system`'s driver for one workload in a fresh database; answer its results.
     A `sampler` watches that database while the driver runs."""
-    dbname = f"sqljobs_bench_{system.name}"
+    # the pid: two runs on one server (several checkouts) never drop each other's
+    dbname = f"sqljobs_bench_{system.name}_{os.getpid()}"
     db.fresh_database(admin_dsn, dbname)
     url = driver_url(admin_dsn, dbname, counter.port if counter else None)
     command = [*system.command(), "--workload", workload, "--dsn", url, *args]

@@ -32,8 +32,10 @@ it runs the driver through its counting proxy (bench/wire.py).
                   the system runs it again: prints two results, "step" (the first run,
                   per-step time) and "replay" (the second run over stored steps)
   sustained       the worker running while a producer enqueues --rate jobs/s for
-                  --seconds (one batch call every 100 ms); per 10 s: jobs run and the
-                  p50/p99 of handler start minus enqueue time. The runner samples the
+                  --seconds (one batch call every 100 ms), --burst-factor times that
+                  from --burst-at for --burst-seconds when --burst-at >= 0; per
+                  --window seconds (10): jobs started, jobs enqueued and the p50/p99
+                  of handler start minus enqueue time. The runner samples the
                   database's table sizes and dead tuples beside it
 """
 
@@ -69,6 +71,12 @@ def args() -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=600.0)
     p.add_argument("--variant", default="", help="a system-specific configuration")
     p.add_argument("--timeout", type=float, default=300.0)
+    # sustained: the width of the series' windows, and an optional burst
+    p.add_argument("--window", type=float, default=10.0)
+    p.add_argument("--burst-at", type=float, default=-1.0,
+                   help="sustained: seconds in when the burst starts (negative: none)")
+    p.add_argument("--burst-seconds", type=float, default=30.0)
+    p.add_argument("--burst-factor", type=float, default=10.0)
     return p.parse_args()
 
 
@@ -276,38 +284,65 @@ async def steps(a: argparse.Namespace, rec: StepRecorder, start_worker: Callable
     return out
 
 
+def offered(a: argparse.Namespace, t: float) -> float:
+    """Jobs offered by `t` seconds into a sustained run: --rate a second, times
+    --burst-factor from --burst-at for --burst-seconds."""
+    jobs = a.rate * t
+    if a.burst_at >= 0:
+        jobs += (a.burst_factor - 1) * a.rate * min(max(t - a.burst_at, 0.0), a.burst_seconds)
+    return jobs
+
+
+def windows(a: argparse.Namespace, rec: Recorder, sends: list[tuple[float, int]],
+            t0: float, t1: float) -> list[dict[str, Any]]:
+    """Per --window seconds from t0 to t1: handler starts (jobs), jobs enqueued, and the
+    p50/p99 pickup lag of the jobs started in it (None when none)."""
+    series = []
+    for b in range(int((t1 - t0) // a.window) + 1):
+        lo, hi = t0 + a.window * b, t0 + a.window * (b + 1)
+        lags = [lag for lag, at in zip(rec.lags_ms, rec.ran_at, strict=True) if lo <= at < hi]
+        p50 = p99 = lags[0] if len(lags) == 1 else None
+        if len(lags) >= 2:
+            q = statistics.quantiles(lags, n=100, method="inclusive")
+            p50, p99 = q[49], q[98]
+        series.append({"t": a.window * b, "jobs": len(lags),
+                       "enqueued": sum(n for at, n in sends if lo <= at < hi),
+                       "p50_ms": p50, "p99_ms": p99})
+    return series
+
+
 async def sustained(a: argparse.Namespace, rec: Recorder, start_worker: Callable[[], Any],
                     stop_worker: Callable[[Any], Awaitable[None]],
                     enqueue_batch: Callable[[int, float], Awaitable[None]]) -> dict[str, Any]:
     """`enqueue_batch(n, t)` enqueues n jobs carrying enqueue time t in one call."""
-    per_tick = a.rate / 10.0
-    total = int(a.rate * a.seconds)
+    total = round(offered(a, a.seconds))
     rec.expect(total)
     handle = start_worker()
     t0 = time.time()
     start = time.perf_counter()
+    sends: list[tuple[float, int]] = []
     sent, tick = 0, 0
     while sent < total:
         delay = start + tick * 0.1 - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
         tick += 1
-        n = min(total - sent, round(tick * per_tick) - sent)
+        n = min(total - sent, round(offered(a, tick * 0.1)) - sent)
         if n > 0:
-            await enqueue_batch(n, time.time())
+            at = time.time()
+            await enqueue_batch(n, at)
+            sends.append((at, n))
             sent += n
     await asyncio.wait_for(rec.reached.wait(), a.timeout)
     t1 = time.time()
     await stop_worker(handle)
-    series = []
-    for b in range(int((t1 - t0) // 10) + 1):
-        lo, hi = t0 + 10 * b, t0 + 10 * (b + 1)
-        lags = [lag for lag, at in zip(rec.lags_ms, rec.ran_at, strict=True) if lo <= at < hi]
-        if len(lags) >= 2:
-            q = statistics.quantiles(lags, n=100, method="inclusive")
-            series.append({"t": 10 * b, "jobs": len(lags), "p50_ms": q[49], "p99_ms": q[98]})
-    return {"workload": "sustained", "jobs": total, "rate": a.rate, "seconds": t1 - t0,
-            **_quantiles(rec.lags_ms), "series": series, "window": window(t0, t1)}
+    result = {"workload": "sustained", "jobs": total, "rate": a.rate, "seconds": t1 - t0,
+              **_quantiles(rec.lags_ms), "series": windows(a, rec, sends, t0, t1),
+              "window": window(t0, t1)}
+    if a.burst_at >= 0:
+        result["burst"] = {"at": a.burst_at, "seconds": a.burst_seconds,
+                           "factor": a.burst_factor}
+    return result
 
 
 def emit(results: dict[str, Any] | list[dict[str, Any]], package: str) -> None:
