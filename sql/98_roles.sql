@@ -83,6 +83,7 @@ as $$
       ('sqljobs_worker', 'jobs.watch_token(bigint)'),
       ('sqljobs_worker', 'jobs.wake_tokens(text[])'),
       ('sqljobs_worker', 'jobs.worker_token(text)'),
+      ('sqljobs_worker', 'jobs.fence_run(bigint,bigint)'),
       ('sqljobs_worker', 'jobs.relay(integer,text,double precision)'),
       ('sqljobs_worker', 'jobs.purge_outbox(double precision,integer)'),
       ('sqljobs_worker', 'jobs.lease_acquire(text,text,double precision)'),

@@ -1408,6 +1408,37 @@ $$;
 comment on function jobs.heartbeat(bigint, bigint, double precision) is
   'Extend one lease; false when the job is no longer held under this claim, null when its row was busy.';
 
+-- ---------------------------------------------------------------------------
+-- jobs.fence_run(id, claim): the writes a handler makes inside its run (an enqueue, an
+-- event) go through only while that run holds its job. The Python client sends it first
+-- in the same transaction as such a write: the job's row is then held (for share) until
+-- that transaction ends, so a cancel either waits for it or refuses it.
+-- Errors: lease_lost (SJ004) when the job no longer runs under p_claim (cancelled, its
+-- lease lost and taken over, or handed back by a drain); tenant_refused (SJ018).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.fence_run(p_id bigint, p_claim bigint)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.check_tenant(array[p_id]);
+  perform from jobs.job j
+    where j.id = p_id and j.claim = p_claim and j.state = 'running'
+      for share of j;
+  if not found then
+    perform jobs.raise_error('lease_lost',
+      pg_catalog.format('job %s: the run that makes this write was stopped', p_id),
+      'cancelled, its lease lost, or handed back by a drain: nothing of it is written',
+      'a stopped run writes nothing');
+  end if;
+end
+$$;
+
+comment on function jobs.fence_run(bigint, bigint) is
+  'Refuse (SJ004) a write made inside a run whose job it no longer holds; holds the row until commit.';
+
 -- === sql/42_hooks.sql ===
 
 create or replace function jobs.stage_hooks()
@@ -2446,6 +2477,7 @@ as $$
       ('sqljobs_worker', 'jobs.watch_token(bigint)'),
       ('sqljobs_worker', 'jobs.wake_tokens(text[])'),
       ('sqljobs_worker', 'jobs.worker_token(text)'),
+      ('sqljobs_worker', 'jobs.fence_run(bigint,bigint)'),
       ('sqljobs_worker', 'jobs.relay(integer,text,double precision)'),
       ('sqljobs_worker', 'jobs.purge_outbox(double precision,integer)'),
       ('sqljobs_worker', 'jobs.lease_acquire(text,text,double precision)'),

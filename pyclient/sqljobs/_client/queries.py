@@ -369,6 +369,11 @@ def remove(job_id: int) -> Call[None]:
     return Call("select jobs.remove(%s)", (job_id,), _none)
 
 
+def fence_run(job_id: int, claim: int) -> Call[None]:
+    """`jobs.fence_run`: sent first in the transaction of a write made inside a run."""
+    return Call("select jobs.fence_run(%s, %s)", (job_id, claim), _none)
+
+
 def fork(job_id: int, from_step: str) -> Call[int]:
     """`jobs.fork`: a new job that replays `job_id`'s steps stored before `from_step`
     and runs that step and the rest; answers the new job's id."""
@@ -971,6 +976,7 @@ __all__ = [
     "enqueue_chunks",
     "enqueue_many",
     "enqueue_spec",
+    "fence_run",
     "fork",
     "get_job",
     "heartbeat",

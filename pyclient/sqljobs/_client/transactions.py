@@ -7,12 +7,16 @@ write exists only if the caller commits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import psycopg
 
+from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient, Client
-from sqljobs._client.errors import ConfigurationError
+from sqljobs._client.errors import ConfigurationError, LeaseLost
 from sqljobs._client.queries import Call
 
 T = TypeVar("T")
@@ -57,8 +61,26 @@ async def _async_psycopg_of(conn: Any) -> psycopg.AsyncConnection[Any]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class RunFence:
+    """The run a handler's writes belong to, and what its refusal raises."""
+
+    job_id: int
+    claim: int
+    stopped: Callable[[], Exception]
+
+
+# Set by the worker while a handler runs (sqljobs._runtime.worker.running): every write
+# run_in makes then goes first through jobs.fence_run, in the same transaction, so a
+# run that was stopped (cancelled, its lease lost, drained) writes nothing.
+RUN_FENCE: ContextVar[RunFence | None] = ContextVar("sqljobs_run_fence", default=None)
+
+
 def run_in(app: ClientSource, conn: Any, calls: list[Call[T]]) -> list[T]:
     """Run calls atomically: on the caller's connection when given, else the pool."""
+    fence = RUN_FENCE.get()
+    if fence is not None:
+        return _fenced(fence, lambda: run_in(app, conn, [_fence(fence), *calls])[1:])
     if conn is None:
         client = app.client
         return [client.run(calls[0])] if len(calls) == 1 else client.run_all(calls)
@@ -66,7 +88,32 @@ def run_in(app: ClientSource, conn: Any, calls: list[Call[T]]) -> list[T]:
 
 
 async def run_in_async(app: ClientSource, conn: Any, calls: list[Call[T]]) -> list[T]:
+    fence = RUN_FENCE.get()
+    if fence is not None:
+        token = RUN_FENCE.set(None)
+        try:
+            return (await run_in_async(app, conn, [_fence(fence), *calls]))[1:]
+        except LeaseLost as error:
+            raise fence.stopped() from error
+        finally:
+            RUN_FENCE.reset(token)
     if conn is None:
         client = app.async_client
         return [await client.run(calls[0])] if len(calls) == 1 else await client.run_all(calls)
     return await AsyncClient(await _async_psycopg_of(conn)).run_all(calls)
+
+
+def _fence(fence: RunFence) -> Call[Any]:
+    return queries.fence_run(fence.job_id, fence.claim)
+
+
+def _fenced(fence: RunFence, write: Callable[[], list[T]]) -> list[T]:
+    """`write` (which sends the fence first) with the fence off meanwhile; its refusal
+    as the run's own error."""
+    token = RUN_FENCE.set(None)
+    try:
+        return write()
+    except LeaseLost as error:
+        raise fence.stopped() from error
+    finally:
+        RUN_FENCE.reset(token)

@@ -39,11 +39,13 @@ from sqljobs._client.connection import AsyncClient
 from sqljobs._client.encoding import ResultNotJSON, json_result
 from sqljobs._client.errors import InvalidPayload
 from sqljobs._client.records import JobState
+from sqljobs._client.transactions import RUN_FENCE, RunFence
 from sqljobs._declare.control import Retry, Snooze
 from sqljobs._declare.jobs import JobDefinition, RetryPolicy
 from sqljobs._runtime.context import JobContext
 from sqljobs._runtime.observing import NO_WATCH, RunObserver
 from sqljobs._runtime.steps import Steps, Suspended
+from sqljobs._runtime.stopping import RunCancelled
 from sqljobs._runtime.threads import DaemonThreadPool
 from sqljobs._runtime.worker.progressing import ProgressThrottle
 from sqljobs._runtime.worker.redacting import redacted_settlement
@@ -138,6 +140,12 @@ class Runner:
         else:
             with watch.active():  # the handler's context holds what the observers set
                 context = contextvars.copy_context()
+        # what the handler writes through the app (enqueue, emit_event) is fenced on this
+        # run: refused with RunCancelled once the run was stopped (transactions.RUN_FENCE)
+        job = run.job
+        context.run(RUN_FENCE.set, RunFence(job.id, job.claim, lambda: RunCancelled(
+            f"job {job.id}: the run was stopped (cancelled, its lease lost, or drained); "
+            f"this write was refused")))
         task = asyncio.current_task()
         assert task is not None
         run.runner = task
