@@ -149,9 +149,11 @@ create index if not exists job_deferred_idx
 create unique index if not exists job_singleton_idx
   on jobs.job (name, (coalesce(tenant, '')), (coalesce(group_key, '')))
   where singleton and state in ('ready', 'running', 'parked', 'interrupted');
+-- (version 3: never started, attempt 0: a started job awaiting its retry is ready too,
+-- and the next enqueue of its group makes a new job instead of changing that retry)
 create unique index if not exists job_debounce_idx
   on jobs.job (name, (coalesce(tenant, '')), (coalesce(group_key, '')))
-  where debounce_s is not null and state = 'ready';
+  where debounce_s is not null and state = 'ready' and attempt = 0;
 
 -- Lapsed-lease recovery seeks this: running rows by lease expiry.
 create index if not exists job_lease_idx

@@ -624,7 +624,7 @@ begin
              and ((k.singleton and (p_spec->>'singleton')::boolean
                    and k.state in ('ready', 'running', 'parked', 'interrupted'))
                   or (k.debounce_s is not null and p_spec->>'debounce_s' is not null
-                      and k.state = 'ready'))
+                      and k.state = 'ready' and k.attempt = 0))  -- never started
            limit 1);
 end
 $$;
@@ -648,6 +648,7 @@ begin
      and coalesce(k.tenant, '') = coalesce(p_spec->>'tenant', '')
      and coalesce(k.group_key, '') = coalesce(p_spec->>'group_key', '')
      and k.debounce_s is not null and k.state = 'ready'
+     and k.attempt = 0  -- waiting to start: a started job awaiting its retry is left alone
   returning k.id into v_id;
   return v_id;
 end

@@ -17,12 +17,16 @@
 --   * The backfill ledger (table jobs.backfill, sql/85_factories.sql) and its functions.
 --   * Settlement hooks: jobs.job.hooks (a spec field: a new nullable column, no
 --     default) and the trigger job_hooks (sql/42_hooks.sql) that stages them.
+--   * A debounced job that started and awaits its retry no longer absorbs the next
+--     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
 -- Locks: two new, empty tables, two nullable columns added to jobs.job (an ACCESS
 -- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
--- transactions that hold the table), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
+-- transactions that hold the table), job_debounce_idx rebuilt (a SHARE lock on jobs.job
+-- while it reads the table: enqueues and settles wait, about a second per million
+-- rows), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
 -- before; upgrade the workers to 0.3 to retry it instead.
 --
@@ -30,6 +34,13 @@
 -- the functions, views, triggers and comments are generated below it.
 
 alter table jobs.job add column code_version text;
+
+-- A debounced job is "waiting to start" only until its first claim (attempt 0): one
+-- awaiting its retry no longer absorbs the next enqueue of its group.
+drop index jobs.job_debounce_idx;
+create unique index job_debounce_idx
+  on jobs.job (name, (coalesce(tenant, '')), (coalesce(group_key, '')))
+  where debounce_s is not null and state = 'ready' and attempt = 0;
 alter table jobs.job add column hooks jsonb;
 
 create table jobs.job_fork (
@@ -579,6 +590,54 @@ $$;
 
 comment on function jobs.worker_token(text) is
   'The token jobs_wake carries when a job this worker runs is cancelled.';
+
+-- jobs.job_of_group(spec) -> the job holding the spec's group (name, tenant, group_key):
+-- for a singleton spec the live singleton job, for a debounced one the debounced job
+-- waiting to start; null when there is none. Private.
+create or replace function jobs.job_of_group(p_spec jsonb)
+returns bigint
+language plpgsql
+stable
+set search_path = ''
+set plan_cache_mode = force_generic_plan
+as $$
+begin
+  return (select k.id from jobs.job k
+           where k.name = p_spec->>'name'
+             and coalesce(k.tenant, '') = coalesce(p_spec->>'tenant', '')
+             and coalesce(k.group_key, '') = coalesce(p_spec->>'group_key', '')
+             and ((k.singleton and (p_spec->>'singleton')::boolean
+                   and k.state in ('ready', 'running', 'parked', 'interrupted'))
+                  or (k.debounce_s is not null and p_spec->>'debounce_s' is not null
+                      and k.state = 'ready' and k.attempt = 0))  -- never started
+           limit 1);
+end
+$$;
+
+-- jobs.debounce(spec, now) -> the debounced job waiting to start in the spec's group,
+-- which now carries the spec's payload and starts debounce_s from now; null when none
+-- waits. (Trailing debounce: every enqueue inside the window moves the start.) Private.
+create or replace function jobs.debounce(p_spec jsonb, p_now timestamptz)
+returns bigint
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_id bigint;
+begin
+  update jobs.job as k
+     set payload = coalesce(nullif(p_spec->'payload', 'null'), '{}'),
+         run_at = p_now + pg_catalog.make_interval(secs => (p_spec->>'debounce_s')::double precision)
+   where k.name = p_spec->>'name'
+     and coalesce(k.tenant, '') = coalesce(p_spec->>'tenant', '')
+     and coalesce(k.group_key, '') = coalesce(p_spec->>'group_key', '')
+     and k.debounce_s is not null and k.state = 'ready'
+     and k.attempt = 0  -- waiting to start: a started job awaiting its retry is left alone
+  returning k.id into v_id;
+  return v_id;
+end
+$$;
 
 select jobs.define_spec();
 

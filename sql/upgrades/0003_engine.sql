@@ -17,12 +17,16 @@
 --   * The backfill ledger (table jobs.backfill, sql/85_factories.sql) and its functions.
 --   * Settlement hooks: jobs.job.hooks (a spec field: a new nullable column, no
 --     default) and the trigger job_hooks (sql/42_hooks.sql) that stages them.
+--   * A debounced job that started and awaits its retry no longer absorbs the next
+--     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
 -- Locks: two new, empty tables, two nullable columns added to jobs.job (an ACCESS
 -- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
--- transactions that hold the table), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
+-- transactions that hold the table), job_debounce_idx rebuilt (a SHARE lock on jobs.job
+-- while it reads the table: enqueues and settles wait, about a second per million
+-- rows), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
 -- before; upgrade the workers to 0.3 to retry it instead.
 --
@@ -30,6 +34,13 @@
 -- the functions, views, triggers and comments are generated below it.
 
 alter table jobs.job add column code_version text;
+
+-- A debounced job is "waiting to start" only until its first claim (attempt 0): one
+-- awaiting its retry no longer absorbs the next enqueue of its group.
+drop index jobs.job_debounce_idx;
+create unique index job_debounce_idx
+  on jobs.job (name, (coalesce(tenant, '')), (coalesce(group_key, '')))
+  where debounce_s is not null and state = 'ready' and attempt = 0;
 alter table jobs.job add column hooks jsonb;
 
 create table jobs.job_fork (
