@@ -439,7 +439,10 @@ create table if not exists jobs.job_type (
   retry            jsonb,                    -- the declared policy's fields (null: default)
   timeout_s        double precision,
   origin           text not null default 'api',  -- declared (a worker) | api (SQL)
-  updated_at       timestamptz not null
+  updated_at       timestamptz not null,
+  -- version 3: required | forbidden | null (as given): whether an enqueue of this type
+  -- must name a tenant (a bound session always does) or must not
+  tenant_policy    text
 );
 
 comment on table jobs.job_type is 'Private: job types and their redaction; use jobs.job_type_put / job_types().';

@@ -148,6 +148,45 @@ begin
 end
 $$;
 
+-- jobs.check_tenant_policy(specs): refuse (tenant_policy, SJ022) the first spec whose
+-- job type requires a tenant and names none, or forbids one and names one. Runs after
+-- jobs.tenant_specs, so a bound session's specs always name its tenant. One read of
+-- jobs.job_type when no type has a policy.
+create or replace function jobs.check_tenant_policy(p_specs jsonb)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_ord    bigint;
+  v_name   text;
+  v_policy text;
+begin
+  if not exists (select from jobs.job_type t where t.tenant_policy is not null) then
+    return;
+  end if;
+  select e.ord, t.name, t.tenant_policy into v_ord, v_name, v_policy
+    from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+    join jobs.job_type t on t.name = e.spec->>'name'
+   where (t.tenant_policy = 'required' and nullif(e.spec->>'tenant', '') is null)
+      or (t.tenant_policy = 'forbidden' and nullif(e.spec->>'tenant', '') is not null)
+   order by e.ord
+   limit 1;
+  if v_ord is not null then
+    perform jobs.raise_error('tenant_policy',
+      pg_catalog.format('spec %s: job type %s %s', v_ord, v_name,
+                        case v_policy when 'required' then 'requires a tenant and none was given'
+                             else 'forbids a tenant and one was given' end),
+      null, case v_policy when 'required' then 'enqueue it with a tenant'
+                          else 'enqueue it without a tenant' end);
+  end if;
+end
+$$;
+
+comment on function jobs.check_tenant_policy(jsonb) is
+  'Private: refuse a spec that breaks its job type''s tenant policy (SJ022).';
+
 -- jobs.tenant_filter(filter) -> an operator or listing filter narrowed to the bound
 -- tenant; one naming another tenant is refused. Unbound: the filter as it is.
 create or replace function jobs.tenant_filter(p_filter jsonb)

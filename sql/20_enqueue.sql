@@ -716,6 +716,7 @@ begin
   -- GUARD: every refusal happens here, before the first write.
   perform jobs.check_specs(p_specs);
   p_specs := jobs.tenant_specs(p_specs);  -- a tenant-bound session's tenant (sql/15_tenancy.sql)
+  perform jobs.check_tenant_policy(p_specs);
 
   -- Throttled jobs: make the claim enforce their rates (sql/35_limits.sql).
   if p_specs @? '$[*].throttle_n ? (@ != null)' then
@@ -930,6 +931,7 @@ begin
             from pg_catalog.unnest(p_keys) with ordinality as k(key, ord))) m;
     return;
   end if;
+  perform jobs.check_tenant_policy(pg_catalog.jsonb_build_array(p_spec));
 
   -- WRITE: one insert for the whole batch (a key repeated in it: its first spec).
   with created as (

@@ -340,11 +340,14 @@ begin
   end if;
   select k into v_field from pg_catalog.jsonb_object_keys(p_def) k
    where k not in ('queue', 'sensitive', 'personal', 'payload_schema', 'retry', 'timeout_s',
-                   'origin')
+                   'origin', 'tenant')
    limit 1;
   if v_field is not null then
     return pg_catalog.format('unknown field %L (fields: queue, sensitive, personal, '
-                             'payload_schema, retry, timeout_s, origin)', v_field);
+                             'payload_schema, retry, timeout_s, origin, tenant)', v_field);
+  end if;
+  if coalesce(p_def->>'tenant', 'required') not in ('required', 'forbidden') then
+    return 'tenant must be "required", "forbidden" or null';
   end if;
   if coalesce(pg_catalog.jsonb_typeof(p_def->'queue'), 'string') not in ('string', 'null') then
     return 'queue must be a string';
@@ -403,7 +406,7 @@ begin
     perform jobs.raise_error('invalid_job_type', v_problem);
   end if;
   insert into jobs.job_type as t (name, queue, sensitive_paths, personal_paths, payload_schema,
-                                  retry, timeout_s, origin, updated_at)
+                                  retry, timeout_s, origin, updated_at, tenant_policy)
   values (p_name, p_def->>'queue',
           array(select distinct e from pg_catalog.jsonb_array_elements_text(
                   coalesce(p_def->'sensitive', '[]')) e order by e),
@@ -412,7 +415,8 @@ begin
           pg_catalog.jsonb_strip_nulls(p_def)->'payload_schema',
           pg_catalog.jsonb_strip_nulls(p_def)->'retry',
           (p_def->>'timeout_s')::double precision,
-          case when p_widen then 'declared' else coalesce(p_def->>'origin', 'api') end, jobs.now())
+          case when p_widen then 'declared' else coalesce(p_def->>'origin', 'api') end, jobs.now(),
+          p_def->>'tenant')
   on conflict (name) do update
      set queue = case when p_widen then coalesce(t.queue, excluded.queue) else excluded.queue end,
          sensitive_paths = case when p_widen
@@ -426,6 +430,10 @@ begin
          payload_schema = excluded.payload_schema, retry = excluded.retry,
          timeout_s = excluded.timeout_s,
          origin = case when p_widen then t.origin else excluded.origin end,
+         -- a worker's declaration sets a policy where none is stored; an operator's put
+         -- replaces it
+         tenant_policy = case when p_widen then coalesce(t.tenant_policy, excluded.tenant_policy)
+                              else excluded.tenant_policy end,
          updated_at = excluded.updated_at
   returning (xmax = 0) into v_new;
   return v_new;

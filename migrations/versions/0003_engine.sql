@@ -19,6 +19,8 @@
 --     default) and the trigger job_hooks (sql/42_hooks.sql) that stages them.
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
+--   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
+--     a job type's field "tenant": required | forbidden), checked by every enqueue.
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
@@ -34,6 +36,7 @@
 -- the functions, views, triggers and comments are generated below it.
 
 alter table jobs.job add column code_version text;
+alter table jobs.job_type add column tenant_policy text;
 
 -- A debounced job is "waiting to start" only until its first claim (attempt 0): one
 -- awaiting its retry no longer absorbs the next enqueue of its group.
@@ -130,6 +133,7 @@ as $$
     ('SJ019', 'setting_refused',     'a session setting would widen what the caller may do (the test clock)'),
     ('SJ020', 'worker_id_taken',     'a live worker of that id was registered by another login role'),
     ('SJ021', 'step_not_found',      'the job''s stored history has no step of that name'),
+    ('SJ022', 'tenant_policy',       'the job type requires a tenant and none was given, or forbids one'),
     ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
     ('SJ031', 'schedule_not_found',  'no schedule has that name'),
     ('SJ040', 'backfill_environment_refused', 'the backfill may not run in this environment'),
@@ -140,6 +144,47 @@ as $$
     ('SJ045', 'backfill_state',      'the backfill is not in a state that allows this verb'),
     ('SJ046', 'backfill_stalled',    'the backfill ended with fewer rows than its declared count')
 $$;
+
+-- === sql/15_tenancy.sql ===
+
+-- jobs.check_tenant_policy(specs): refuse (tenant_policy, SJ022) the first spec whose
+-- job type requires a tenant and names none, or forbids one and names one. Runs after
+-- jobs.tenant_specs, so a bound session's specs always name its tenant. One read of
+-- jobs.job_type when no type has a policy.
+create or replace function jobs.check_tenant_policy(p_specs jsonb)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_ord    bigint;
+  v_name   text;
+  v_policy text;
+begin
+  if not exists (select from jobs.job_type t where t.tenant_policy is not null) then
+    return;
+  end if;
+  select e.ord, t.name, t.tenant_policy into v_ord, v_name, v_policy
+    from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+    join jobs.job_type t on t.name = e.spec->>'name'
+   where (t.tenant_policy = 'required' and nullif(e.spec->>'tenant', '') is null)
+      or (t.tenant_policy = 'forbidden' and nullif(e.spec->>'tenant', '') is not null)
+   order by e.ord
+   limit 1;
+  if v_ord is not null then
+    perform jobs.raise_error('tenant_policy',
+      pg_catalog.format('spec %s: job type %s %s', v_ord, v_name,
+                        case v_policy when 'required' then 'requires a tenant and none was given'
+                             else 'forbids a tenant and one was given' end),
+      null, case v_policy when 'required' then 'enqueue it with a tenant'
+                          else 'enqueue it without a tenant' end);
+  end if;
+end
+$$;
+
+comment on function jobs.check_tenant_policy(jsonb) is
+  'Private: refuse a spec that breaks its job type''s tenant policy (SJ022).';
 
 -- === sql/20_enqueue.sql ===
 
@@ -636,6 +681,295 @@ begin
      and k.attempt = 0  -- waiting to start: a started job awaiting its retry is left alone
   returning k.id into v_id;
   return v_id;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.enqueue_many(specs jsonb) -> (ord, id, outcome), one row per spec, in input order.
+--
+-- Contract:
+--   * Refuses the whole call before the first write when any spec is invalid
+--     (invalid_argument SJ001, payload_too_large SJ002) or when a spec with
+--     on_conflict = 'error' meets an existing key, or a key an earlier spec of the
+--     same batch takes (duplicate_job SJ003).
+--   * Inserts every new job as ready in one statement (jobs.insert_jobs); a key already
+--     present (also a key repeated inside the batch) answers the existing job with
+--     outcome 'deduped'; so does a singleton spec whose group has a live singleton job.
+--     A debounced spec whose group has a debounced job waiting to start collapses into
+--     it (its payload, start now + debounce_s) with outcome 'debounced'.
+--   * Notifies 'jobs_wake' once per queue that received a job runnable now.
+-- Locks: inserts rows in (name, tenant, key) order, so two batches that share keys
+--   wait for each other instead of deadlocking.
+-- Clients send at most 1,000 specs per call (one statement per chunk).
+-- Answers: the insert answers the specs it created; only the other specs probe the key
+--   index, in a later statement, so a key a concurrent transaction committed meanwhile
+--   is seen.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.enqueue_many(p_specs jsonb)
+returns table (ord integer, id bigint, outcome text)
+language plpgsql
+volatile
+set search_path = ''
+-- Generic plans: re-planning these statements on every call cost more than running them.
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_now      timestamptz := jobs.now();
+  v_dup      text;
+  v_strict   boolean;
+  v_ids      bigint[];   -- per spec, in input order: the job that answers it
+  v_created  boolean[];  -- per spec: whether it created that job
+  v_wake     text[];
+  v_spec     jsonb;
+  v_id       bigint;
+  v_queue    text;
+  v_run_at   timestamptz;
+  v_try      integer;
+begin
+  -- GUARD: every refusal happens here, before the first write.
+  perform jobs.check_specs(p_specs);
+  p_specs := jobs.tenant_specs(p_specs);  -- a tenant-bound session's tenant (sql/15_tenancy.sql)
+  perform jobs.check_tenant_policy(p_specs);
+
+  -- Throttled jobs: make the claim enforce their rates (sql/35_limits.sql).
+  if p_specs @? '$[*].throttle_n ? (@ != null)' then
+    insert into jobs.limit (name, scope, updated_at)
+    values ('sqljobs.throttle', 'throttle', v_now)
+    on conflict (name) do nothing;
+  end if;
+
+  -- ONE SPEC (jobs.enqueue, most client calls): the same steps for one row, without the
+  -- batch statements' set-up.
+  if pg_catalog.jsonb_array_length(p_specs) = 1 then
+    v_spec := p_specs->0;
+    v_strict := v_spec->>'on_conflict' = 'error';
+    if v_strict then
+      perform jobs.refuse_duplicate(1, jobs.job_of_key(v_spec->>'name', v_spec->>'tenant',
+                                                       v_spec->>'key'), v_spec->>'key');
+    end if;
+    ord := 1;
+    -- (a job of a debounced or singleton group that starts or ends meanwhile frees the
+    -- group: then try again)
+    for v_try in 1..3 loop
+      if v_spec->>'debounce_s' is not null then
+        id := jobs.debounce(v_spec, v_now);
+        if id is not null then
+          outcome := 'debounced';
+          return next;
+          return;
+        end if;
+      end if;
+      select c.id, c.queue, c.run_at into v_id, v_queue, v_run_at
+        from jobs.insert_jobs(p_specs, v_now) c;
+      if v_id is not null then
+        if v_run_at <= v_now then
+          perform jobs.wake(array[v_queue]);  -- WAKE: runnable now
+        end if;
+        id := v_id;
+        outcome := 'created';
+        return next;
+        return;
+      end if;
+      -- The key has a job: an existing one, or one a concurrent transaction committed
+      -- first (this later statement sees it). Or its group has a live singleton.
+      id := jobs.job_of_key(v_spec->>'name', v_spec->>'tenant', v_spec->>'key');
+      if v_strict then
+        perform jobs.refuse_duplicate(1, id, v_spec->>'key');
+      end if;
+      id := coalesce(id, case when v_spec->>'debounce_s' is null then jobs.job_of_group(v_spec) end);
+      if id is not null then
+        outcome := 'deduped';
+        return next;
+        return;
+      end if;
+    end loop;
+    perform jobs.raise_error('invalid_argument',
+      'spec 1: its group changed under three tries in a row; enqueue it again');
+  end if;
+
+  -- A BATCH with debounced specs: one at a time (each may collapse into a waiting job).
+  if p_specs @? '$[*].debounce_s ? (@ != null)' then
+    return query
+      select e.ord::integer, m.id, m.outcome
+        from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+       cross join lateral jobs.enqueue_many(pg_catalog.jsonb_build_array(e.spec)) m
+       order by e.ord;
+    return;
+  end if;
+
+  -- A BATCH
+  v_strict := p_specs @? '$[*] ? (@.on_conflict == "error")';
+  if v_strict then
+    perform jobs.refuse_duplicate(e.ord, e.id, e.key)
+       from (select e.ord, e.spec->>'key' as key,
+                    jobs.job_of_key(e.spec->>'name', e.spec->>'tenant', e.spec->>'key') as id
+               from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+              where e.spec->>'on_conflict' = 'error') e
+      where e.id is not null
+      order by e.ord
+      limit 1;
+    -- A strict spec whose key an earlier spec of the same batch already takes.
+    select pg_catalog.format('spec %s: key %s is already taken by spec %s of this batch',
+                             e.ord, pg_catalog.quote_literal(e.spec->>'key'), f.ord)
+      into v_dup
+      from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+      cross join lateral (
+        select p.ord
+          from pg_catalog.jsonb_array_elements(p_specs) with ordinality as p(spec, ord)
+         where p.ord < e.ord and p.spec->>'name' = e.spec->>'name'
+           and p.spec->>'key' = e.spec->>'key'
+           and coalesce(p.spec->>'tenant', '') = coalesce(e.spec->>'tenant', '')
+         limit 1) as f
+     where e.spec->>'on_conflict' = 'error'
+     order by e.ord
+     limit 1;
+    if v_dup is not null then
+      perform jobs.raise_error('duplicate_job', v_dup);
+    end if;
+  end if;
+
+  -- WRITE: one insert for the whole batch. A key repeated in the batch is created by
+  -- its first spec; the repeats answer that job as deduped.
+  with created as (select c.ord, c.id, c.queue, c.run_at from jobs.insert_jobs(p_specs, v_now) c)
+  select pg_catalog.array_agg(c.id order by u.ord),
+         pg_catalog.array_agg(c.id is not null order by u.ord),
+         (select pg_catalog.array_agg(distinct w.queue) from created w where w.run_at <= v_now)
+    into v_ids, v_created, v_wake
+    from pg_catalog.generate_series(1, pg_catalog.jsonb_array_length(p_specs)) as u(ord)
+    left join created c on c.ord = u.ord;
+
+  -- Specs the insert did not take: their key had a job already, or a concurrent
+  -- transaction committed one first. This later statement sees it: answer that job.
+  if pg_catalog.array_position(v_created, false) is not null then
+    v_ids := array(
+      select coalesce(e.id, jobs.job_of_key(e.spec->>'name', e.spec->>'tenant', e.spec->>'key'),
+                      jobs.job_of_group(e.spec))
+        from rows from (pg_catalog.jsonb_array_elements(p_specs), pg_catalog.unnest(v_ids))
+             with ordinality as e(spec, id, ord)
+       order by e.ord);
+    -- A key that met a concurrent insert after the guard: still refuse when asked to.
+    if v_strict then
+      perform jobs.refuse_duplicate(e.ord, e.id, e.spec->>'key')
+         from rows from (pg_catalog.jsonb_array_elements(p_specs), pg_catalog.unnest(v_ids),
+                         pg_catalog.unnest(v_created)) with ordinality as e(spec, id, created, ord)
+        where e.spec->>'on_conflict' = 'error' and not e.created and e.id is not null
+        order by e.ord
+        limit 1;
+    end if;
+  end if;
+
+  -- WAKE: once per queue.
+  perform jobs.wake(v_wake);
+
+  -- ANSWER: one row per spec, in input order.
+  return query
+    select u.ord::integer, u.id, case when u.created then 'created' else 'deduped' end
+      from rows from (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_created))
+           with ordinality as u(id, created, ord)
+     order by u.ord;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.enqueue_batch(spec, keys, payloads) -> (ord, id, outcome), one row per key, in
+-- input order.
+--
+-- Jobs that share one spec: `spec` holds every field but key and payload (name, queue,
+-- retry policy, ...), `keys` the jobs' keys and `payloads` (a jsonb array, or null) their
+-- payloads, one per key. It is jobs.enqueue_many over the specs `spec + {key, payload}`:
+-- the same refusals (spec N: ...), answers, locks and wake-up. The shared fields are
+-- read and checked once, not once per job, which is most of enqueue_many's cost; a
+-- batch the shared path does not take (a debounced or strict or throttled spec, a
+-- tenant-bound session, any key or payload enqueue_many would refuse) goes through
+-- jobs.enqueue_many itself. What client libraries send for a batch of one job type.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.enqueue_batch(
+  p_spec     jsonb,
+  p_keys     text[],
+  p_payloads jsonb default null
+)
+returns table (ord integer, id bigint, outcome text)
+language plpgsql
+volatile
+set search_path = ''
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_now     timestamptz := jobs.now();
+  v_n       integer := coalesce(pg_catalog.cardinality(p_keys), 0);
+  v_max     integer := jobs.max_payload_bytes();
+  v_ids     bigint[];
+  v_created boolean[];
+  v_wake    text[];
+begin
+  -- GUARD: the shapes of the three arguments
+  if p_spec is null or pg_catalog.jsonb_typeof(p_spec) <> 'object' then
+    perform jobs.raise_error('invalid_argument', 'spec must be a JSON object');
+  end if;
+  if p_spec ?| array['key', 'payload'] then
+    perform jobs.raise_error('invalid_argument',
+      'spec must not carry key or payload: pass them as keys and payloads');
+  end if;
+  if p_payloads is not null and (pg_catalog.jsonb_typeof(p_payloads) <> 'array'
+                                 or pg_catalog.jsonb_array_length(p_payloads) <> v_n) then
+    perform jobs.raise_error('invalid_argument',
+      'payloads must be a JSON array holding one payload per key (or null)');
+  end if;
+  if v_n = 0 then
+    return;
+  end if;
+
+  -- What the shared path does not take goes through enqueue_many, spec by spec, which
+  -- refuses or answers it exactly as it would.
+  if jobs.spec_problem_of(p_spec || '{"key": "k"}') is not null
+     or p_spec->>'debounce_s' is not null or p_spec->>'on_conflict' = 'error'
+     or p_spec->>'throttle_n' is not null or jobs.bound_tenant() is not null
+     or pg_catalog.array_position(p_keys, null) is not null or '' = any (p_keys)
+     or exists (select from pg_catalog.unnest(p_keys) k where pg_catalog.octet_length(k) > 1000)
+     or (p_payloads is not null and exists (
+           select from pg_catalog.jsonb_array_elements(p_payloads) as p(payload)
+            where pg_catalog.jsonb_typeof(p.payload) not in ('object', 'null')
+               or pg_catalog.octet_length(p.payload::text) > v_max
+               or p.payload @? jobs.too_deep())) then
+    return query
+      select m.ord, m.id, m.outcome
+        from jobs.enqueue_many((
+          select pg_catalog.jsonb_agg(
+                   p_spec || pg_catalog.jsonb_build_object(
+                     'key', k.key, 'payload', coalesce(p_payloads -> (k.ord::integer - 1), '{}'))
+                   order by k.ord)
+            from pg_catalog.unnest(p_keys) with ordinality as k(key, ord))) m;
+    return;
+  end if;
+  perform jobs.check_tenant_policy(pg_catalog.jsonb_build_array(p_spec));
+
+  -- WRITE: one insert for the whole batch (a key repeated in it: its first spec).
+  with created as (
+    select c.ord, c.id, c.queue, c.run_at from jobs.insert_batch(p_spec, p_keys, p_payloads, v_now) c)
+  select pg_catalog.array_agg(c.id order by u.ord),
+         pg_catalog.array_agg(c.id is not null order by u.ord),
+         (select pg_catalog.array_agg(distinct w.queue) from created w where w.run_at <= v_now)
+    into v_ids, v_created, v_wake
+    from pg_catalog.generate_series(1, v_n) as u(ord)
+    left join created c on c.ord = u.ord;
+
+  -- Keys the insert did not take: answer the job that holds each (or its singleton's).
+  if pg_catalog.array_position(v_created, false) is not null then
+    v_ids := array(
+      select coalesce(e.id, jobs.job_of_key(p_spec->>'name', p_spec->>'tenant', e.key),
+                      jobs.job_of_group(p_spec))
+        from rows from (pg_catalog.unnest(p_keys), pg_catalog.unnest(v_ids))
+             with ordinality as e(key, id, ord)
+       order by e.ord);
+  end if;
+
+  perform jobs.wake(v_wake);
+
+  return query
+    select u.ord::integer, u.id, case when u.created then 'created' else 'deduped' end
+      from rows from (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_created))
+           with ordinality as u(id, created, ord)
+     order by u.ord;
 end
 $$;
 
@@ -2477,6 +2811,133 @@ as $$
   -- result waiters of watched jobs hear of it (a saga's cancel first unwinds: not yet)
   select jobs.notify_settled(array(
     select moved.id from moved where moved.settle_watched and moved.state = 'cancelled'))
+$$;
+
+-- === sql/92_introspection.sql ===
+
+-- Why p_def is not a job type definition (null when it is one):
+--   {"queue": text, "sensitive": [path, ...], "personal": [path, ...],
+--    "payload_schema": {...}, "retry": {...}, "timeout_s": number,
+--    "origin": "declared" | "api"}, every field optional.
+create or replace function jobs.job_type_problem(p_name text, p_def jsonb)
+returns text
+language plpgsql
+immutable
+set search_path = ''
+as $$
+declare
+  v_field   text;
+  v_problem text;
+begin
+  if p_name is null or p_name = '' or pg_catalog.octet_length(p_name) > 200 then
+    return 'a job type needs a name of at most 200 bytes';
+  end if;
+  if p_def is null or pg_catalog.jsonb_typeof(p_def) <> 'object' then
+    return 'a job type definition is a JSON object';
+  end if;
+  if p_def @? jobs.too_deep() then
+    return 'a job type definition must be nested less than 100 levels deep';
+  end if;
+  if pg_catalog.octet_length(p_def->>'queue') > 200 then
+    return 'queue must be at most 200 bytes';
+  end if;
+  select k into v_field from pg_catalog.jsonb_object_keys(p_def) k
+   where k not in ('queue', 'sensitive', 'personal', 'payload_schema', 'retry', 'timeout_s',
+                   'origin', 'tenant')
+   limit 1;
+  if v_field is not null then
+    return pg_catalog.format('unknown field %L (fields: queue, sensitive, personal, '
+                             'payload_schema, retry, timeout_s, origin, tenant)', v_field);
+  end if;
+  if coalesce(p_def->>'tenant', 'required') not in ('required', 'forbidden') then
+    return 'tenant must be "required", "forbidden" or null';
+  end if;
+  if coalesce(pg_catalog.jsonb_typeof(p_def->'queue'), 'string') not in ('string', 'null') then
+    return 'queue must be a string';
+  end if;
+  foreach v_field in array array['sensitive', 'personal'] loop
+    if coalesce(pg_catalog.jsonb_typeof(p_def->v_field), 'array') <> 'array' then
+      return pg_catalog.format('%s must be an array of paths', v_field);
+    end if;
+    if exists (select 1 from pg_catalog.jsonb_array_elements(coalesce(p_def->v_field, '[]')) e
+                where pg_catalog.jsonb_typeof(e) <> 'string') then
+      return pg_catalog.format('%s must hold strings', v_field);
+    end if;
+    select jobs.redaction_path_problem(e) into v_problem
+      from pg_catalog.jsonb_array_elements_text(coalesce(p_def->v_field, '[]')) e
+     where jobs.redaction_path_problem(e) is not null
+     limit 1;
+    if v_problem is not null then
+      return pg_catalog.format('%s: %s', v_field, v_problem);
+    end if;
+  end loop;
+  if coalesce(pg_catalog.jsonb_typeof(p_def->'payload_schema'), 'object') not in ('object', 'null')
+     or coalesce(pg_catalog.jsonb_typeof(p_def->'retry'), 'object') not in ('object', 'null') then
+    return 'payload_schema and retry must be JSON objects';
+  end if;
+  if coalesce(pg_catalog.jsonb_typeof(p_def->'timeout_s'), 'number') not in ('number', 'null')
+     or (p_def->>'timeout_s')::double precision <= 0 then
+    return 'timeout_s must be a positive number';
+  end if;
+  if coalesce(p_def->>'origin', 'api') not in ('declared', 'api') then
+    return 'origin must be declared or api';
+  end if;
+  return null;
+end
+$$;
+
+-- jobs.job_type_write(name, definition, widen) -> true when the type is new. Private:
+-- what job_type_put (replace) and job_type_declare (widen) share. A new type is
+-- registered as given. Replacing a known one writes every field; widening one only
+-- adds: its sensitive and personal paths become the union of the stored and the given
+-- ones, its queue and origin are kept, and its schema, retry policy and timeout
+-- (descriptions) follow the code. Errors: invalid_job_type (SJ017), nothing written.
+create or replace function jobs.job_type_write(p_name text, p_def jsonb, p_widen boolean)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_problem text := jobs.job_type_problem(p_name, p_def);
+  v_new     boolean;
+begin
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_job_type', v_problem);
+  end if;
+  insert into jobs.job_type as t (name, queue, sensitive_paths, personal_paths, payload_schema,
+                                  retry, timeout_s, origin, updated_at, tenant_policy)
+  values (p_name, p_def->>'queue',
+          array(select distinct e from pg_catalog.jsonb_array_elements_text(
+                  coalesce(p_def->'sensitive', '[]')) e order by e),
+          array(select distinct e from pg_catalog.jsonb_array_elements_text(
+                  coalesce(p_def->'personal', '[]')) e order by e),
+          pg_catalog.jsonb_strip_nulls(p_def)->'payload_schema',
+          pg_catalog.jsonb_strip_nulls(p_def)->'retry',
+          (p_def->>'timeout_s')::double precision,
+          case when p_widen then 'declared' else coalesce(p_def->>'origin', 'api') end, jobs.now(),
+          p_def->>'tenant')
+  on conflict (name) do update
+     set queue = case when p_widen then coalesce(t.queue, excluded.queue) else excluded.queue end,
+         sensitive_paths = case when p_widen
+                             then array(select distinct e from pg_catalog.unnest(
+                                    t.sensitive_paths || excluded.sensitive_paths) e order by e)
+                             else excluded.sensitive_paths end,
+         personal_paths = case when p_widen
+                            then array(select distinct e from pg_catalog.unnest(
+                                   t.personal_paths || excluded.personal_paths) e order by e)
+                            else excluded.personal_paths end,
+         payload_schema = excluded.payload_schema, retry = excluded.retry,
+         timeout_s = excluded.timeout_s,
+         origin = case when p_widen then t.origin else excluded.origin end,
+         -- a worker's declaration sets a policy where none is stored; an operator's put
+         -- replaces it
+         tenant_policy = case when p_widen then coalesce(t.tenant_policy, excluded.tenant_policy)
+                              else excluded.tenant_policy end,
+         updated_at = excluded.updated_at
+  returning (xmax = 0) into v_new;
+  return v_new;
+end
 $$;
 
 -- === sql/98_roles.sql ===

@@ -19,6 +19,8 @@
 --     default) and the trigger job_hooks (sql/42_hooks.sql) that stages them.
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
+--   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
+--     a job type's field "tenant": required | forbidden), checked by every enqueue.
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
@@ -34,6 +36,7 @@
 -- the functions, views, triggers and comments are generated below it.
 
 alter table jobs.job add column code_version text;
+alter table jobs.job_type add column tenant_policy text;
 
 -- A debounced job is "waiting to start" only until its first claim (attempt 0): one
 -- awaiting its retry no longer absorbs the next enqueue of its group.

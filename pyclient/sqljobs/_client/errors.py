@@ -178,6 +178,11 @@ class StepNotFound(DatabaseError, LookupError, sqlstate="SJ021", name="step_not_
     the steps it has)."""
 
 
+class TenantPolicyRefused(DatabaseError, sqlstate="SJ022", name="tenant_policy"):
+    """An enqueue breaks its job type's tenant policy: the type requires a tenant and
+    none was given (a bound session always gives its own), or forbids one."""
+
+
 class NotLeader(DatabaseError, sqlstate="SJ030", name="not_leader"):
     """A scheduler fire whose leader token no longer holds the live lease: stop dispatching."""
 
@@ -290,6 +295,7 @@ __all__ = [
     "SettingRefused",
     "SqljobsError",
     "StepNotFound",
+    "TenantPolicyRefused",
     "TenantRefused",
     "UnknownJob",
     "UnknownRetentionKey",

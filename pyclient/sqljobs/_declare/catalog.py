@@ -45,17 +45,22 @@ def payload_schema(definition: JobDefinition[Any]) -> dict[str, Any] | None:
 def job_type_definition(definition: JobDefinition[Any]) -> dict[str, Any]:
     """The job type JSON of a declared job (origin "declared"; jobs.job_type_declare)."""
     redaction = definition.redaction
-    return {"queue": definition.queue, "sensitive": list(redaction.sensitive),
-            "personal": list(redaction.personal),
-            "payload_schema": payload_schema(definition),
-            "retry": _retry(definition), "timeout_s": definition.timeout_s,
-            "origin": "declared"}
+    declared = {"queue": definition.queue, "sensitive": list(redaction.sensitive),
+                "personal": list(redaction.personal),
+                "payload_schema": payload_schema(definition),
+                "retry": _retry(definition), "timeout_s": definition.timeout_s,
+                "origin": "declared"}
+    if definition.tenant_policy is not None:
+        declared["tenant"] = definition.tenant_policy
+    return declared
 
 
 def _covered(declared: dict[str, Any], record: JobTypeRecord) -> bool:
     """Whether the stored type already holds what the declaration adds: its hidden and
     personal paths (a stored type may hide more), schema, retry policy and timeout."""
     stored = record.definition()
+    if "tenant" in declared:  # not in jobs.job_types(): written at every start
+        return False
     return all(stored[k] == declared[k] for k in ("payload_schema", "retry", "timeout_s")) \
         and set(declared["sensitive"]) <= set(stored["sensitive"]) \
         and set(declared["personal"]) <= set(stored["personal"])

@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from sqljobs._client import queries
-from sqljobs._client.errors import ConfigurationError, InvalidPayload
+from sqljobs._client.errors import ConfigurationError, InvalidPayload, TenantPolicyRefused
 from sqljobs._client.producing import Sending, installed, producing
 from sqljobs._client.records import Enqueued, Jitter, JobSpec, Staged
 from sqljobs._client.redaction import Redaction
@@ -79,6 +79,7 @@ class JobDefinition(Generic[P]):
     terminal: tuple[type[BaseException], ...] = ()
     hooks: dict[str, dict[str, str]] | None = None  # {"settled"|"exhausted": {name, queue}}
     progress_every_s: float = 1.0  # ctx.progress writes at most once per this interval
+    tenant_policy: typing.Literal["required", "forbidden"] | None = None
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -190,6 +191,9 @@ class JobHandle(Generic[P]):
         `throttle=(n, s)` starts at most n of the group per s seconds
         (docs/howto-limits.md)."""
         d = self.definition
+        if d.tenant_policy == "forbidden" and tenant is not None:  # (the SQL refuses it too)
+            raise TenantPolicyRefused(f"job type {d.name} forbids a tenant and one was given",
+                                      hint="enqueue it without a tenant")
         model = d.parse_payload(payload)
         rate = None if throttle is None else Rate.of(throttle, "throttle")
         return JobSpec(

@@ -7,7 +7,7 @@ enqueue through the `ClientSource` it was made with (an `App`'s pools).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
@@ -59,6 +59,7 @@ class Registry:
         on_settled: JobHandle[Any] | str | None = None,
         on_exhausted: JobHandle[Any] | str | None = None,
         progress_every: float = 1.0,
+        tenant: Literal["required", "forbidden"] | None = None,
     ) -> Callable[[Callable[..., Any]], JobHandle[Any]]:
         """Declare a job: `@app.job(queue="mail", retry=RetryPolicy(max_attempts=5))`.
 
@@ -79,7 +80,14 @@ class Registry:
 
         `ctx.progress(...)` writes at most once per `progress_every` seconds (the last
         value wins; the one kept is written before the outcome).
+
+        `tenant="required"` refuses an enqueue that names no tenant (a tenant-bound
+        session always names its own), `"forbidden"` one that names a tenant: with
+        `TenantPolicyRefused` (SJ022), before any write, once a worker has registered
+        the declaration (docs/howto-roles.md).
         """
+        if tenant not in (None, "required", "forbidden"):
+            raise ConfigurationError('tenant must be "required", "forbidden" or None')
         policy = retry or RetryPolicy()
         if not progress_every >= 0:
             raise ConfigurationError("progress_every must be zero or more seconds")
@@ -98,6 +106,7 @@ class Registry:
                 name=job_name, fn=fn, payload_model=payload or payload_model_of(fn),
                 queue=queue, retry=policy, timeout_s=timeout, priority=priority,
                 terminal=terminal, hooks=hooks or None, progress_every_s=progress_every,
+                tenant_policy=tenant,
             )
             limits = job_limits(job_name, definition.payload_model, concurrency, rate, limit)
             for each in limits:
@@ -156,6 +165,7 @@ class Registry:
         terminal: tuple[type[BaseException], ...] = (),
         on_settled: JobHandle[Any] | str | None = None,
         on_exhausted: JobHandle[Any] | str | None = None,
+        tenant: Literal["required", "forbidden"] | None = None,
     ) -> Callable[[Callable[..., Any]], JobHandle[Any]]:
         """Declare a task, a job with a schedule: `@app.task(cron="*/5 * * * *")`.
 
@@ -179,7 +189,7 @@ class Registry:
             handle = self.job(name=task_name, queue=queue, retry=retry, timeout=timeout,
                               priority=priority, dead_letter=dead_letter, terminal=terminal,
                               payload=model, on_settled=on_settled,
-                              on_exhausted=on_exhausted)(handler)
+                              on_exhausted=on_exhausted, tenant=tenant)(handler)
             spec = handle.spec(payload if payload is not None else {}, key="-").to_sql()
             options = {k: v for k, v in spec.items() if k not in ("name", "key", "payload")}
             self._tasks[task_name] = TaskDefinition(
