@@ -41,6 +41,8 @@ PUBLIC = {
     "UnknownJob", "Worker", "fresh_key", "key", "queries",
     "AsyncLock", "Lock", "Limits", "Schedules", "errors", "records",  # run-time managers
     "SettingRefused", "WorkerIdTaken",  # trust boundaries
+    "ReplayDiverged", "StepNotFound",  # deploys: replay checks, forks
+    "SettledJob", "TenantPolicyRefused",  # the run's lifecycle: hooks, tenant policy
     "InvalidJobType", "JobTypeNotFound", "PersonalData", "Sensitive",  # redaction
     "InvalidRetention", "UnknownRetentionKey",  # retention
 }
