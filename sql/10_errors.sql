@@ -75,7 +75,10 @@ as $$
     ('SJ043', 'backfill_busy',       'another live job is running this backfill'),
     ('SJ044', 'backfill_not_found',  'no backfill of that name and scope has run in this environment'),
     ('SJ045', 'backfill_state',      'the backfill is not in a state that allows this verb'),
-    ('SJ046', 'backfill_stalled',    'the backfill ended with fewer rows than its declared count')
+    ('SJ046', 'backfill_stalled',    'the backfill ended with fewer rows than its declared count'),
+    ('SJ050', 'webhook_disabled',    'the outbound webhook endpoint is disabled: no request was sent'),
+    ('SJ051', 'webhook_rejected',    'the webhook endpoint refused the event with a 4xx other than 408 or 429'),
+    ('SJ052', 'webhook_tenant_refused', 'the webhook event names another tenant than its endpoint''s')
 $$;
 
 comment on function jobs.error_codes() is 'The sqljobs SQLSTATE table: code, symbolic name, meaning.';

@@ -15,10 +15,12 @@
 --     (jobs.step_put option patch); the claim answers the stored steps' order
 --     ('sqljobs.order'), which the 0.3 client checks a replay against.
 --   * The backfill ledger (table jobs.backfill, sql/85_factories.sql) and its functions.
+--   * Outbound webhooks' shared state (tables jobs.webhook_endpoint, webhook_attempt;
+--     sql/87_integrations.sql): disabled endpoints and the recorded attempts.
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
--- Locks: two new, empty tables, one nullable column added to jobs.job (an ACCESS
+-- Locks: four new, empty tables, one nullable column added to jobs.job (an ACCESS
 -- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
 -- transactions that hold the table), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
@@ -64,6 +66,39 @@ create table jobs.backfill (
 
 comment on table jobs.backfill is
   'The backfill ledger: what ran, per environment, name and scope (sql/85_factories.sql).';
+
+-- ---------------------------------------------------------------------------
+-- jobs.webhook_endpoint and jobs.webhook_attempt: the outbound webhooks' shared state
+-- (sql/87_integrations.sql). New, empty tables: no lock on anything that exists.
+-- ---------------------------------------------------------------------------
+create table jobs.webhook_endpoint (
+  name        text        primary key,
+  tenant      text,
+  reason      text        not null,
+  disabled_by text        not null,
+  disabled_at timestamptz not null
+);
+
+comment on table jobs.webhook_endpoint is
+  'Disabled outbound webhook endpoints (no row: enabled), sql/87_integrations.sql.';
+
+create table jobs.webhook_attempt (
+  job_id     bigint      not null references jobs.job (id) on delete cascade,
+  attempt    integer     not null,
+  endpoint   text        not null,
+  tenant     text,
+  outcome    text        not null
+             check (outcome in ('delivered', 'retry', 'rejected', 'error', 'disabled',
+                                'refused')),
+  status     integer,
+  latency_ms integer     not null,
+  excerpt    text,
+  at         timestamptz not null,
+  primary key (job_id, attempt)
+);
+
+comment on table jobs.webhook_attempt is
+  'One row per outbound webhook attempt that reached a verdict, sql/87_integrations.sql.';
 
 -- ===========================================================================
 -- Generated from sql/ by `make revision`: every function, view, trigger and comment
@@ -124,7 +159,10 @@ as $$
     ('SJ043', 'backfill_busy',       'another live job is running this backfill'),
     ('SJ044', 'backfill_not_found',  'no backfill of that name and scope has run in this environment'),
     ('SJ045', 'backfill_state',      'the backfill is not in a state that allows this verb'),
-    ('SJ046', 'backfill_stalled',    'the backfill ended with fewer rows than its declared count')
+    ('SJ046', 'backfill_stalled',    'the backfill ended with fewer rows than its declared count'),
+    ('SJ050', 'webhook_disabled',    'the outbound webhook endpoint is disabled: no request was sent'),
+    ('SJ051', 'webhook_rejected',    'the webhook endpoint refused the event with a 4xx other than 408 or 429'),
+    ('SJ052', 'webhook_tenant_refused', 'the webhook event names another tenant than its endpoint''s')
 $$;
 
 -- === sql/20_enqueue.sql ===
@@ -2278,6 +2316,183 @@ $$;
 comment on function jobs.backfills(text) is
   'The backfill ledger with each row''s job state (one environment, or all); a bound session sees its tenant''s.';
 
+-- === sql/87_integrations.sql ===
+
+comment on table jobs.webhook_endpoint is
+  'Disabled outbound webhook endpoints (no row: enabled), sql/87_integrations.sql.';
+
+comment on table jobs.webhook_attempt is
+  'One row per outbound webhook attempt that reached a verdict, sql/87_integrations.sql.';
+
+-- jobs.webhook_attempt_put(id, claim, endpoint, outcome, status, latency_ms, excerpt)
+--   -> the attempt number recorded
+-- Records the current attempt of the running webhook job `id`. GUARD: the claim holds
+-- the job, the job is named `endpoint` (lease_lost otherwise); outcome is one of the
+-- table's, latency >= 0, status 100..599 or null (invalid_argument). A bound session
+-- is refused another tenant's job. WRITE: one row per (job, attempt); the same attempt
+-- recorded again replaces its row (a repeated call after a lost answer).
+create or replace function jobs.webhook_attempt_put(
+  p_id bigint, p_claim bigint, p_endpoint text, p_outcome text, p_status integer,
+  p_latency_ms integer, p_excerpt text)
+returns integer
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_attempt integer;
+  v_tenant  text;
+begin
+  if p_outcome is null or p_outcome not in ('delivered', 'retry', 'rejected', 'error',
+                                            'disabled', 'refused')
+     or p_latency_ms is null or p_latency_ms < 0
+     or (p_status is not null and (p_status < 100 or p_status > 599)) then
+    perform jobs.raise_error('invalid_argument', pg_catalog.format(
+      'webhook_attempt_put needs an outcome of the table''s, a latency >= 0 and a status '
+      '100..599 or null (got %L, %L, %L)', p_outcome, p_latency_ms, p_status));
+  end if;
+  perform jobs.check_tenant(array[p_id]);
+  select j.attempt, j.tenant into v_attempt, v_tenant from jobs.job j
+   where j.id = p_id and j.claim = p_claim and j.state = 'running' and j.name = p_endpoint;
+  if not found then
+    perform jobs.raise_error('lease_lost',
+      pg_catalog.format('job %s is not the running webhook %s under claim %s', p_id,
+                        p_endpoint, p_claim));
+  end if;
+  insert into jobs.webhook_attempt as a (job_id, attempt, endpoint, tenant, outcome, status,
+                                         latency_ms, excerpt, at)
+  values (p_id, v_attempt, p_endpoint, v_tenant, p_outcome, p_status, p_latency_ms,
+          pg_catalog.left(p_excerpt, 512), jobs.now())
+  on conflict (job_id, attempt) do update
+     set outcome = excluded.outcome, status = excluded.status,
+         latency_ms = excluded.latency_ms, excerpt = excluded.excerpt, at = excluded.at;
+  return v_attempt;
+end
+$$;
+
+comment on function jobs.webhook_attempt_put(bigint, bigint, text, text, integer, integer, text) is
+  'Record the running webhook job''s current attempt (fenced on its claim); SJ004 when the claim or the name does not match.';
+
+-- jobs.webhook_disabled(endpoint) -> why the endpoint is disabled, or null (enabled).
+-- A bound session reads only its tenant's endpoints (another's: null). Reads.
+create or replace function jobs.webhook_disabled(p_endpoint text)
+returns text
+language sql
+stable
+set search_path = ''
+as $$
+  select e.reason from jobs.webhook_endpoint e
+   where e.name = p_endpoint
+     and (jobs.bound_tenant() is null or e.tenant is not distinct from jobs.bound_tenant())
+$$;
+
+comment on function jobs.webhook_disabled(text) is
+  'Why an outbound webhook endpoint is disabled, or null when it is enabled.';
+
+-- jobs.webhook_disable(endpoint, tenant, reason) -> void
+-- Disable an endpoint: its jobs fail fast (webhook_disabled, SJ050, in the client)
+-- until webhook_enable. Disabling a disabled endpoint replaces its reason. GUARD: a
+-- name and a non-empty reason (invalid_argument); a bound session may disable only an
+-- endpoint of its own tenant (tenant_refused).
+create or replace function jobs.webhook_disable(p_endpoint text, p_tenant text,
+                                                p_reason text)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_bound text := jobs.bound_tenant();
+  v_owner text;
+begin
+  perform jobs.check_name(p_endpoint, 'webhook endpoint');
+  if p_reason is null or pg_catalog.btrim(p_reason) = '' then
+    perform jobs.raise_error('invalid_argument', 'webhook_disable needs a reason');
+  end if;
+  select e.tenant into v_owner from jobs.webhook_endpoint e where e.name = p_endpoint
+     for update;
+  if v_bound is not null and (p_tenant is distinct from v_bound
+                              or (found and v_owner is distinct from v_bound)) then
+    perform jobs.raise_error('tenant_refused',
+      pg_catalog.format('webhook endpoint %s belongs to another tenant', p_endpoint));
+  end if;
+  insert into jobs.webhook_endpoint as e (name, tenant, reason, disabled_by, disabled_at)
+  values (p_endpoint, p_tenant, p_reason, session_user, jobs.now())
+  on conflict (name) do update
+     set tenant = excluded.tenant, reason = excluded.reason,
+         disabled_by = excluded.disabled_by, disabled_at = excluded.disabled_at;
+end
+$$;
+
+comment on function jobs.webhook_disable(text, text, text) is
+  'Disable an outbound webhook endpoint (its jobs fail fast); SJ018 for another tenant''s endpoint.';
+
+-- jobs.webhook_enable(endpoint) -> true when it was disabled. A bound session may
+-- enable only its tenant's endpoint (tenant_refused).
+create or replace function jobs.webhook_enable(p_endpoint text)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_bound text := jobs.bound_tenant();
+  v_owner text;
+begin
+  select e.tenant into v_owner from jobs.webhook_endpoint e where e.name = p_endpoint
+     for update;
+  if not found then
+    return false;
+  end if;
+  if v_bound is not null and v_owner is distinct from v_bound then
+    perform jobs.raise_error('tenant_refused',
+      pg_catalog.format('webhook endpoint %s belongs to another tenant', p_endpoint));
+  end if;
+  delete from jobs.webhook_endpoint e where e.name = p_endpoint;
+  return true;
+end
+$$;
+
+comment on function jobs.webhook_enable(text) is
+  'Enable a disabled outbound webhook endpoint; true when it was disabled.';
+
+-- jobs.webhook_endpoints() -> the disabled endpoints (a bound session: its tenant's).
+create or replace function jobs.webhook_endpoints()
+returns table (name text, tenant text, reason text, disabled_by text,
+               disabled_at timestamptz)
+language sql
+stable
+set search_path = ''
+as $$
+  select e.name, e.tenant, e.reason, e.disabled_by, e.disabled_at
+    from jobs.webhook_endpoint e
+   where jobs.bound_tenant() is null or e.tenant is not distinct from jobs.bound_tenant()
+   order by e.name
+$$;
+
+comment on function jobs.webhook_endpoints() is
+  'The disabled outbound webhook endpoints (a bound session: its tenant''s).';
+
+-- jobs.webhook_attempts(job_id) -> the recorded attempts of one webhook job, in order.
+-- A bound session is refused another tenant's job (tenant_refused). Reads.
+create or replace function jobs.webhook_attempts(p_job_id bigint)
+returns table (attempt integer, endpoint text, outcome text, status integer,
+               latency_ms integer, excerpt text, at timestamptz)
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  perform jobs.check_tenant(array[p_job_id]);
+  return query
+    select a.attempt, a.endpoint, a.outcome, a.status, a.latency_ms, a.excerpt, a.at
+      from jobs.webhook_attempt a where a.job_id = p_job_id order by a.attempt;
+end
+$$;
+
+comment on function jobs.webhook_attempts(bigint) is
+  'The recorded attempts of one outbound webhook job; SJ018 for another tenant''s job.';
+
 -- === sql/98_roles.sql ===
 
 create or replace function jobs.role_grants()
@@ -2349,6 +2564,8 @@ as $$
       ('sqljobs_worker', 'jobs.backfill_advance(bigint,bigint,text,text,text,integer,jsonb,bigint)'),
       ('sqljobs_worker', 'jobs.backfill_status(bigint,bigint,text,text,text)'),
       ('sqljobs_worker', 'jobs.backfill_finish(bigint,bigint,text,text,text)'),
+      ('sqljobs_worker', 'jobs.webhook_attempt_put(bigint,bigint,text,text,integer,integer,text)'),
+      ('sqljobs_worker', 'jobs.webhook_disabled(text)'),
       -- scheduler: the fleet's configuration from code, the schedules, retention
       ('sqljobs_scheduler', 'jobs.leader_acquire(text,text,double precision)'),
       ('sqljobs_scheduler', 'jobs.leader_release(text,text,bigint)'),
@@ -2399,6 +2616,8 @@ as $$
       ('sqljobs_operator', 'jobs.backfill_pause(text,text,text)'),
       ('sqljobs_operator', 'jobs.backfill_resume(text,text,text)'),
       ('sqljobs_operator', 'jobs.backfill_cancel(text,text,text)'),
+      ('sqljobs_operator', 'jobs.webhook_disable(text,text,text)'),
+      ('sqljobs_operator', 'jobs.webhook_enable(text)'),
       -- reader: views and read functions only (redacted: no raw payload)
       ('sqljobs_reader', 'jobs.queue_stats()'), ('sqljobs_reader', 'jobs.queue_stats_v2()'),
       ('sqljobs_reader', 'jobs.list_jobs(jsonb,bigint,integer)'),
@@ -2423,6 +2642,9 @@ as $$
       ('sqljobs_reader', 'jobs.finished_by_queue(integer,integer)'),
       ('sqljobs_reader', 'jobs.declared_queues()'),
       ('sqljobs_reader', 'jobs.backfills(text)'),
+      ('sqljobs_reader', 'jobs.webhook_disabled(text)'),
+      ('sqljobs_reader', 'jobs.webhook_endpoints()'),
+      ('sqljobs_reader', 'jobs.webhook_attempts(bigint)'),
       -- jobs.job_view calls these with its reader's privileges (a view's functions are
       -- checked against its caller), so whoever is granted SELECT on the view needs them;
       -- they compute on their arguments only and read no table (bound_tenant: only the

@@ -15,10 +15,12 @@
 --     (jobs.step_put option patch); the claim answers the stored steps' order
 --     ('sqljobs.order'), which the 0.3 client checks a replay against.
 --   * The backfill ledger (table jobs.backfill, sql/85_factories.sql) and its functions.
+--   * Outbound webhooks' shared state (tables jobs.webhook_endpoint, webhook_attempt;
+--     sql/87_integrations.sql): disabled endpoints and the recorded attempts.
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
--- Locks: two new, empty tables, one nullable column added to jobs.job (an ACCESS
+-- Locks: four new, empty tables, one nullable column added to jobs.job (an ACCESS
 -- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
 -- transactions that hold the table), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
@@ -64,3 +66,36 @@ create table jobs.backfill (
 
 comment on table jobs.backfill is
   'The backfill ledger: what ran, per environment, name and scope (sql/85_factories.sql).';
+
+-- ---------------------------------------------------------------------------
+-- jobs.webhook_endpoint and jobs.webhook_attempt: the outbound webhooks' shared state
+-- (sql/87_integrations.sql). New, empty tables: no lock on anything that exists.
+-- ---------------------------------------------------------------------------
+create table jobs.webhook_endpoint (
+  name        text        primary key,
+  tenant      text,
+  reason      text        not null,
+  disabled_by text        not null,
+  disabled_at timestamptz not null
+);
+
+comment on table jobs.webhook_endpoint is
+  'Disabled outbound webhook endpoints (no row: enabled), sql/87_integrations.sql.';
+
+create table jobs.webhook_attempt (
+  job_id     bigint      not null references jobs.job (id) on delete cascade,
+  attempt    integer     not null,
+  endpoint   text        not null,
+  tenant     text,
+  outcome    text        not null
+             check (outcome in ('delivered', 'retry', 'rejected', 'error', 'disabled',
+                                'refused')),
+  status     integer,
+  latency_ms integer     not null,
+  excerpt    text,
+  at         timestamptz not null,
+  primary key (job_id, attempt)
+);
+
+comment on table jobs.webhook_attempt is
+  'One row per outbound webhook attempt that reached a verdict, sql/87_integrations.sql.';

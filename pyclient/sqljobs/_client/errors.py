@@ -227,6 +227,29 @@ class BackfillStalled(DatabaseError, BackfillError,
     (`jobs.backfill_finish` answered 'stalled'; the ledger row says so)."""
 
 
+class WebhookError(SqljobsError):
+    """Base class of the outbound webhooks' refusals (SJ050 to SJ052). Each is terminal for
+    its job: retrying cannot change the answer."""
+
+
+class WebhookDisabled(DatabaseError, WebhookError, sqlstate="SJ050", name="webhook_disabled"):
+    """The endpoint is disabled (`jobs.webhook_disable`): the job failed before any request
+    was sent, and no socket was opened."""
+
+
+class WebhookRejected(DatabaseError, WebhookError, sqlstate="SJ051", name="webhook_rejected"):
+    """The endpoint answered a 4xx other than 408 and 429: the event is refused, not
+    retried. `status` is the HTTP status."""
+
+    status: int | None = None
+
+
+class WebhookTenantRefused(DatabaseError, WebhookError, PermissionError,
+                           sqlstate="SJ052", name="webhook_tenant_refused"):
+    """The event (its job's tenant, or the tenant its payload names) is not the endpoint's
+    tenant: nothing was sent."""
+
+
 class LockBusy(SqljobsError, TimeoutError):
     """`app.lock(...)` could not take the lock before its timeout: another holder has it."""
 
