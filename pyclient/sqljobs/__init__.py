@@ -36,6 +36,9 @@ from sqljobs._app import (
     Schedules,
     SearchIndex,
     TransferRefused,
+    WebhookEvent,
+    WebhookFailed,
+    WebhookHandle,
 )
 from sqljobs._client.connection import AsyncClient, Client
 from sqljobs._client.errors import (
@@ -76,6 +79,10 @@ from sqljobs._client.errors import (
     TenantRefused,
     UnknownJob,
     UnknownRetentionKey,
+    WebhookDisabled,
+    WebhookError,
+    WebhookRejected,
+    WebhookTenantRefused,
     WorkerIdTaken,
 )
 from sqljobs._client.locks import AsyncLock, Lock
@@ -237,6 +244,13 @@ __all__ = [
     "TransferRefused",
     "UnknownJob",
     "UnknownRetentionKey",
+    "WebhookDisabled",
+    "WebhookError",
+    "WebhookEvent",
+    "WebhookFailed",
+    "WebhookHandle",
+    "WebhookRejected",
+    "WebhookTenantRefused",
     "Worker",
     "WorkerIdTaken",
     "errors",

@@ -9,6 +9,7 @@ from sqljobs._app.maintenance import PurgeHandle, PurgeTable
 from sqljobs._app.schedules import Schedules
 from sqljobs._app.search import Document, PostgresSearchIndex, SearchIndex
 from sqljobs._app.transfer import ImportPage, TransferRefused
+from sqljobs._app.webhooks import WebhookEvent, WebhookFailed, WebhookHandle
 
 __all__ = [
     "App",
@@ -23,4 +24,7 @@ __all__ = [
     "Schedules",
     "SearchIndex",
     "TransferRefused",
+    "WebhookEvent",
+    "WebhookFailed",
+    "WebhookHandle",
 ]

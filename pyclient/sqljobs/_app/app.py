@@ -47,11 +47,12 @@ from sqljobs._app.transfer import (
     declare_export,
     declare_import,
 )
+from sqljobs._app.webhooks import Endpoint, WebhookHandle, declare_webhook
 from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient, Client
 from sqljobs._client.errors import ConfigurationError
 from sqljobs._client.pools import Pools
-from sqljobs._declare.jobs import JobHandle
+from sqljobs._declare.jobs import JobHandle, RetryPolicy
 from sqljobs._declare.registry import Registry
 
 if TYPE_CHECKING:
@@ -331,6 +332,27 @@ class App(Registry):
             return handle
 
         return declare
+
+    # -- integrations -------------------------------------------------------------------
+
+    def webhook(self, name: str, *, url: str, secrets: str | Sequence[str],
+                tenant: str | None = None, data: type[BaseModel] | None = None,
+                timeout: float = 10.0, headers: Mapping[str, str] | None = None,
+                retry: RetryPolicy | None = None, queue: str | None = None,
+                concurrency: int | None = None) -> WebhookHandle:
+        """Declare an outbound webhook endpoint (docs/howto-webhooks.md): a job named
+        `name` whose each run POSTs ONE event to `url`, signed per Standard Webhooks with
+        every secret in `secrets` (`whsec_<base64>`; two while one is rotated). `tenant`
+        is the endpoint's: an event of another is refused. `data` types the events'
+        data (its Sensitive fields are redacted like any payload's); `timeout` is per
+        request; `retry` the delivery's policy. `handle.send(type, data)` enqueues one."""
+        endpoint = Endpoint(url, (secrets,) if isinstance(secrets, str) else tuple(secrets),
+                            tenant, timeout, dict(headers or {}))
+        handle = declare_webhook(self, name, endpoint, data=data, queue=queue, retry=retry,
+                                 concurrency=concurrency)
+        self._factories[name] = {"kind": "webhook", "url": url.split("?", 1)[0],
+                                 "tenant": tenant, "secrets": len(endpoint.secrets)}
+        return handle
 
     # -- locks ------------------------------------------------------------------------
 

@@ -316,6 +316,10 @@ __all__ = [
     "TenantRefused",
     "UnknownJob",
     "UnknownRetentionKey",
+    "WebhookDisabled",
+    "WebhookError",
+    "WebhookRejected",
+    "WebhookTenantRefused",
     "WorkerIdTaken",
 ]
 

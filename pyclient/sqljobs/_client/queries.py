@@ -49,6 +49,8 @@ from sqljobs._client.records import (
     StepWait,
     TenantBinding,
     UnservedJobs,
+    WebhookAttempt,
+    WebhookEndpointState,
     WorkerRecord,
 )
 
@@ -768,6 +770,42 @@ def backfills(environment: str | None = None) -> Call[list[BackfillRecord]]:
         "select " + _BACKFILL_COLUMNS + " from jobs.backfills(%s)",
         (environment,),
         lambda rows: [BackfillRecord.model_validate(row) for row in rows])
+
+
+# -- outbound webhooks (sql/87_integrations.sql) ----------------------------------------
+
+def webhook_attempt_put(job_id: int, claim: int, endpoint: str, outcome: str,
+                        status: int | None, latency_ms: int, excerpt: str | None) -> Call[int]:
+    """Record the running webhook job's current attempt (fenced on its claim)."""
+    return Call("select jobs.webhook_attempt_put(%s, %s, %s, %s, %s, %s, %s) as attempt",
+                (job_id, claim, endpoint, outcome, status, latency_ms, excerpt),
+                _one("attempt"))
+
+
+def webhook_disabled(endpoint: str) -> Call[str | None]:
+    """Why the endpoint is disabled, or None."""
+    return Call("select jobs.webhook_disabled(%s) as reason", (endpoint,), _one("reason"))
+
+
+def webhook_disable(endpoint: str, tenant: str | None, reason: str) -> Call[None]:
+    return Call("select jobs.webhook_disable(%s, %s, %s)", (endpoint, tenant, reason), _none)
+
+
+def webhook_enable(endpoint: str) -> Call[bool]:
+    return Call("select jobs.webhook_enable(%s) as was", (endpoint,), _one("was"))
+
+
+def webhook_attempts(job_id: int) -> Call[list[WebhookAttempt]]:
+    return Call(
+        "select attempt, endpoint, outcome, status, latency_ms, excerpt, at "
+        "from jobs.webhook_attempts(%s)", (job_id,),
+        lambda rows: [WebhookAttempt.model_validate(row) for row in rows])
+
+
+def webhook_endpoints() -> Call[list[WebhookEndpointState]]:
+    return Call(
+        "select name, tenant, reason, disabled_by, disabled_at from jobs.webhook_endpoints()",
+        (), lambda rows: [WebhookEndpointState.model_validate(row) for row in rows])
 
 
 def database_now() -> Call[datetime]:

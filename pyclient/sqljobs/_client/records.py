@@ -380,6 +380,33 @@ class BackfillRecord(_Record):
     finished_at: datetime | None
 
 
+class WebhookAttempt(_Record):
+    """One recorded attempt of an outbound webhook job (`jobs.webhook_attempts`):
+    `outcome` is delivered, retry (a status to retry: 408, 429, 5xx, other non-2xx),
+    rejected (another 4xx: terminal), error (no answer: connect, timeout), disabled
+    (the endpoint is: no request sent) or refused (another tenant: no request sent);
+    `status` the HTTP status (None: no answer); `excerpt` the answer's first bytes,
+    redacted."""
+
+    attempt: int
+    endpoint: str
+    outcome: str
+    status: int | None
+    latency_ms: int
+    excerpt: str | None
+    at: datetime
+
+
+class WebhookEndpointState(_Record):
+    """A disabled outbound webhook endpoint (`jobs.webhook_endpoints`)."""
+
+    name: str
+    tenant: str | None
+    reason: str
+    disabled_by: str
+    disabled_at: datetime
+
+
 class BackfillStart(NamedTuple):
     """What `jobs.backfill_begin` answers a run: `verdict` run | done, and where the run
     starts (the ledger's cursor and counts)."""
@@ -541,5 +568,7 @@ __all__ = [
     "StepWait",
     "TenantBinding",
     "UnservedJobs",
+    "WebhookAttempt",
+    "WebhookEndpointState",
     "WorkerRecord",
 ]
