@@ -33,12 +33,14 @@ from sqljobs._app import (
     PostgresSearchIndex,
     PurgeHandle,
     PurgeTable,
+    ReceivedEvent,
     Schedules,
     SearchIndex,
     TransferRefused,
     WebhookEvent,
     WebhookFailed,
     WebhookHandle,
+    WebhookReceiver,
 )
 from sqljobs._client.connection import AsyncClient, Client
 from sqljobs._client.errors import (
@@ -218,6 +220,7 @@ __all__ = [
     "PurgeTable",
     "QueueStats",
     "QueuesRequired",
+    "ReceivedEvent",
     "Relay",
     "ReplayDiverged",
     "ReservedStepName",
@@ -249,6 +252,7 @@ __all__ = [
     "WebhookEvent",
     "WebhookFailed",
     "WebhookHandle",
+    "WebhookReceiver",
     "WebhookRejected",
     "WebhookTenantRefused",
     "Worker",

@@ -9,6 +9,7 @@ from sqljobs._app.maintenance import PurgeHandle, PurgeTable
 from sqljobs._app.schedules import Schedules
 from sqljobs._app.search import Document, PostgresSearchIndex, SearchIndex
 from sqljobs._app.transfer import ImportPage, TransferRefused
+from sqljobs._app.webhook_receiver import ReceivedEvent, WebhookReceiver
 from sqljobs._app.webhooks import WebhookEvent, WebhookFailed, WebhookHandle
 
 __all__ = [
@@ -21,10 +22,12 @@ __all__ = [
     "PostgresSearchIndex",
     "PurgeHandle",
     "PurgeTable",
+    "ReceivedEvent",
     "Schedules",
     "SearchIndex",
     "TransferRefused",
     "WebhookEvent",
     "WebhookFailed",
     "WebhookHandle",
+    "WebhookReceiver",
 ]

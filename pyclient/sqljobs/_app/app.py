@@ -47,6 +47,12 @@ from sqljobs._app.transfer import (
     declare_export,
     declare_import,
 )
+from sqljobs._app.webhook_receiver import (
+    DEFAULT_MAX_BYTES,
+    Verify,
+    WebhookReceiver,
+    declare_receiver,
+)
 from sqljobs._app.webhooks import Endpoint, WebhookHandle, declare_webhook
 from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient, Client
@@ -353,6 +359,34 @@ class App(Registry):
         self._factories[name] = {"kind": "webhook", "url": url.split("?", 1)[0],
                                  "tenant": tenant, "secrets": len(endpoint.secrets)}
         return handle
+
+    def webhook_receiver(
+        self, name: str, *, secrets: str | Sequence[str] = (), verify: Verify | None = None,
+        event_id: Callable[[Mapping[str, str], Any], str] | None = None,
+        parse: Callable[[bytes], Any] | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+        tenant: str | None = None, queue: str | None = None,
+        retry: RetryPolicy | None = None, timeout: float | None = None,
+    ) -> Callable[[Callable[..., Any]], WebhookReceiver]:
+        """Declare an inbound webhook over its handler `handle(ctx, event:
+        sqljobs.ReceivedEvent)` (docs/howto-webhooks.md): answers an ASGI application
+        that reads at most `max_bytes`, verifies the signature BEFORE parsing (Standard
+        Webhooks with `secrets`, or `verify(headers, body) -> bool` with `event_id(
+        headers, parsed)` for a provider's own scheme), enqueues the job `name` keyed by
+        the event id (a redelivery dedupes) and only then answers 200; 503 when the
+        enqueue fails. `tenant` is the tenant of the jobs it enqueues."""
+        keys = (secrets,) if isinstance(secrets, str) else tuple(secrets)
+
+        def declare(fn: Callable[..., Any]) -> WebhookReceiver:
+            receiver = declare_receiver(
+                self, name, fn, secrets=keys, verify=verify, max_bytes=max_bytes,
+                parse=parse, event_id=event_id, tenant=tenant, queue=queue, retry=retry,
+                timeout=timeout)
+            self._factories[name] = {"kind": "webhook_receiver", "max_bytes": max_bytes,
+                                     "scheme": "standard" if keys else "verify",
+                                     "tenant": tenant}
+            return receiver
+
+        return declare
 
     # -- locks ------------------------------------------------------------------------
 
