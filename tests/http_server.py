@@ -64,11 +64,11 @@ class Recorder:
 
 
 @contextmanager
-def serving(app: ASGI, *, limit_concurrency: int | None = None) -> Iterator[str]:
-    """Serve `app` on 127.0.0.1 (a free port) until the block ends; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+def serving(app: ASGI, *, limit_concurrency: int | None = None,
+            sock: socket.socket | None = None) -> Iterator[str]:
+    """Serve `app` on 127.0.0.1 (a free port, or the bound `sock`) until the block ends;
+    yields its base URL."""
+    sock = sock or bound_socket()
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
                             limit_concurrency=limit_concurrency)
@@ -87,6 +87,14 @@ def serving(app: ASGI, *, limit_concurrency: int | None = None) -> Iterator[str]
         server.should_exit = True
         thread.join(30)
         sock.close()
+
+
+def bound_socket() -> socket.socket:
+    """A socket bound to a free port of 127.0.0.1 (for a URL needed before serving)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 @contextmanager

@@ -234,3 +234,33 @@ def test_the_payload_and_excerpt_views_redact_sensitive_data(
     assert viewed is not None
     assert viewed[0]["data"] == {"holder": "Bo", "number": "[redacted]"}
     assert json.loads(recorder.seen[0].body)["data"]["number"] == "5555444433331111"
+
+
+def test_the_how_to_example_goes_round_once(db_dsn: str, conn: psycopg.Connection[Any],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import sys
+
+    from tests.http_server import bound_socket
+
+    sock = bound_socket()
+    monkeypatch.setenv("PARTNER_URL",
+                       f"http://127.0.0.1:{sock.getsockname()[1]}/hooks/orders/")
+    sys.modules.pop("examples.webhooks.app", None)
+    module = importlib.import_module("examples.webhooks.app")
+    example = module.app
+    example.pools.given = db_dsn
+    with serving(module.web, sock=sock), example, running(example):
+        sent = module.order_paid.send(
+            "order.paid", module.Paid(order_id=7, amount_cents=4200, email="ada@example.com"),
+            id="order-7-paid")
+        state, result, _ = ended(conn, sent.id)
+        assert state == "succeeded" and result["status"] == 200
+        received = wait_for(lambda: scalar(
+            conn, "select id from jobs.job where name = 'orders.received' and key = %s",
+            ("order-7-paid",)), "the receiver's job")
+        state, result, _ = ended(conn, received)
+    assert state == "succeeded" and result == {"order_id": 7, "type": "order.paid"}
+    shown = conn.execute("select payload from jobs.job_view where id = %s", (sent.id,)
+                         ).fetchone()
+    assert shown is not None and shown[0]["data"]["email"] == "[redacted]"

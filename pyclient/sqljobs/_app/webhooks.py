@@ -36,7 +36,7 @@ import re
 import secrets
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -279,7 +279,6 @@ def declare_webhook(app: Host, name: str, endpoint: Endpoint, *,
     request_timeout = endpoint.timeout
 
     async def deliver(ctx: Any, event: WebhookEvent) -> dict[str, Any]:
-        httpx, _ = _extra()
         stored = payload_json(event)
         tenant = event.tenant if event.tenant is not None else ctx.tenant
         hidden = sorted({t for s in endpoint.secrets for t in _secret_texts(s)}
@@ -289,55 +288,66 @@ def declare_webhook(app: Host, name: str, endpoint: Endpoint, *,
         def elapsed_ms() -> int:
             return int((time.monotonic() - started) * 1000)
 
+        if ctx.has_engine:  # a worker's run: its pool
+            return await attempt(ctx, event, stored, tenant, hidden, elapsed_ms,
+                                 ctx.engine_call)
         async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
-            db = AsyncClient(conn)
+            return await attempt(ctx, event, stored, tenant, hidden, elapsed_ms,
+                                 AsyncClient(conn).run)
 
-            async def record(outcome: str, status: int | None, excerpt: str | None) -> None:
-                await db.run(queries.webhook_attempt_put(
-                    ctx.job_id, ctx.claim, name, outcome, status, elapsed_ms(), excerpt))
+    async def attempt(ctx: Any, event: WebhookEvent, stored: Any, tenant: str | None,
+                      hidden: list[str], elapsed_ms: Callable[[], int],
+                      run: Callable[[queries.Call[Any]], Awaitable[Any]]) -> dict[str, Any]:
+        """One attempt (module docstring), its engine calls made by `run`."""
+        httpx, _ = _extra()
 
-            if tenant != endpoint.tenant or (event.tenant is not None and ctx.tenant
-                                             is not None and event.tenant != ctx.tenant):
-                await record("refused", None, None)
-                raise WebhookTenantRefused(
-                    f"webhook {name} belongs to tenant {endpoint.tenant!r}; this event "
-                    f"names {tenant!r}")
-            reason = await db.run(queries.webhook_disabled(name))
-            if reason is not None:
-                await record("disabled", None, None)
-                raise WebhookDisabled(f"webhook endpoint {name} is disabled: {reason}",
-                                      hint="jobs.webhook_enable, or WebhookHandle.enable()")
-            body = body_of(event, stored.get("data"))
-            headers = {**endpoint.headers, **sign(endpoint, event.id, datetime.now(UTC), body)}
-            signature_texts = headers["webhook-signature"].split(" ")
-            hidden = sorted(set(hidden) | set(signature_texts), key=len, reverse=True)
-            try:
-                async with _http().stream("POST", endpoint.url, content=body, headers=headers,
-                                          timeout=request_timeout) as response:
-                    raw = b""
-                    async for chunk in response.aiter_raw():
-                        raw += chunk
-                        if len(raw) >= EXCERPT_BYTES:
-                            break
-                    status = response.status_code
-            except httpx.HTTPError as error:
-                detail = redact_text(f"{type(error).__name__}: {error}", hidden)
-                await record("error", None, detail[:EXCERPT_BYTES])
-                raise WebhookFailed(f"webhook {name}: no answer ({detail})") from None
-            excerpt = _excerpt(raw, hidden)
-            if 200 <= status < 300:
-                attempt = await db.run(queries.webhook_attempt_put(
-                    ctx.job_id, ctx.claim, name, "delivered", status, elapsed_ms(), excerpt))
-                return {"status": status, "attempt": attempt}
-            if 400 <= status < 500 and status not in RETRIED_4XX:
-                await record("rejected", status, excerpt)
-                rejected = WebhookRejected(f"webhook {name}: the endpoint answered {status}",
-                                           detail=excerpt or None)
-                rejected.status = status
-                raise rejected
-            await record("retry", status, excerpt)
-            raise WebhookFailed(f"webhook {name}: the endpoint answered {status}",
-                                status=status)
+        async def record(outcome: str, status: int | None, excerpt: str | None) -> None:
+            await run(queries.webhook_attempt_put(
+                ctx.job_id, ctx.claim, name, outcome, status, elapsed_ms(), excerpt))
+
+        if tenant != endpoint.tenant or (event.tenant is not None and ctx.tenant
+                                         is not None and event.tenant != ctx.tenant):
+            await record("refused", None, None)
+            raise WebhookTenantRefused(
+                f"webhook {name} belongs to tenant {endpoint.tenant!r}; this event "
+                f"names {tenant!r}")
+        reason = await run(queries.webhook_disabled(name))
+        if reason is not None:
+            await record("disabled", None, None)
+            raise WebhookDisabled(f"webhook endpoint {name} is disabled: {reason}",
+                                  hint="jobs.webhook_enable, or WebhookHandle.enable()")
+        body = body_of(event, stored.get("data"))
+        headers = {**endpoint.headers, **sign(endpoint, event.id, datetime.now(UTC), body)}
+        signature_texts = headers["webhook-signature"].split(" ")
+        hidden = sorted(set(hidden) | set(signature_texts), key=len, reverse=True)
+        try:
+            async with _http().stream("POST", endpoint.url, content=body, headers=headers,
+                                      timeout=request_timeout) as response:
+                raw = b""
+                async for chunk in response.aiter_raw():
+                    raw += chunk
+                    if len(raw) >= EXCERPT_BYTES:
+                        break
+                status = response.status_code
+        except httpx.HTTPError as error:
+            detail = redact_text(f"{type(error).__name__}: {error}", hidden)
+            await record("error", None, detail[:EXCERPT_BYTES])
+            raise WebhookFailed(f"webhook {name}: no answer ({detail})") from None
+        excerpt = _excerpt(raw, hidden)
+        if 200 <= status < 300:
+            number = await run(queries.webhook_attempt_put(
+                ctx.job_id, ctx.claim, name, "delivered", status, elapsed_ms(), excerpt))
+            return {"status": status, "attempt": number}
+        if 400 <= status < 500 and status not in RETRIED_4XX:
+            await record("rejected", status, excerpt)
+            rejected = WebhookRejected(f"webhook {name}: the endpoint answered {status}",
+                                       detail=excerpt or None)
+            rejected.status = status
+            raise rejected
+        await record("retry", status, excerpt)
+        raise WebhookFailed(f"webhook {name}: the endpoint answered {status}",
+                            status=status)
+
 
     deliver.__qualname__ = f"webhook[{name}]"
     job = app.job(name=name, queue=queue, retry=retry, payload=model,
