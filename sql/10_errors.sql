@@ -78,7 +78,9 @@ as $$
     ('SJ046', 'backfill_stalled',    'the backfill ended with fewer rows than its declared count'),
     ('SJ050', 'webhook_disabled',    'the outbound webhook endpoint is disabled: no request was sent'),
     ('SJ051', 'webhook_rejected',    'the webhook endpoint refused the event with a 4xx other than 408 or 429'),
-    ('SJ052', 'webhook_tenant_refused', 'the webhook event names another tenant than its endpoint''s')
+    ('SJ052', 'webhook_tenant_refused', 'the webhook event names another tenant than its endpoint''s'),
+    ('SJ053', 'ledger_unbalanced',   'the posting''s amounts do not sum to zero in each currency'),
+    ('SJ054', 'ledger_posting_conflict', 'the posting key was written with other lines')
 $$;
 
 comment on function jobs.error_codes() is 'The sqljobs SQLSTATE table: code, symbolic name, meaning.';

@@ -225,3 +225,197 @@ $$;
 
 comment on function jobs.webhook_attempts(bigint) is
   'The recorded attempts of one outbound webhook job; SJ018 for another tenant''s job.';
+
+-- ===================================================================================
+-- The ledger (`app.ledger(...)`, docs/howto-ledger.md): double-entry postings.
+--
+-- A posting is a set of lines (account, currency, amount: a debit positive, a credit
+-- negative) whose amounts sum to zero per currency, written whole by ONE call,
+-- jobs.ledger_post, inside ONE durable step of the job that posts it. Its key is unique
+-- per (ledger, tenant): the same key with the same lines answers the posting already
+-- written (a replayed step, a retried job: posted once), the same key with other lines
+-- is refused (ledger_posting_conflict, SJ054). Lines that do not balance are refused
+-- (ledger_unbalanced, SJ053) and nothing is written. Postings are never updated or
+-- deleted by sqljobs (a correction is another posting).
+--
+-- Who writes what: the running job (sqljobs_worker), fenced on its claim; everyone who
+-- may read (sqljobs_reader): ledger_balances, ledger_posting. A bound session reads and
+-- writes only its tenant's postings.
+-- ===================================================================================
+
+create table if not exists jobs.ledger_posting (
+  id        bigint      generated always as identity primary key,
+  ledger    text        not null,
+  tenant    text        not null default '',   -- '' : no tenant (a key needs a value)
+  key       text        not null,
+  memo      text,
+  job_id    bigint,                            -- the job that posted it (kept after it)
+  posted_at timestamptz not null,
+  unique (ledger, tenant, key)
+);
+
+comment on table jobs.ledger_posting is
+  'Ledger postings, one per (ledger, tenant, key), sql/87_integrations.sql.';
+
+create table if not exists jobs.ledger_line (
+  posting_id bigint  not null references jobs.ledger_posting (id),
+  line       integer not null,
+  account    text    not null,
+  currency   text    not null,
+  amount     numeric not null check (amount <> 0),
+  primary key (posting_id, line)
+);
+
+create index if not exists ledger_line_account on jobs.ledger_line (account, currency);
+
+comment on table jobs.ledger_line is
+  'The lines of the ledger postings (debit > 0, credit < 0), sql/87_integrations.sql.';
+
+-- jobs.ledger_post(id, claim, ledger, key, lines, memo) -> (posting_id, created)
+-- Post `lines` (a JSON array of {"account", "currency", "amount"}, amount a number or a
+-- decimal string, debit > 0, credit < 0) under `key` in `ledger`, for the running job
+-- `id` (its claim: lease_lost otherwise) and its tenant. GUARD (invalid_argument): a
+-- ledger name and a key of 1..200 bytes, 2 to 1000 lines, each an account of 1..200
+-- bytes, a currency of 3 to 12 of A-Z0-9 and a non-zero finite amount; then the sum
+-- per currency is zero (ledger_unbalanced). LOCK: the key, by the unique index (a
+-- concurrent post of the same key waits for the first and reads it). ANSWER: a new
+-- posting (created), or the one the key already holds when its lines are the same
+-- lines (in any order, 1.0 = 1.00), else ledger_posting_conflict.
+create or replace function jobs.ledger_post(p_id bigint, p_claim bigint, p_ledger text,
+                                            p_key text, p_lines jsonb, p_memo text)
+returns table (posting_id bigint, created boolean)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_tenant  text;
+  v_posting bigint;
+  v_bad     text;
+  v_count   integer;
+  v_same    boolean;
+begin
+  perform jobs.check_name(p_ledger, 'ledger name');
+  perform jobs.check_name(p_key, 'posting key');
+  if p_lines is null or pg_catalog.jsonb_typeof(p_lines) <> 'array'
+     or pg_catalog.jsonb_array_length(p_lines) not between 2 and 1000 then
+    perform jobs.raise_error('invalid_argument',
+      'a posting needs an array of 2 to 1000 lines');
+  end if;
+  select pg_catalog.format('line %s', l.n) into v_bad
+    from pg_catalog.jsonb_array_elements(p_lines) with ordinality l(v, n)
+   where pg_catalog.jsonb_typeof(l.v) <> 'object'
+      or pg_catalog.jsonb_typeof(l.v->'account') is distinct from 'string'
+      or pg_catalog.octet_length(l.v->>'account') not between 1 and 200
+      or coalesce(l.v->>'currency', '') !~ '^[A-Z0-9]{3,12}$'
+      or pg_catalog.jsonb_typeof(l.v->'amount') not in ('number', 'string')
+      or case when coalesce(l.v->>'amount', '') ~ '^-?[0-9]{1,30}(\.[0-9]{1,30})?$'
+              then (l.v->>'amount')::numeric = 0 else true end
+      or (select pg_catalog.count(*) from pg_catalog.jsonb_object_keys(l.v)) <> 3
+   order by l.n limit 1;
+  if v_bad is not null then
+    perform jobs.raise_error('invalid_argument', pg_catalog.format(
+      'posting %s: %s is not {"account": 1..200 bytes, "currency": 3..12 of A-Z0-9, '
+      '"amount": a non-zero decimal}', p_key, v_bad));
+  end if;
+  select pg_catalog.string_agg(pg_catalog.format('%s %s', u.currency, u.total), ', '
+                               order by u.currency)
+    into v_bad
+    from (select l.v->>'currency' as currency, pg_catalog.sum((l.v->>'amount')::numeric) as total
+            from pg_catalog.jsonb_array_elements(p_lines) l(v)
+           group by 1) u
+   where u.total <> 0;
+  if v_bad is not null then
+    perform jobs.raise_error('ledger_unbalanced',
+      pg_catalog.format('posting %s does not balance: %s', p_key, v_bad),
+      null, 'the amounts of each currency must sum to zero (debits > 0, credits < 0)');
+  end if;
+  perform jobs.check_tenant(array[p_id]);
+  select j.tenant into v_tenant from jobs.job j
+   where j.id = p_id and j.claim = p_claim and j.state = 'running';
+  if not found then
+    perform jobs.raise_error('lease_lost',
+      pg_catalog.format('job %s is not running under claim %s', p_id, p_claim));
+  end if;
+  -- WRITE (or read the key's posting) -------------------------------------------
+  insert into jobs.ledger_posting as p (ledger, tenant, key, memo, job_id, posted_at)
+  values (p_ledger, coalesce(v_tenant, ''), p_key, p_memo, p_id, jobs.now())
+  on conflict (ledger, tenant, key) do nothing
+  returning p.id into v_posting;
+  if v_posting is not null then
+    insert into jobs.ledger_line (posting_id, line, account, currency, amount)
+    select v_posting, l.n, l.v->>'account', l.v->>'currency', (l.v->>'amount')::numeric
+      from pg_catalog.jsonb_array_elements(p_lines) with ordinality l(v, n);
+    return query select v_posting, true;
+    return;
+  end if;
+  select p.id into strict v_posting from jobs.ledger_posting p
+   where p.ledger = p_ledger and p.tenant = coalesce(v_tenant, '') and p.key = p_key;
+  select (select pg_catalog.array_agg(pg_catalog.jsonb_build_array(
+                                      x.account, x.currency, pg_catalog.trim_scale(x.amount))
+                                      order by x.account, x.currency, x.amount)
+            from jobs.ledger_line x where x.posting_id = v_posting)
+         is not distinct from
+         (select pg_catalog.array_agg(pg_catalog.jsonb_build_array(
+                                      l.v->>'account', l.v->>'currency',
+                                      pg_catalog.trim_scale((l.v->>'amount')::numeric))
+                                      order by l.v->>'account', l.v->>'currency',
+                                               (l.v->>'amount')::numeric)
+            from pg_catalog.jsonb_array_elements(p_lines) l(v))
+    into v_same;
+  if not v_same then
+    perform jobs.raise_error('ledger_posting_conflict',
+      pg_catalog.format('posting %s of ledger %s was written with other lines', p_key,
+                        p_ledger),
+      null, 'a posting key names one posting: use a new key for a new posting');
+  end if;
+  return query select v_posting, false;
+end
+$$;
+
+comment on function jobs.ledger_post(bigint, bigint, text, text, jsonb, text) is
+  'Write one balanced posting under its key, once per (ledger, tenant, key); SJ053 unbalanced, SJ054 the key holds other lines.';
+
+-- jobs.ledger_balances(ledger, account) -> (tenant, account, currency, balance, lines)
+-- The balance of every account of `ledger` (or only `account`) per currency: the sum
+-- of its lines. A bound session reads its tenant's postings only. Reads.
+create or replace function jobs.ledger_balances(p_ledger text, p_account text default null)
+returns table (tenant text, account text, currency text, balance numeric, lines bigint)
+language sql
+stable
+set search_path = ''
+as $$
+  select nullif(p.tenant, ''), l.account, l.currency, pg_catalog.sum(l.amount),
+         pg_catalog.count(*)
+    from jobs.ledger_posting p
+    join jobs.ledger_line l on l.posting_id = p.id
+   where p.ledger = p_ledger
+     and (p_account is null or l.account = p_account)
+     and (jobs.bound_tenant() is null or p.tenant = jobs.bound_tenant())
+   group by p.tenant, l.account, l.currency
+   order by p.tenant, l.account, l.currency
+$$;
+
+comment on function jobs.ledger_balances(text, text) is
+  'Per tenant, account and currency: the balance of a ledger''s accounts (a bound session: its tenant''s).';
+
+-- jobs.ledger_posting(ledger, key, tenant) -> the lines of one posting, in order (none:
+-- no rows). A bound session reads only its tenant's (p_tenant is then its own).
+create or replace function jobs.ledger_posting(p_ledger text, p_key text,
+                                               p_tenant text default null)
+returns table (posting_id bigint, line integer, account text, currency text,
+               amount numeric, memo text, job_id bigint, posted_at timestamptz)
+language sql
+stable
+set search_path = ''
+as $$
+  select p.id, l.line, l.account, l.currency, l.amount, p.memo, p.job_id, p.posted_at
+    from jobs.ledger_posting p
+    join jobs.ledger_line l on l.posting_id = p.id
+   where p.ledger = p_ledger and p.key = p_key
+     and p.tenant = coalesce(jobs.bound_tenant(), p_tenant, '')
+   order by l.line
+$$;
+
+comment on function jobs.ledger_posting(text, text, text) is
+  'The lines of one ledger posting (a bound session: its tenant''s only).';

@@ -99,6 +99,7 @@ as $$
       ('sqljobs_worker', 'jobs.backfill_finish(bigint,bigint,text,text,text)'),
       ('sqljobs_worker', 'jobs.webhook_attempt_put(bigint,bigint,text,text,integer,integer,text)'),
       ('sqljobs_worker', 'jobs.webhook_disabled(text)'),
+      ('sqljobs_worker', 'jobs.ledger_post(bigint,bigint,text,text,jsonb,text)'),
       -- scheduler: the fleet's configuration from code, the schedules, retention
       ('sqljobs_scheduler', 'jobs.leader_acquire(text,text,double precision)'),
       ('sqljobs_scheduler', 'jobs.leader_release(text,text,bigint)'),
@@ -178,6 +179,8 @@ as $$
       ('sqljobs_reader', 'jobs.webhook_disabled(text)'),
       ('sqljobs_reader', 'jobs.webhook_endpoints()'),
       ('sqljobs_reader', 'jobs.webhook_attempts(bigint)'),
+      ('sqljobs_reader', 'jobs.ledger_balances(text,text)'),
+      ('sqljobs_reader', 'jobs.ledger_posting(text,text,text)'),
       -- jobs.job_view calls these with its reader's privileges (a view's functions are
       -- checked against its caller), so whoever is granted SELECT on the view needs them;
       -- they compute on their arguments only and read no table (bound_tenant: only the

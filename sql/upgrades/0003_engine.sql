@@ -17,10 +17,12 @@
 --   * The backfill ledger (table jobs.backfill, sql/85_factories.sql) and its functions.
 --   * Outbound webhooks' shared state (tables jobs.webhook_endpoint, webhook_attempt;
 --     sql/87_integrations.sql): disabled endpoints and the recorded attempts.
+--   * The ledger (tables jobs.ledger_posting, ledger_line; sql/87_integrations.sql):
+--     balanced double-entry postings, one per (ledger, tenant, key).
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
--- Locks: four new, empty tables, one nullable column added to jobs.job (an ACCESS
+-- Locks: six new, empty tables, one nullable column added to jobs.job (an ACCESS
 -- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
 -- transactions that hold the table), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
@@ -99,3 +101,35 @@ create table jobs.webhook_attempt (
 
 comment on table jobs.webhook_attempt is
   'One row per outbound webhook attempt that reached a verdict, sql/87_integrations.sql.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.ledger_posting and jobs.ledger_line: the ledger's postings
+-- (sql/87_integrations.sql). New, empty tables: no lock on anything that exists.
+-- ---------------------------------------------------------------------------
+create table jobs.ledger_posting (
+  id        bigint      generated always as identity primary key,
+  ledger    text        not null,
+  tenant    text        not null default '',
+  key       text        not null,
+  memo      text,
+  job_id    bigint,
+  posted_at timestamptz not null,
+  unique (ledger, tenant, key)
+);
+
+comment on table jobs.ledger_posting is
+  'Ledger postings, one per (ledger, tenant, key), sql/87_integrations.sql.';
+
+create table jobs.ledger_line (
+  posting_id bigint  not null references jobs.ledger_posting (id),
+  line       integer not null,
+  account    text    not null,
+  currency   text    not null,
+  amount     numeric not null check (amount <> 0),
+  primary key (posting_id, line)
+);
+
+create index ledger_line_account on jobs.ledger_line (account, currency);
+
+comment on table jobs.ledger_line is
+  'The lines of the ledger postings (debit > 0, credit < 0), sql/87_integrations.sql.';
