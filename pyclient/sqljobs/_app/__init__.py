@@ -4,6 +4,7 @@ starts one."""
 
 from sqljobs._app.app import App
 from sqljobs._app.backfills import BackfillHandle, Batch
+from sqljobs._app.ledger import LedgerHandle
 from sqljobs._app.limits import Limits
 from sqljobs._app.maintenance import PurgeHandle, PurgeTable
 from sqljobs._app.schedules import Schedules
@@ -18,6 +19,7 @@ __all__ = [
     "Batch",
     "Document",
     "ImportPage",
+    "LedgerHandle",
     "Limits",
     "PostgresSearchIndex",
     "PurgeHandle",

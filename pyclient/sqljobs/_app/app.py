@@ -29,6 +29,7 @@ from sqljobs._app.backfills import (
     declare_backfill,
     environment_of,
 )
+from sqljobs._app.ledger import LedgerHandle, declare_ledger
 from sqljobs._app.maintenance import (
     PurgeHandle,
     PurgeTable,
@@ -387,6 +388,18 @@ class App(Registry):
             return receiver
 
         return declare
+
+    def ledger(self, name: str, *, queue: str | None = None, retry: RetryPolicy | None = None,
+               timeout: float | None = None) -> LedgerHandle:
+        """Declare a double-entry ledger (docs/howto-ledger.md): postings balanced per
+        currency (LedgerUnbalanced otherwise, nothing written), each written whole in
+        ONE durable step, once per (ledger, tenant, key): a retried job posts once, the
+        key with other lines is LedgerPostingConflict. `handle.post(key, lines)`
+        enqueues its job (named `name`); `await handle.post_in(ctx, key, lines)` posts
+        from inside another job; `handle.balances()` reads."""
+        handle = declare_ledger(self, name, queue=queue, retry=retry, timeout=timeout)
+        self._factories[name] = {"kind": "ledger"}
+        return handle
 
     # -- locks ------------------------------------------------------------------------
 

@@ -250,6 +250,22 @@ class WebhookTenantRefused(DatabaseError, WebhookError, PermissionError,
     tenant: nothing was sent."""
 
 
+class LedgerError(SqljobsError):
+    """Base class of the ledger's refusals (SJ053, SJ054): terminal for the posting's job."""
+
+
+class LedgerUnbalanced(DatabaseError, LedgerError, ValueError,
+                       sqlstate="SJ053", name="ledger_unbalanced"):
+    """A posting whose amounts do not sum to zero in each currency: nothing was written
+    (raised before the enqueue too)."""
+
+
+class LedgerPostingConflict(DatabaseError, LedgerError,
+                            sqlstate="SJ054", name="ledger_posting_conflict"):
+    """The posting key already names a posting with other lines: a key is ONE posting
+    per ledger and tenant; post something new under a new key."""
+
+
 class LockBusy(SqljobsError, TimeoutError):
     """`app.lock(...)` could not take the lock before its timeout: another holder has it."""
 
@@ -301,6 +317,9 @@ __all__ = [
     "JobRunning",
     "JobTypeNotFound",
     "LeaseLost",
+    "LedgerError",
+    "LedgerPostingConflict",
+    "LedgerUnbalanced",
     "LimitNotFound",
     "LockBusy",
     "LockLost",

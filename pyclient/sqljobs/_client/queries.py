@@ -28,6 +28,8 @@ from sqljobs._client.records import (
     JobState,
     LeaderRecord,
     LeaseRecord,
+    LedgerBalance,
+    LedgerLine,
     LimitGauges,
     LimitRecord,
     LimitUse,
@@ -806,6 +808,29 @@ def webhook_endpoints() -> Call[list[WebhookEndpointState]]:
     return Call(
         "select name, tenant, reason, disabled_by, disabled_at from jobs.webhook_endpoints()",
         (), lambda rows: [WebhookEndpointState.model_validate(row) for row in rows])
+
+
+# -- the ledger (sql/87_integrations.sql) --------------------------------------------------
+
+def ledger_post(job_id: int, claim: int, ledger: str, key: str, lines: Any,
+                memo: str | None) -> Call[dict[str, Any]]:
+    """Write one balanced posting under its key, for the running job (fenced)."""
+    return Call("select posting_id, created from jobs.ledger_post(%s, %s, %s, %s, %s, %s)",
+                (job_id, claim, ledger, key, Jsonb(lines), memo),
+                lambda rows: dict(rows[0]))
+
+
+def ledger_balances(ledger: str, account: str | None = None) -> Call[list[LedgerBalance]]:
+    return Call(
+        "select tenant, account, currency, balance, lines from jobs.ledger_balances(%s, %s)",
+        (ledger, account), lambda rows: [LedgerBalance.model_validate(r) for r in rows])
+
+
+def ledger_posting(ledger: str, key: str, tenant: str | None) -> Call[list[LedgerLine]]:
+    return Call(
+        "select posting_id, line, account, currency, amount, memo, job_id, posted_at "
+        "from jobs.ledger_posting(%s, %s, %s)", (ledger, key, tenant),
+        lambda rows: [LedgerLine.model_validate(r) for r in rows])
 
 
 def database_now() -> Call[datetime]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Literal, NamedTuple
 
@@ -407,6 +408,30 @@ class WebhookEndpointState(_Record):
     disabled_at: datetime
 
 
+class LedgerBalance(_Record):
+    """One account's balance in one currency (`jobs.ledger_balances`): the sum of its
+    lines (debits > 0, credits < 0) and how many there are."""
+
+    tenant: str | None
+    account: str
+    currency: str
+    balance: Decimal
+    lines: int
+
+
+class LedgerLine(_Record):
+    """One line of a stored posting (`jobs.ledger_posting`)."""
+
+    posting_id: int
+    line: int
+    account: str
+    currency: str
+    amount: Decimal
+    memo: str | None
+    job_id: int | None
+    posted_at: datetime
+
+
 class BackfillStart(NamedTuple):
     """What `jobs.backfill_begin` answers a run: `verdict` run | done, and where the run
     starts (the ledger's cursor and counts)."""
@@ -548,6 +573,8 @@ __all__ = [
     "JobState",
     "LeaderRecord",
     "LeaseRecord",
+    "LedgerBalance",
+    "LedgerLine",
     "LimitGauges",
     "LimitRecord",
     "LimitUse",
