@@ -38,6 +38,11 @@
 --   SJ045     backfill_state        pause/resume/cancel of a backfill not in a state that allows it
 --   SJ046     backfill_stalled      a backfill's last batch left fewer rows than its count
 --                                   (answered by jobs.backfill_finish, raised by the client)
+--   SJ050     webhook_disabled      a webhook job of a disabled endpoint (raised by the client)
+--   SJ051     webhook_rejected      a webhook endpoint answered a 4xx other than 408/429 (client)
+--   SJ052     webhook_tenant_refused  a webhook event of another tenant than its endpoint's (client)
+--   SJ053     ledger_unbalanced     a ledger posting does not sum to zero per currency
+--   SJ054     ledger_posting_conflict  a posting key written again with other lines
 
 create or replace function jobs.error_codes()
 returns table (sqlstate text, name text, meaning text)

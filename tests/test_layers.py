@@ -43,6 +43,9 @@ PUBLIC = {
     "SettingRefused", "WorkerIdTaken",  # trust boundaries
     "InvalidJobType", "JobTypeNotFound", "PersonalData", "Sensitive",  # redaction
     "InvalidRetention", "UnknownRetentionKey",  # retention
+    "WebhookDisabled", "WebhookError", "WebhookEvent", "WebhookFailed", "WebhookHandle",
+    "WebhookReceiver", "WebhookRejected", "WebhookTenantRefused", "ReceivedEvent",  # webhooks
+    "LedgerError", "LedgerHandle", "LedgerPostingConflict", "LedgerUnbalanced",  # ledger
 }
 
 

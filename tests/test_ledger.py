@@ -152,3 +152,21 @@ def test_sigkill_after_the_posting_committed_then_the_retried_job_posts_once(
     assert scalar(conn, "select attempt from jobs.job where id = %s", (job.id,)) == 2
     assert scalar(conn, "select count(*) from jobs.ledger_line l join jobs.ledger_posting p "
                         "on p.id = l.posting_id where p.ledger = 'books.crash'") == 3
+
+
+def test_the_how_to_example_runs(db_dsn: str, conn: psycopg.Connection[Any]) -> None:
+    from examples.ledger import app as module
+
+    example = module.app
+    example.pools.given = db_dsn
+    with example, running(example):
+        job = module.checkout.enqueue(module.Checkout(order_id=1, total=Decimal("120.00")),
+                                      key=fresh_key())
+        state, _, _ = ended(conn, job.id)
+        assert state == "succeeded"
+        refunded = module.refund(1, Decimal("20.00"))
+        state, _, _ = ended(conn, refunded.id)
+        assert state == "succeeded"
+    balances = {b.account: b.balance for b in module.books.balances()}
+    assert balances == {"cash": Decimal("100.00"), "revenue": Decimal("-80.00"),
+                        "vat-payable": Decimal("-20.00")}
