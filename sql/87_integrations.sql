@@ -419,3 +419,49 @@ $$;
 
 comment on function jobs.ledger_posting(text, text, text) is
   'The lines of one ledger posting (a bound session: its tenant''s only).';
+
+-- ===================================================================================
+-- Data subjects (docs/howto-gdpr.md): the audit of every erase.
+--
+-- `app.subject_erase(subject)` (Python, on the schema owner's connection: it rewrites
+-- rows of jobs.job, step, event, outbox ... and the app's own mapped tables) writes ONE
+-- row here in the same transaction: who asked, when, a digest of the subject (never the
+-- subject itself) and what was erased as counts and paths (never a value). Rows are
+-- only ever added.
+-- ===================================================================================
+
+create table if not exists jobs.subject_audit (
+  id           bigint      generated always as identity primary key,
+  action       text        not null check (action in ('erase')),
+  subject_hash text        not null,          -- sha256 of the subject, hex
+  actor        text,                          -- who asked (the caller's word)
+  session_role text        not null,          -- the login role that ran it
+  at           timestamptz not null,
+  erased       jsonb       not null           -- counts and paths, never values
+);
+
+comment on table jobs.subject_audit is
+  'One row per data-subject erase: who, when, what (counts and paths, never values), sql/87_integrations.sql.';
+
+-- jobs.subject_audits(limit) -> the latest erase records, newest first (1..1000 rows).
+-- Fleet-wide: a session bound to a tenant is refused (tenant_refused). Reads.
+create or replace function jobs.subject_audits(p_limit integer default 100)
+returns table (id bigint, action text, subject_hash text, actor text, session_role text,
+               at timestamptz, erased jsonb)
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  perform jobs.fleet_only('jobs.subject_audits');
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform jobs.raise_error('invalid_argument', 'subject_audits takes a limit of 1..1000');
+  end if;
+  return query
+    select a.id, a.action, a.subject_hash, a.actor, a.session_role, a.at, a.erased
+      from jobs.subject_audit a order by a.id desc limit p_limit;
+end
+$$;
+
+comment on function jobs.subject_audits(integer) is
+  'The latest data-subject erase records, newest first; refused to a tenant-bound session.';

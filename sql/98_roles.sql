@@ -181,6 +181,7 @@ as $$
       ('sqljobs_reader', 'jobs.webhook_attempts(bigint)'),
       ('sqljobs_reader', 'jobs.ledger_balances(text,text)'),
       ('sqljobs_reader', 'jobs.ledger_posting(text,text,text)'),
+      ('sqljobs_reader', 'jobs.subject_audits(integer)'),
       -- jobs.job_view calls these with its reader's privileges (a view's functions are
       -- checked against its caller), so whoever is granted SELECT on the view needs them;
       -- they compute on their arguments only and read no table (bound_tenant: only the

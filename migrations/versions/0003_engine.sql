@@ -19,10 +19,11 @@
 --     sql/87_integrations.sql): disabled endpoints and the recorded attempts.
 --   * The ledger (tables jobs.ledger_posting, ledger_line; sql/87_integrations.sql):
 --     balanced double-entry postings, one per (ledger, tenant, key).
+--   * The data-subject erase audit (table jobs.subject_audit, sql/87_integrations.sql).
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
--- Locks: six new, empty tables, one nullable column added to jobs.job (an ACCESS
+-- Locks: seven new, empty tables, one nullable column added to jobs.job (an ACCESS
 -- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
 -- transactions that hold the table), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
@@ -133,6 +134,23 @@ create index ledger_line_account on jobs.ledger_line (account, currency);
 
 comment on table jobs.ledger_line is
   'The lines of the ledger postings (debit > 0, credit < 0), sql/87_integrations.sql.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.subject_audit: the audit of data-subject erasures (sql/87_integrations.sql).
+-- A new, empty table: no lock on anything that exists.
+-- ---------------------------------------------------------------------------
+create table jobs.subject_audit (
+  id           bigint      generated always as identity primary key,
+  action       text        not null check (action in ('erase')),
+  subject_hash text        not null,
+  actor        text,
+  session_role text        not null,
+  at           timestamptz not null,
+  erased       jsonb       not null
+);
+
+comment on table jobs.subject_audit is
+  'One row per data-subject erase: who, when, what (counts and paths, never values), sql/87_integrations.sql.';
 
 -- ===========================================================================
 -- Generated from sql/ by `make revision`: every function, view, trigger and comment
@@ -2684,6 +2702,32 @@ $$;
 comment on function jobs.ledger_posting(text, text, text) is
   'The lines of one ledger posting (a bound session: its tenant''s only).';
 
+comment on table jobs.subject_audit is
+  'One row per data-subject erase: who, when, what (counts and paths, never values), sql/87_integrations.sql.';
+
+-- jobs.subject_audits(limit) -> the latest erase records, newest first (1..1000 rows).
+-- Fleet-wide: a session bound to a tenant is refused (tenant_refused). Reads.
+create or replace function jobs.subject_audits(p_limit integer default 100)
+returns table (id bigint, action text, subject_hash text, actor text, session_role text,
+               at timestamptz, erased jsonb)
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  perform jobs.fleet_only('jobs.subject_audits');
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform jobs.raise_error('invalid_argument', 'subject_audits takes a limit of 1..1000');
+  end if;
+  return query
+    select a.id, a.action, a.subject_hash, a.actor, a.session_role, a.at, a.erased
+      from jobs.subject_audit a order by a.id desc limit p_limit;
+end
+$$;
+
+comment on function jobs.subject_audits(integer) is
+  'The latest data-subject erase records, newest first; refused to a tenant-bound session.';
+
 -- === sql/98_roles.sql ===
 
 create or replace function jobs.role_grants()
@@ -2839,6 +2883,7 @@ as $$
       ('sqljobs_reader', 'jobs.webhook_attempts(bigint)'),
       ('sqljobs_reader', 'jobs.ledger_balances(text,text)'),
       ('sqljobs_reader', 'jobs.ledger_posting(text,text,text)'),
+      ('sqljobs_reader', 'jobs.subject_audits(integer)'),
       -- jobs.job_view calls these with its reader's privileges (a view's functions are
       -- checked against its caller), so whoever is granted SELECT on the view needs them;
       -- they compute on their arguments only and read no table (bound_tenant: only the

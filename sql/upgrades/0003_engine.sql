@@ -19,10 +19,11 @@
 --     sql/87_integrations.sql): disabled endpoints and the recorded attempts.
 --   * The ledger (tables jobs.ledger_posting, ledger_line; sql/87_integrations.sql):
 --     balanced double-entry postings, one per (ledger, tenant, key).
+--   * The data-subject erase audit (table jobs.subject_audit, sql/87_integrations.sql).
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
--- Locks: six new, empty tables, one nullable column added to jobs.job (an ACCESS
+-- Locks: seven new, empty tables, one nullable column added to jobs.job (an ACCESS
 -- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
 -- transactions that hold the table), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
@@ -133,3 +134,20 @@ create index ledger_line_account on jobs.ledger_line (account, currency);
 
 comment on table jobs.ledger_line is
   'The lines of the ledger postings (debit > 0, credit < 0), sql/87_integrations.sql.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.subject_audit: the audit of data-subject erasures (sql/87_integrations.sql).
+-- A new, empty table: no lock on anything that exists.
+-- ---------------------------------------------------------------------------
+create table jobs.subject_audit (
+  id           bigint      generated always as identity primary key,
+  action       text        not null check (action in ('erase')),
+  subject_hash text        not null,
+  actor        text,
+  session_role text        not null,
+  at           timestamptz not null,
+  erased       jsonb       not null
+);
+
+comment on table jobs.subject_audit is
+  'One row per data-subject erase: who, when, what (counts and paths, never values), sql/87_integrations.sql.';
