@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel
 
@@ -40,6 +40,7 @@ from sqljobs._app.maintenance import (
 )
 from sqljobs._app.partitions import Every, Partitions, declare_partitions
 from sqljobs._app.search import Document, SearchIndex, declare_reindex
+from sqljobs._app.subjects import Subjects, SubjectTable
 from sqljobs._app.transfer import (
     Export,
     Format,
@@ -88,6 +89,7 @@ class App(Registry):
         self._purges: dict[str, PurgeHandle] = {}
         self._purged_tables: set[str] = set()
         self._factories: dict[str, dict[str, Any]] = {}
+        self._subjects = Subjects(self)
 
     @property
     def environment(self) -> str:
@@ -400,6 +402,38 @@ class App(Registry):
         handle = declare_ledger(self, name, queue=queue, retry=retry, timeout=timeout)
         self._factories[name] = {"kind": "ledger"}
         return handle
+
+    # -- data subjects (GDPR) -------------------------------------------------------------
+
+    def subject_of(self, job: str | JobHandle[Any], path: str) -> None:
+        """Map a job type to its data subject (docs/howto-gdpr.md): `path` is the payload
+        path (keys only, `customer.id`) whose value names the subject."""
+        self._subjects.map_job(job, path)
+
+    def subject_table(self, table: str, *, subject: str, columns: Sequence[str] = (),
+                      erase: Literal["null", "delete"] = "null") -> None:
+        """Map an app table: the rows where `subject` (a column) is the subject hold their
+        data in `columns`; an erase sets those to NULL, or deletes the rows."""
+        self._subjects.add_table(SubjectTable(table, subject, tuple(columns), erase))
+
+    def subject_coverage(self) -> list[str]:
+        """The declared job types with PersonalData fields and no `subject_of` mapping
+        (each a gap an export or erase would miss)."""
+        return self._subjects.coverage()
+
+    def subject_export(self, subject: str) -> dict[str, Any]:
+        """Everything stored about `subject` (GDPR art. 15): its jobs' personal values,
+        where they occur in the job tables, the mapped tables' rows. Reads only."""
+        return self._subjects.export(subject)
+
+    def subject_erase(self, subject: str, *, actor: str | None = None,
+                      vacuum: bool = False) -> dict[str, Any]:
+        """Erase `subject` (GDPR art. 17) in one transaction on the schema owner's
+        connection: every value found by `subject_export` replaced by "[erased]" in every
+        row of the job tables, the mapped tables' columns nulled (or rows deleted), and
+        an audit row (`jobs.subject_audit`: who, when, counts and paths, never values).
+        Answers what was erased, with the audit id."""
+        return self._subjects.erase(subject, actor=actor, vacuum=vacuum)
 
     # -- locks ------------------------------------------------------------------------
 
