@@ -99,7 +99,7 @@ def test_coverage_lists_a_type_with_personal_data_and_no_mapping(db_dsn: str) ->
     with pytest.raises(ConfigurationError, match="twice"):
         app.subject_table("public.subj_customers", subject="id", columns=["email"])
     app.subject_of("not.declared", "x")
-    with pytest.raises(UnknownJob, match="not.declared"):
+    with pytest.raises(UnknownJob, match=r"not\.declared"):
         app.subject_export("x")
 
 
@@ -159,3 +159,51 @@ def test_export_finds_every_value_and_erase_leaves_none_anywhere(
     again = app.subject_erase(ANN["customer_id"])
     assert again["jobs"] == {} and again["rows"] == {} and again["tables"] == {}
     assert scalar(conn, "select count(*) from jobs.subject_audit") >= 2
+
+
+app = App()  # the CLI's app: `--app tests.test_subjects:app` ($SQLJOBS_DSN)
+
+
+@app.job(name="cli.newsletter")
+def _cli_newsletter(ctx: Any, p: Newsletter) -> None:
+    return None
+
+
+def test_the_cli_checks_coverage_exports_and_erases(
+        db_dsn: str, customers: psycopg.Connection[Any]) -> None:
+    from typer.testing import CliRunner
+
+    from sqljobs._cli.main import app as cli
+
+    runner = CliRunner()
+    checked = runner.invoke(cli, ["subjects", "check", "--app", "tests.test_subjects:app",
+                                  "--json"])
+    assert checked.exit_code == 6, checked.output
+    assert json.loads(checked.output) == {"unmapped": ["cli.newsletter"]}
+    app.subject_of("cli.newsletter", "email")
+    app.subject_table("public.subj_customers", subject="id", columns=["email", "name"])
+    try:
+        ok = runner.invoke(cli, ["subjects", "check", "--app", "tests.test_subjects:app"])
+        assert ok.exit_code == 0, ok.output
+        exported = runner.invoke(cli, ["subjects", "export", "cust-bob-2", "--app",
+                                       "tests.test_subjects:app", "--dsn", db_dsn])
+        assert exported.exit_code == 0, exported.output
+        assert json.loads(exported.output)["tables"] == {"public.subj_customers": [
+            {"email": "bob@example.com", "name": "Bob Other"}]}
+        unasked = runner.invoke(cli, ["subjects", "erase", "cust-bob-2", "--app",
+                                      "tests.test_subjects:app", "--dsn", db_dsn])
+        assert unasked.exit_code == 3
+        assert scalar(customers, "select email from public.subj_customers where id = %s",
+                      ("cust-bob-2",)) == "bob@example.com", "erased without --yes"
+        erased = runner.invoke(cli, ["subjects", "erase", "cust-bob-2", "--app",
+                                     "tests.test_subjects:app", "--dsn", db_dsn, "--yes",
+                                     "--actor", "ticket-42", "--json"])
+        assert erased.exit_code == 0, erased.output
+        assert json.loads(erased.output)["tables"]["public.subj_customers"]["rows"] == 1
+        assert customers.execute("select email, name from public.subj_customers where "
+                                 "id = 'cust-bob-2'").fetchone() == (None, None)
+        assert scalar(customers, "select actor from jobs.subject_audit order by id desc "
+                                 "limit 1") == "ticket-42"
+    finally:
+        app._subjects.paths.clear()
+        app._subjects.tables.clear()
