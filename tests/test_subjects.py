@@ -207,3 +207,28 @@ def test_the_cli_checks_coverage_exports_and_erases(
     finally:
         app._subjects.paths.clear()
         app._subjects.tables.clear()
+
+
+def test_the_how_to_example_runs(db_dsn: str, conn: psycopg.Connection[Any]) -> None:
+    from examples.gdpr import app as module
+
+    example = module.app
+    example.pools.given = db_dsn
+    conn.execute(module.CUSTOMERS)
+    conn.execute("insert into public.customers values ('cust-42', 'cy@example.com', "
+                 "'Cy Example', 'pro') on conflict do nothing")
+    assert_subject_coverage(example)
+    with example, running(example):
+        job = module.welcome.enqueue(module.Welcome(
+            customer_id="cust-42", email="cy@example.com", full_name="Cy Example"),
+            key="welcome-42")
+        wait_for(lambda: scalar(conn, "select state::text from jobs.job where id = %s",
+                                (job.id,)) == "succeeded", "the welcome")
+    found = example.subject_export("cust-42")
+    assert found["tables"]["public.customers"] == [
+        {"email": "cy@example.com", "full_name": "Cy Example"}]
+    example.subject_erase("cust-42", actor="ticket-1234")
+    assert every_table_holding(conn, "cy@example.com") == []
+    assert every_table_holding(conn, "Cy Example") == []
+    assert conn.execute("select plan from public.customers where id = 'cust-42'"
+                        ).fetchone() == ("pro",)
