@@ -465,3 +465,85 @@ $$;
 
 comment on function jobs.subject_audits(integer) is
   'The latest data-subject erase records, newest first; refused to a tenant-bound session.';
+
+-- ===================================================================================
+-- Stream consumers (`app.consumer(...)`, docs/howto-consumers.md): the cursor of each.
+--
+-- A consumer's turn reads a batch from its source, applies the handler's effects and
+-- moves its cursor in ONE transaction of the application's database, so a crash repeats
+-- at most the turn that had not committed. consumer_cursor locks the consumer's row for
+-- the turn (a second run of the same consumer waits for the first turn to end, then
+-- reads the cursor it left); consumer_advance moves it, fenced on the turn number it
+-- read. Written by the consumer's job (sqljobs_worker); read by consumers() (reader).
+-- ===================================================================================
+
+create table if not exists jobs.consumer (
+  name       text        primary key,
+  cursor     jsonb,                          -- where the next turn reads from (null: start)
+  turn       bigint      not null default 0, -- turns committed
+  rows_done  bigint      not null default 0,
+  updated_at timestamptz not null
+);
+
+comment on table jobs.consumer is
+  'The cursor of each stream consumer, moved in the transaction of its turn, sql/87_integrations.sql.';
+
+-- jobs.consumer_cursor(name) -> (cursor, turn): the consumer's cursor, its row created
+-- when missing and LOCKED until the caller's transaction ends (the turn's).
+create or replace function jobs.consumer_cursor(p_name text)
+returns table (cursor jsonb, turn bigint)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.check_name(p_name, 'consumer name');
+  perform jobs.fleet_only('jobs.consumer_cursor');
+  insert into jobs.consumer (name, updated_at) values (p_name, jobs.now())
+  on conflict (name) do nothing;
+  return query select c.cursor, c.turn from jobs.consumer c where c.name = p_name for update;
+end
+$$;
+
+comment on function jobs.consumer_cursor(text) is
+  'A consumer''s cursor and turn, its row locked for the caller''s transaction.';
+
+-- jobs.consumer_advance(name, turn, cursor, rows) -> true when moved: the cursor becomes
+-- `cursor`, turn + 1, rows added; false when the row's turn is not `turn` (another run
+-- moved it: the caller must roll its turn back). rows >= 0 (invalid_argument).
+create or replace function jobs.consumer_advance(p_name text, p_turn bigint, p_cursor jsonb,
+                                                 p_rows integer)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  if p_rows is null or p_rows < 0 or p_turn is null then
+    perform jobs.raise_error('invalid_argument', 'consumer_advance needs a turn and rows >= 0');
+  end if;
+  perform jobs.fleet_only('jobs.consumer_advance');
+  update jobs.consumer c
+     set cursor = p_cursor, turn = c.turn + 1, rows_done = c.rows_done + p_rows,
+         updated_at = jobs.now()
+   where c.name = p_name and c.turn = p_turn;
+  return found;
+end
+$$;
+
+comment on function jobs.consumer_advance(text, bigint, jsonb, integer) is
+  'Move a consumer''s cursor, fenced on the turn read; false when another run moved it.';
+
+-- jobs.consumers() -> every consumer's cursor, turns and rows. Reads.
+create or replace function jobs.consumers()
+returns table (name text, cursor jsonb, turn bigint, rows_done bigint,
+               updated_at timestamptz)
+language sql
+stable
+set search_path = ''
+as $$
+  select c.name, c.cursor, c.turn, c.rows_done, c.updated_at from jobs.consumer c
+   order by c.name
+$$;
+
+comment on function jobs.consumers() is 'Every stream consumer''s cursor, turns and rows.';

@@ -100,6 +100,8 @@ as $$
       ('sqljobs_worker', 'jobs.webhook_attempt_put(bigint,bigint,text,text,integer,integer,text)'),
       ('sqljobs_worker', 'jobs.webhook_disabled(text)'),
       ('sqljobs_worker', 'jobs.ledger_post(bigint,bigint,text,text,jsonb,text)'),
+      ('sqljobs_worker', 'jobs.consumer_cursor(text)'),
+      ('sqljobs_worker', 'jobs.consumer_advance(text,bigint,jsonb,integer)'),
       -- scheduler: the fleet's configuration from code, the schedules, retention
       ('sqljobs_scheduler', 'jobs.leader_acquire(text,text,double precision)'),
       ('sqljobs_scheduler', 'jobs.leader_release(text,text,bigint)'),
@@ -182,6 +184,7 @@ as $$
       ('sqljobs_reader', 'jobs.ledger_balances(text,text)'),
       ('sqljobs_reader', 'jobs.ledger_posting(text,text,text)'),
       ('sqljobs_reader', 'jobs.subject_audits(integer)'),
+      ('sqljobs_reader', 'jobs.consumers()'),
       -- jobs.job_view calls these with its reader's privileges (a view's functions are
       -- checked against its caller), so whoever is granted SELECT on the view needs them;
       -- they compute on their arguments only and read no table (bound_tenant: only the

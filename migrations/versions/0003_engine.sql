@@ -20,10 +20,11 @@
 --   * The ledger (tables jobs.ledger_posting, ledger_line; sql/87_integrations.sql):
 --     balanced double-entry postings, one per (ledger, tenant, key).
 --   * The data-subject erase audit (table jobs.subject_audit, sql/87_integrations.sql).
+--   * Stream consumers' cursors (table jobs.consumer, sql/87_integrations.sql).
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
--- Locks: seven new, empty tables, one nullable column added to jobs.job (an ACCESS
+-- Locks: eight new, empty tables, one nullable column added to jobs.job (an ACCESS
 -- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
 -- transactions that hold the table), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
@@ -151,6 +152,21 @@ create table jobs.subject_audit (
 
 comment on table jobs.subject_audit is
   'One row per data-subject erase: who, when, what (counts and paths, never values), sql/87_integrations.sql.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.consumer: the stream consumers' cursors (sql/87_integrations.sql).
+-- A new, empty table: no lock on anything that exists.
+-- ---------------------------------------------------------------------------
+create table jobs.consumer (
+  name       text        primary key,
+  cursor     jsonb,
+  turn       bigint      not null default 0,
+  rows_done  bigint      not null default 0,
+  updated_at timestamptz not null
+);
+
+comment on table jobs.consumer is
+  'The cursor of each stream consumer, moved in the transaction of its turn, sql/87_integrations.sql.';
 
 -- ===========================================================================
 -- Generated from sql/ by `make revision`: every function, view, trigger and comment
@@ -2728,6 +2744,69 @@ $$;
 comment on function jobs.subject_audits(integer) is
   'The latest data-subject erase records, newest first; refused to a tenant-bound session.';
 
+comment on table jobs.consumer is
+  'The cursor of each stream consumer, moved in the transaction of its turn, sql/87_integrations.sql.';
+
+-- jobs.consumer_cursor(name) -> (cursor, turn): the consumer's cursor, its row created
+-- when missing and LOCKED until the caller's transaction ends (the turn's).
+create or replace function jobs.consumer_cursor(p_name text)
+returns table (cursor jsonb, turn bigint)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.check_name(p_name, 'consumer name');
+  perform jobs.fleet_only('jobs.consumer_cursor');
+  insert into jobs.consumer (name, updated_at) values (p_name, jobs.now())
+  on conflict (name) do nothing;
+  return query select c.cursor, c.turn from jobs.consumer c where c.name = p_name for update;
+end
+$$;
+
+comment on function jobs.consumer_cursor(text) is
+  'A consumer''s cursor and turn, its row locked for the caller''s transaction.';
+
+-- jobs.consumer_advance(name, turn, cursor, rows) -> true when moved: the cursor becomes
+-- `cursor`, turn + 1, rows added; false when the row's turn is not `turn` (another run
+-- moved it: the caller must roll its turn back). rows >= 0 (invalid_argument).
+create or replace function jobs.consumer_advance(p_name text, p_turn bigint, p_cursor jsonb,
+                                                 p_rows integer)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  if p_rows is null or p_rows < 0 or p_turn is null then
+    perform jobs.raise_error('invalid_argument', 'consumer_advance needs a turn and rows >= 0');
+  end if;
+  perform jobs.fleet_only('jobs.consumer_advance');
+  update jobs.consumer c
+     set cursor = p_cursor, turn = c.turn + 1, rows_done = c.rows_done + p_rows,
+         updated_at = jobs.now()
+   where c.name = p_name and c.turn = p_turn;
+  return found;
+end
+$$;
+
+comment on function jobs.consumer_advance(text, bigint, jsonb, integer) is
+  'Move a consumer''s cursor, fenced on the turn read; false when another run moved it.';
+
+-- jobs.consumers() -> every consumer's cursor, turns and rows. Reads.
+create or replace function jobs.consumers()
+returns table (name text, cursor jsonb, turn bigint, rows_done bigint,
+               updated_at timestamptz)
+language sql
+stable
+set search_path = ''
+as $$
+  select c.name, c.cursor, c.turn, c.rows_done, c.updated_at from jobs.consumer c
+   order by c.name
+$$;
+
+comment on function jobs.consumers() is 'Every stream consumer''s cursor, turns and rows.';
+
 -- === sql/98_roles.sql ===
 
 create or replace function jobs.role_grants()
@@ -2802,6 +2881,8 @@ as $$
       ('sqljobs_worker', 'jobs.webhook_attempt_put(bigint,bigint,text,text,integer,integer,text)'),
       ('sqljobs_worker', 'jobs.webhook_disabled(text)'),
       ('sqljobs_worker', 'jobs.ledger_post(bigint,bigint,text,text,jsonb,text)'),
+      ('sqljobs_worker', 'jobs.consumer_cursor(text)'),
+      ('sqljobs_worker', 'jobs.consumer_advance(text,bigint,jsonb,integer)'),
       -- scheduler: the fleet's configuration from code, the schedules, retention
       ('sqljobs_scheduler', 'jobs.leader_acquire(text,text,double precision)'),
       ('sqljobs_scheduler', 'jobs.leader_release(text,text,bigint)'),
@@ -2884,6 +2965,7 @@ as $$
       ('sqljobs_reader', 'jobs.ledger_balances(text,text)'),
       ('sqljobs_reader', 'jobs.ledger_posting(text,text,text)'),
       ('sqljobs_reader', 'jobs.subject_audits(integer)'),
+      ('sqljobs_reader', 'jobs.consumers()'),
       -- jobs.job_view calls these with its reader's privileges (a view's functions are
       -- checked against its caller), so whoever is granted SELECT on the view needs them;
       -- they compute on their arguments only and read no table (bound_tenant: only the

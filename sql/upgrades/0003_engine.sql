@@ -20,10 +20,11 @@
 --   * The ledger (tables jobs.ledger_posting, ledger_line; sql/87_integrations.sql):
 --     balanced double-entry postings, one per (ledger, tenant, key).
 --   * The data-subject erase audit (table jobs.subject_audit, sql/87_integrations.sql).
+--   * Stream consumers' cursors (table jobs.consumer, sql/87_integrations.sql).
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
--- Locks: seven new, empty tables, one nullable column added to jobs.job (an ACCESS
+-- Locks: eight new, empty tables, one nullable column added to jobs.job (an ACCESS
 -- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
 -- transactions that hold the table), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
@@ -151,3 +152,18 @@ create table jobs.subject_audit (
 
 comment on table jobs.subject_audit is
   'One row per data-subject erase: who, when, what (counts and paths, never values), sql/87_integrations.sql.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.consumer: the stream consumers' cursors (sql/87_integrations.sql).
+-- A new, empty table: no lock on anything that exists.
+-- ---------------------------------------------------------------------------
+create table jobs.consumer (
+  name       text        primary key,
+  cursor     jsonb,
+  turn       bigint      not null default 0,
+  rows_done  bigint      not null default 0,
+  updated_at timestamptz not null
+);
+
+comment on table jobs.consumer is
+  'The cursor of each stream consumer, moved in the transaction of its turn, sql/87_integrations.sql.';
