@@ -46,6 +46,8 @@ PUBLIC = {
     "WebhookDisabled", "WebhookError", "WebhookEvent", "WebhookFailed", "WebhookHandle",
     "WebhookReceiver", "WebhookRejected", "WebhookTenantRefused", "ReceivedEvent",  # webhooks
     "LedgerError", "LedgerHandle", "LedgerPostingConflict", "LedgerUnbalanced",  # ledger
+    "ConsumerBatch", "ConsumerFenced", "ConsumerHandle", "ConsumerSelfEnqueue", "Source",
+    "TableSource",  # consumers
 }
 
 

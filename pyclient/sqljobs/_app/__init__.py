@@ -4,6 +4,14 @@ starts one."""
 
 from sqljobs._app.app import App
 from sqljobs._app.backfills import BackfillHandle, Batch
+from sqljobs._app.consumers import (
+    ConsumerBatch,
+    ConsumerFenced,
+    ConsumerHandle,
+    ConsumerSelfEnqueue,
+    Source,
+    TableSource,
+)
 from sqljobs._app.ledger import LedgerHandle
 from sqljobs._app.limits import Limits
 from sqljobs._app.maintenance import PurgeHandle, PurgeTable
@@ -17,6 +25,10 @@ __all__ = [
     "App",
     "BackfillHandle",
     "Batch",
+    "ConsumerBatch",
+    "ConsumerFenced",
+    "ConsumerHandle",
+    "ConsumerSelfEnqueue",
     "Document",
     "ImportPage",
     "LedgerHandle",
@@ -27,6 +39,8 @@ __all__ = [
     "ReceivedEvent",
     "Schedules",
     "SearchIndex",
+    "Source",
+    "TableSource",
     "TransferRefused",
     "WebhookEvent",
     "WebhookFailed",

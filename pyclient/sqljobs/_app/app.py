@@ -29,6 +29,7 @@ from sqljobs._app.backfills import (
     declare_backfill,
     environment_of,
 )
+from sqljobs._app.consumers import ConsumerBatch, ConsumerHandle, Source, declare_consumer
 from sqljobs._app.ledger import LedgerHandle, declare_ledger
 from sqljobs._app.maintenance import (
     PurgeHandle,
@@ -402,6 +403,26 @@ class App(Registry):
         handle = declare_ledger(self, name, queue=queue, retry=retry, timeout=timeout)
         self._factories[name] = {"kind": "ledger"}
         return handle
+
+    def consumer(self, name: str, *, source: Source, batch: int = 100, turns: int = 1000,
+                 cron: str | None = "* * * * *", queue: str | None = None,
+                 timeout: float | None = None, retry: RetryPolicy | None = None,
+                 ) -> Callable[[Callable[[ConsumerBatch], Any]], ConsumerHandle]:
+        """Declare a stream consumer over its handler `handle(batch)` (docs/howto-
+        consumers.md): a job named `name` whose runs read `source` in turns of at most
+        `batch` rows, each turn's effects (written on `batch.conn`) and cursor committed
+        in ONE transaction of the app's database, until a turn finds nothing (or after
+        `turns`); with `cron`, the task `<name>.supervisor` starts a run when none is
+        live. `sqljobs.TableSource(table, key=...)` reads a PostgreSQL table."""
+        def declare(fn: Callable[[ConsumerBatch], Any]) -> ConsumerHandle:
+            handle = declare_consumer(self, name, source, fn, batch=batch, turns=turns,
+                                      cron=cron, queue=queue, timeout=timeout,
+                                      retry=retry)
+            self._factories[name] = {"kind": "consumer", "source": type(source).__name__,
+                                     "batch": batch, "cron": cron}
+            return handle
+
+        return declare
 
     # -- data subjects (GDPR) -------------------------------------------------------------
 
