@@ -173,3 +173,21 @@ def test_sigkill_mid_turn_repeats_that_turn_and_nothing_is_lost_or_doubled(
     assert state == "succeeded" and result == {"turns": 1, "rows": 5}
     assert applied(tables) == list(range(1, 26)), "a row lost or applied twice"
     assert scalar(tables, "select turn from jobs.consumer where name = 'cons.crash'") == 3
+
+
+def test_the_how_to_example_runs(db_dsn: str, conn: psycopg.Connection[Any]) -> None:
+    from examples.consumers import app as module
+
+    example = module.app
+    example.pools.given = db_dsn
+    conn.execute(module.TABLES)
+    conn.execute("truncate public.orders, public.customer_totals")
+    conn.execute("insert into public.orders (customer, amount_cents) select "
+                 "case when i % 2 = 0 then 'ann' else 'bob' end, i from "
+                 "generate_series(1, 1200) i")
+    with example, running(example):
+        state, result, _ = ended(conn, module.add_to_totals.start().id)
+    assert state == "succeeded" and result == {"turns": 3, "rows": 1200}
+    totals = dict(conn.execute("select customer, total_cents from public.customer_totals"
+                               ).fetchall())
+    assert totals == {"ann": sum(range(2, 1201, 2)), "bob": sum(range(1, 1201, 2))}
