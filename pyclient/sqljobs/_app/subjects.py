@@ -58,6 +58,11 @@ PLACES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+_JOBS_OF = ("select id, name, tenant, state::text as state, payload from jobs.job "
+            "where name = %s and payload #>> %s = %s order by id")
+_JOBS_OF_LOCKED = _JOBS_OF + " for update"
+
+
 class Host(Protocol):
     @property
     def dsn(self) -> str: ...
@@ -131,10 +136,8 @@ class Subjects:
                  lock: bool) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
         for name, steps in sorted(self.paths.items()):
-            rows = conn.execute(
-                "select id, name, tenant, state::text as state, payload from jobs.job "
-                "where name = %s and payload #>> %s = %s order by id"
-                + (" for update" if lock else ""), (name, steps, subject)).fetchall()
+            query = (_JOBS_OF_LOCKED if lock else _JOBS_OF)
+            rows = conn.execute(query, (name, steps, subject)).fetchall()
             found.extend(rows)
         return found
 
