@@ -146,15 +146,19 @@ def test_a_4xx_is_terminal_and_its_excerpt_is_bounded_and_redacted(
 
 def test_no_answer_is_recorded_as_an_error_and_retried(
         db_dsn: str, conn: psycopg.Connection[Any]) -> None:
-    with serving(Recorder()) as base:
-        closed = base  # the port is free again once the server has stopped
+    from tests.http_server import bound_socket
+
+    closed = bound_socket()  # bound and never listening: every connect is refused
     app = App(db_dsn)
-    hook = app.webhook("h.down", url=f"{closed}/in", secrets=SECRET,
-                       retry=RetryPolicy(max_attempts=2, base_s=0.05, jitter="none",
-                                         dead_letter=False))
-    with app, running(app):
-        sent = hook.send("ping")
-        state, _, error = ended(conn, sent.id)
+    hook = app.webhook("h.down", url=f"http://127.0.0.1:{closed.getsockname()[1]}/in",
+                       secrets=SECRET, retry=RetryPolicy(max_attempts=2, base_s=0.05,
+                                                         jitter="none", dead_letter=False))
+    try:
+        with app, running(app):
+            sent = hook.send("ping")
+            state, _, error = ended(conn, sent.id)
+    finally:
+        closed.close()
     assert state == "failed" and error["type"].endswith("WebhookFailed")
     attempts = hook.attempts(sent.id)
     assert [(a.attempt, a.outcome, a.status) for a in attempts] == [
