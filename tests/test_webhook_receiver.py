@@ -219,3 +219,23 @@ def test_503_when_the_database_refuses_then_the_redelivery_is_accepted(
         conn.execute(f"grant sqljobs_producer to {producer_role}")
         assert http.post("/", content=body, headers=signed(body, "evt_b")).status_code == 200
     assert jobs_named(conn, "in.refused") == 2
+
+
+def test_a_client_that_leaves_mid_body_enqueues_nothing(
+        db_dsn: str, conn: psycopg.Connection[Any]) -> None:
+    app = App(db_dsn)
+    receiver = app.webhook_receiver("in.gone", secrets=SECRET)(lambda ctx, event: None)
+    messages = iter([{"type": "http.request", "body": b'{"ty', "more_body": True},
+                     {"type": "http.disconnect"}])
+
+    async def receive() -> dict[str, Any]:
+        return next(messages)
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(receiver({"type": "http", "method": "POST", "headers": []}, receive, send))
+    assert sent[0]["status"] == 400
+    assert jobs_named(conn, "in.gone") == 0

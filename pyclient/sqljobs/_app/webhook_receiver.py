@@ -52,6 +52,7 @@ Verify = Callable[[Mapping[str, str], bytes], bool]
 DEFAULT_MAX_BYTES = 1 << 20
 KEPT_HEADERS = ("content-type", "user-agent", "webhook-id", "webhook-timestamp")
 _ID = re.compile(EVENT_ID)
+_GONE = b"\x00gone"  # _read's answer when the client disconnected (compared by identity)
 
 
 class ReceivedEvent(BaseModel):
@@ -138,6 +139,8 @@ class WebhookReceiver:
             if int(declared) > self.max_bytes:
                 return 413, {"error": f"the body is over {self.max_bytes} bytes"}
         body = await self._read(receive)
+        if body is _GONE:
+            return 400, {"error": "the client went away before the body ended"}
         if body is None:
             return 413, {"error": f"the body is over {self.max_bytes} bytes"}
         if not self._verified(headers, body):
@@ -170,13 +173,13 @@ class WebhookReceiver:
 
     async def _read(self, receive: Receive) -> bytes | None:
         """The body, or None as soon as it would pass `max_bytes` (the crossing chunk is
-        dropped and nothing more is read)."""
+        dropped and nothing more is read), or _GONE when the client left first."""
         parts: list[bytes] = []
         held = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                return None
+                return _GONE
             chunk = message.get("body", b"")
             if held + len(chunk) > self.max_bytes:
                 return None
