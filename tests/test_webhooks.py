@@ -268,3 +268,33 @@ def test_the_how_to_example_goes_round_once(db_dsn: str, conn: psycopg.Connectio
     shown = conn.execute("select payload from jobs.job_view where id = %s", (sent.id,)
                          ).fetchone()
     assert shown is not None and shown[0]["data"]["email"] == "[redacted]"
+
+
+def test_the_cli_switches_an_endpoint_and_shows_attempts(
+        db_dsn: str, conn: psycopg.Connection[Any]) -> None:
+    from typer.testing import CliRunner
+
+    from sqljobs._cli.main import app as cli
+
+    runner = CliRunner()
+    off = runner.invoke(cli, ["webhooks", "disable", "h.cli", "--reason", "410 gone",
+                              "--dsn", db_dsn])
+    assert off.exit_code == 0, off.output
+    listed = runner.invoke(cli, ["webhooks", "--dsn", db_dsn, "--json"])
+    assert [(e["name"], e["reason"]) for e in json.loads(listed.output)["disabled"]] == [
+        ("h.cli", "410 gone")]
+    with silent_listener() as (base, sock):
+        app = App(db_dsn)
+        hook = app.webhook("h.cli", url=f"{base}/in", secrets=SECRET, retry=FAST)
+        with app, running(app):
+            state, _, _ = ended(conn, hook.send("ping").id)
+        assert not connected(sock)
+    assert state == "failed"
+    job_id = scalar(conn, "select id from jobs.job where name = 'h.cli'")
+    shown = runner.invoke(cli, ["webhooks", "attempts", str(job_id), "--dsn", db_dsn,
+                                "--json"])
+    assert [a["outcome"] for a in json.loads(shown.output)["attempts"]] == ["disabled"]
+    on = runner.invoke(cli, ["webhooks", "enable", "h.cli", "--dsn", db_dsn])
+    assert on.exit_code == 0 and "enabled" in on.output
+    assert json.loads(runner.invoke(cli, ["webhooks", "--dsn", db_dsn, "--json"]
+                                    ).output)["disabled"] == []
