@@ -48,6 +48,7 @@ PUBLIC = {
     "LedgerError", "LedgerHandle", "LedgerPostingConflict", "LedgerUnbalanced",  # ledger
     "ConsumerBatch", "ConsumerFenced", "ConsumerHandle", "ConsumerSelfEnqueue", "Source",
     "TableSource",  # consumers
+    "ReplayDiverged", "StepNotFound",  # exported by issue 38's merge, missing here
 }
 
 
