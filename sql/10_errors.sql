@@ -39,6 +39,11 @@
 --   SJ045     backfill_state        pause/resume/cancel of a backfill not in a state that allows it
 --   SJ046     backfill_stalled      a backfill's last batch left fewer rows than its count
 --                                   (answered by jobs.backfill_finish, raised by the client)
+--   SJ050     webhook_disabled      a webhook job of a disabled endpoint (raised by the client)
+--   SJ051     webhook_rejected      a webhook endpoint answered a 4xx other than 408/429 (client)
+--   SJ052     webhook_tenant_refused  a webhook event of another tenant than its endpoint's (client)
+--   SJ053     ledger_unbalanced     a ledger posting does not sum to zero per currency
+--   SJ054     ledger_posting_conflict  a posting key written again with other lines
 
 create or replace function jobs.error_codes()
 returns table (sqlstate text, name text, meaning text)
@@ -77,7 +82,12 @@ as $$
     ('SJ043', 'backfill_busy',       'another live job is running this backfill'),
     ('SJ044', 'backfill_not_found',  'no backfill of that name and scope has run in this environment'),
     ('SJ045', 'backfill_state',      'the backfill is not in a state that allows this verb'),
-    ('SJ046', 'backfill_stalled',    'the backfill ended with fewer rows than its declared count')
+    ('SJ046', 'backfill_stalled',    'the backfill ended with fewer rows than its declared count'),
+    ('SJ050', 'webhook_disabled',    'the outbound webhook endpoint is disabled: no request was sent'),
+    ('SJ051', 'webhook_rejected',    'the webhook endpoint refused the event with a 4xx other than 408 or 429'),
+    ('SJ052', 'webhook_tenant_refused', 'the webhook event names another tenant than its endpoint''s'),
+    ('SJ053', 'ledger_unbalanced',   'the posting''s amounts do not sum to zero in each currency'),
+    ('SJ054', 'ledger_posting_conflict', 'the posting key was written with other lines')
 $$;
 
 comment on function jobs.error_codes() is 'The sqljobs SQLSTATE table: code, symbolic name, meaning.';

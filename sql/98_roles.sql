@@ -99,6 +99,11 @@ as $$
       ('sqljobs_worker', 'jobs.backfill_advance(bigint,bigint,text,text,text,integer,jsonb,bigint)'),
       ('sqljobs_worker', 'jobs.backfill_status(bigint,bigint,text,text,text)'),
       ('sqljobs_worker', 'jobs.backfill_finish(bigint,bigint,text,text,text)'),
+      ('sqljobs_worker', 'jobs.webhook_attempt_put(bigint,bigint,text,text,integer,integer,text)'),
+      ('sqljobs_worker', 'jobs.webhook_disabled(text)'),
+      ('sqljobs_worker', 'jobs.ledger_post(bigint,bigint,text,text,jsonb,text)'),
+      ('sqljobs_worker', 'jobs.consumer_cursor(text)'),
+      ('sqljobs_worker', 'jobs.consumer_advance(text,bigint,jsonb,integer)'),
       -- scheduler: the fleet's configuration from code, the schedules, retention
       ('sqljobs_scheduler', 'jobs.leader_acquire(text,text,double precision)'),
       ('sqljobs_scheduler', 'jobs.leader_release(text,text,bigint)'),
@@ -149,6 +154,8 @@ as $$
       ('sqljobs_operator', 'jobs.backfill_pause(text,text,text)'),
       ('sqljobs_operator', 'jobs.backfill_resume(text,text,text)'),
       ('sqljobs_operator', 'jobs.backfill_cancel(text,text,text)'),
+      ('sqljobs_operator', 'jobs.webhook_disable(text,text,text)'),
+      ('sqljobs_operator', 'jobs.webhook_enable(text)'),
       -- reader: views and read functions only (redacted: no raw payload)
       ('sqljobs_reader', 'jobs.queue_stats()'), ('sqljobs_reader', 'jobs.queue_stats_v2()'),
       ('sqljobs_reader', 'jobs.list_jobs(jsonb,bigint,integer)'),
@@ -173,6 +180,13 @@ as $$
       ('sqljobs_reader', 'jobs.finished_by_queue(integer,integer)'),
       ('sqljobs_reader', 'jobs.declared_queues()'),
       ('sqljobs_reader', 'jobs.backfills(text)'),
+      ('sqljobs_reader', 'jobs.webhook_disabled(text)'),
+      ('sqljobs_reader', 'jobs.webhook_endpoints()'),
+      ('sqljobs_reader', 'jobs.webhook_attempts(bigint)'),
+      ('sqljobs_reader', 'jobs.ledger_balances(text,text)'),
+      ('sqljobs_reader', 'jobs.ledger_posting(text,text,text)'),
+      ('sqljobs_reader', 'jobs.subject_audits(integer)'),
+      ('sqljobs_reader', 'jobs.consumers()'),
       -- jobs.job_view calls these with its reader's privileges (a view's functions are
       -- checked against its caller), so whoever is granted SELECT on the view needs them;
       -- they compute on their arguments only and read no table (bound_tenant: only the

@@ -45,6 +45,11 @@ PUBLIC = {
     "SettledJob", "TenantPolicyRefused",  # the run's lifecycle: hooks, tenant policy
     "InvalidJobType", "JobTypeNotFound", "PersonalData", "Sensitive",  # redaction
     "InvalidRetention", "UnknownRetentionKey",  # retention
+    "WebhookDisabled", "WebhookError", "WebhookEvent", "WebhookFailed", "WebhookHandle",
+    "WebhookReceiver", "WebhookRejected", "WebhookTenantRefused", "ReceivedEvent",  # webhooks
+    "LedgerError", "LedgerHandle", "LedgerPostingConflict", "LedgerUnbalanced",  # ledger
+    "ConsumerBatch", "ConsumerFenced", "ConsumerHandle", "ConsumerSelfEnqueue", "Source",
+    "TableSource",  # consumers
 }
 
 

@@ -24,11 +24,18 @@
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
--- Locks: two new, empty tables, two nullable columns added to jobs.job (an ACCESS
--- EXCLUSIVE lock held for a catalog change only: milliseconds, after waiting for the
--- transactions that hold the table), job_debounce_idx rebuilt (a SHARE lock on jobs.job
--- while it reads the table: enqueues and settles wait, about a second per million
--- rows), and function replacements; no table rewrite. Workers: need not drain. A 0.2 worker reads a busy answer
+--   * Outbound webhooks' shared state (tables jobs.webhook_endpoint, webhook_attempt;
+--     sql/87_integrations.sql): disabled endpoints and the recorded attempts.
+--   * The ledger (tables jobs.ledger_posting, ledger_line; sql/87_integrations.sql):
+--     balanced double-entry postings, one per (ledger, tenant, key).
+--   * The data-subject erase audit (table jobs.subject_audit, sql/87_integrations.sql).
+--   * Stream consumers' cursors (table jobs.consumer, sql/87_integrations.sql).
+-- Locks: eight new, empty tables; two nullable columns added to jobs.job and one to
+-- jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog change only: milliseconds,
+-- after waiting for the transactions that hold the table); job_debounce_idx rebuilt (a
+-- SHARE lock on jobs.job while it reads the table: enqueues and settles wait, about a
+-- second per million rows); function replacements; no table rewrite.
+-- Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
 -- before; upgrade the workers to 0.3 to retry it instead.
 --
@@ -81,3 +88,100 @@ create table jobs.backfill (
 
 comment on table jobs.backfill is
   'The backfill ledger: what ran, per environment, name and scope (sql/85_factories.sql).';
+
+-- ---------------------------------------------------------------------------
+-- jobs.webhook_endpoint and jobs.webhook_attempt: the outbound webhooks' shared state
+-- (sql/87_integrations.sql). New, empty tables: no lock on anything that exists.
+-- ---------------------------------------------------------------------------
+create table jobs.webhook_endpoint (
+  name        text        primary key,
+  tenant      text,
+  reason      text        not null,
+  disabled_by text        not null,
+  disabled_at timestamptz not null
+);
+
+comment on table jobs.webhook_endpoint is
+  'Disabled outbound webhook endpoints (no row: enabled), sql/87_integrations.sql.';
+
+create table jobs.webhook_attempt (
+  job_id     bigint      not null references jobs.job (id) on delete cascade,
+  attempt    integer     not null,
+  endpoint   text        not null,
+  tenant     text,
+  outcome    text        not null
+             check (outcome in ('delivered', 'retry', 'rejected', 'error', 'disabled',
+                                'refused')),
+  status     integer,
+  latency_ms integer     not null,
+  excerpt    text,
+  at         timestamptz not null,
+  primary key (job_id, attempt)
+);
+
+comment on table jobs.webhook_attempt is
+  'One row per outbound webhook attempt that reached a verdict, sql/87_integrations.sql.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.ledger_posting and jobs.ledger_line: the ledger's postings
+-- (sql/87_integrations.sql). New, empty tables: no lock on anything that exists.
+-- ---------------------------------------------------------------------------
+create table jobs.ledger_posting (
+  id        bigint      generated always as identity primary key,
+  ledger    text        not null,
+  tenant    text        not null default '',
+  key       text        not null,
+  memo      text,
+  job_id    bigint,
+  posted_at timestamptz not null,
+  unique (ledger, tenant, key)
+);
+
+comment on table jobs.ledger_posting is
+  'Ledger postings, one per (ledger, tenant, key), sql/87_integrations.sql.';
+
+create table jobs.ledger_line (
+  posting_id bigint  not null references jobs.ledger_posting (id),
+  line       integer not null,
+  account    text    not null,
+  currency   text    not null,
+  amount     numeric not null check (amount <> 0),
+  primary key (posting_id, line)
+);
+
+create index ledger_line_account on jobs.ledger_line (account, currency);
+
+comment on table jobs.ledger_line is
+  'The lines of the ledger postings (debit > 0, credit < 0), sql/87_integrations.sql.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.subject_audit: the audit of data-subject erasures (sql/87_integrations.sql).
+-- A new, empty table: no lock on anything that exists.
+-- ---------------------------------------------------------------------------
+create table jobs.subject_audit (
+  id           bigint      generated always as identity primary key,
+  action       text        not null check (action in ('erase')),
+  subject_hash text        not null,
+  actor        text,
+  session_role text        not null,
+  at           timestamptz not null,
+  erased       jsonb       not null
+);
+
+comment on table jobs.subject_audit is
+  'One row per data-subject erase: who, when, what (counts and paths, never values), sql/87_integrations.sql.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.consumer: the stream consumers' cursors (sql/87_integrations.sql).
+-- A new, empty table: no lock on anything that exists.
+-- ---------------------------------------------------------------------------
+create table jobs.consumer (
+  name       text        primary key,
+  cursor     jsonb,
+  turn       bigint      not null default 0,
+  rows_done  bigint      not null default 0,
+  updated_at timestamptz not null
+);
+
+comment on table jobs.consumer is
+  'The cursor of each stream consumer, moved in the transaction of its turn, sql/87_integrations.sql.';

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel
 
@@ -29,6 +29,8 @@ from sqljobs._app.backfills import (
     declare_backfill,
     environment_of,
 )
+from sqljobs._app.consumers import ConsumerBatch, ConsumerHandle, Source, declare_consumer
+from sqljobs._app.ledger import LedgerHandle, declare_ledger
 from sqljobs._app.maintenance import (
     PurgeHandle,
     PurgeTable,
@@ -39,6 +41,7 @@ from sqljobs._app.maintenance import (
 )
 from sqljobs._app.partitions import Every, Partitions, declare_partitions
 from sqljobs._app.search import Document, SearchIndex, declare_reindex
+from sqljobs._app.subjects import Subjects, SubjectTable
 from sqljobs._app.transfer import (
     Export,
     Format,
@@ -47,11 +50,18 @@ from sqljobs._app.transfer import (
     declare_export,
     declare_import,
 )
+from sqljobs._app.webhook_receiver import (
+    DEFAULT_MAX_BYTES,
+    Verify,
+    WebhookReceiver,
+    declare_receiver,
+)
+from sqljobs._app.webhooks import Endpoint, WebhookHandle, declare_webhook
 from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient, Client
 from sqljobs._client.errors import ConfigurationError
 from sqljobs._client.pools import Pools
-from sqljobs._declare.jobs import JobHandle
+from sqljobs._declare.jobs import JobHandle, RetryPolicy
 from sqljobs._declare.registry import Registry
 
 if TYPE_CHECKING:
@@ -80,6 +90,7 @@ class App(Registry):
         self._purges: dict[str, PurgeHandle] = {}
         self._purged_tables: set[str] = set()
         self._factories: dict[str, dict[str, Any]] = {}
+        self._subjects = Subjects(self)
 
     @property
     def environment(self) -> str:
@@ -331,6 +342,119 @@ class App(Registry):
             return handle
 
         return declare
+
+    # -- integrations -------------------------------------------------------------------
+
+    def webhook(self, name: str, *, url: str, secrets: str | Sequence[str],
+                tenant: str | None = None, data: type[BaseModel] | None = None,
+                timeout: float = 10.0, headers: Mapping[str, str] | None = None,
+                retry: RetryPolicy | None = None, queue: str | None = None,
+                concurrency: int | None = None) -> WebhookHandle:
+        """Declare an outbound webhook endpoint (docs/howto-webhooks.md): a job named
+        `name` whose each run POSTs ONE event to `url`, signed per Standard Webhooks with
+        every secret in `secrets` (`whsec_<base64>`; two while one is rotated). `tenant`
+        is the endpoint's: an event of another is refused. `data` types the events'
+        data (its Sensitive fields are redacted like any payload's); `timeout` is per
+        request; `retry` the delivery's policy. `handle.send(type, data)` enqueues one."""
+        endpoint = Endpoint(url, (secrets,) if isinstance(secrets, str) else tuple(secrets),
+                            tenant, timeout, dict(headers or {}))
+        handle = declare_webhook(self, name, endpoint, data=data, queue=queue, retry=retry,
+                                 concurrency=concurrency)
+        self._factories[name] = {"kind": "webhook", "url": url.split("?", 1)[0],
+                                 "tenant": tenant, "secrets": len(endpoint.secrets)}
+        return handle
+
+    def webhook_receiver(
+        self, name: str, *, secrets: str | Sequence[str] = (), verify: Verify | None = None,
+        event_id: Callable[[Mapping[str, str], Any], str] | None = None,
+        parse: Callable[[bytes], Any] | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+        tenant: str | None = None, queue: str | None = None,
+        retry: RetryPolicy | None = None, timeout: float | None = None,
+    ) -> Callable[[Callable[..., Any]], WebhookReceiver]:
+        """Declare an inbound webhook over its handler `handle(ctx, event:
+        sqljobs.ReceivedEvent)` (docs/howto-webhooks.md): answers an ASGI application
+        that reads at most `max_bytes`, verifies the signature BEFORE parsing (Standard
+        Webhooks with `secrets`, or `verify(headers, body) -> bool` with `event_id(
+        headers, parsed)` for a provider's own scheme), enqueues the job `name` keyed by
+        the event id (a redelivery dedupes) and only then answers 200; 503 when the
+        enqueue fails. `tenant` is the tenant of the jobs it enqueues."""
+        keys = (secrets,) if isinstance(secrets, str) else tuple(secrets)
+
+        def declare(fn: Callable[..., Any]) -> WebhookReceiver:
+            receiver = declare_receiver(
+                self, name, fn, secrets=keys, verify=verify, max_bytes=max_bytes,
+                parse=parse, event_id=event_id, tenant=tenant, queue=queue, retry=retry,
+                timeout=timeout)
+            self._factories[name] = {"kind": "webhook_receiver", "max_bytes": max_bytes,
+                                     "scheme": "standard" if keys else "verify",
+                                     "tenant": tenant}
+            return receiver
+
+        return declare
+
+    def ledger(self, name: str, *, queue: str | None = None, retry: RetryPolicy | None = None,
+               timeout: float | None = None) -> LedgerHandle:
+        """Declare a double-entry ledger (docs/howto-ledger.md): postings balanced per
+        currency (LedgerUnbalanced otherwise, nothing written), each written whole in
+        ONE durable step, once per (ledger, tenant, key): a retried job posts once, the
+        key with other lines is LedgerPostingConflict. `handle.post(key, lines)`
+        enqueues its job (named `name`); `await handle.post_in(ctx, key, lines)` posts
+        from inside another job; `handle.balances()` reads."""
+        handle = declare_ledger(self, name, queue=queue, retry=retry, timeout=timeout)
+        self._factories[name] = {"kind": "ledger"}
+        return handle
+
+    def consumer(self, name: str, *, source: Source, batch: int = 100, turns: int = 1000,
+                 cron: str | None = "* * * * *", queue: str | None = None,
+                 timeout: float | None = None, retry: RetryPolicy | None = None,
+                 ) -> Callable[[Callable[[ConsumerBatch], Any]], ConsumerHandle]:
+        """Declare a stream consumer over its handler `handle(batch)` (docs/howto-
+        consumers.md): a job named `name` whose runs read `source` in turns of at most
+        `batch` rows, each turn's effects (written on `batch.conn`) and cursor committed
+        in ONE transaction of the app's database, until a turn finds nothing (or after
+        `turns`); with `cron`, the task `<name>.supervisor` starts a run when none is
+        live. `sqljobs.TableSource(table, key=...)` reads a PostgreSQL table."""
+        def declare(fn: Callable[[ConsumerBatch], Any]) -> ConsumerHandle:
+            handle = declare_consumer(self, name, source, fn, batch=batch, turns=turns,
+                                      cron=cron, queue=queue, timeout=timeout,
+                                      retry=retry)
+            self._factories[name] = {"kind": "consumer", "source": type(source).__name__,
+                                     "batch": batch, "cron": cron}
+            return handle
+
+        return declare
+
+    # -- data subjects (GDPR) -------------------------------------------------------------
+
+    def subject_of(self, job: str | JobHandle[Any], path: str) -> None:
+        """Map a job type to its data subject (docs/howto-gdpr.md): `path` is the payload
+        path (keys only, `customer.id`) whose value names the subject."""
+        self._subjects.map_job(job, path)
+
+    def subject_table(self, table: str, *, subject: str, columns: Sequence[str] = (),
+                      erase: Literal["null", "delete"] = "null") -> None:
+        """Map an app table: the rows where `subject` (a column) is the subject hold their
+        data in `columns`; an erase sets those to NULL, or deletes the rows."""
+        self._subjects.add_table(SubjectTable(table, subject, tuple(columns), erase))
+
+    def subject_coverage(self) -> list[str]:
+        """The declared job types with PersonalData fields and no `subject_of` mapping
+        (each a gap an export or erase would miss)."""
+        return self._subjects.coverage()
+
+    def subject_export(self, subject: str) -> dict[str, Any]:
+        """Everything stored about `subject` (GDPR art. 15): its jobs' personal values,
+        where they occur in the job tables, the mapped tables' rows. Reads only."""
+        return self._subjects.export(subject)
+
+    def subject_erase(self, subject: str, *, actor: str | None = None,
+                      vacuum: bool = False) -> dict[str, Any]:
+        """Erase `subject` (GDPR art. 17) in one transaction on the schema owner's
+        connection: every value found by `subject_export` replaced by "[erased]" in every
+        row of the job tables, the mapped tables' columns nulled (or rows deleted), and
+        an audit row (`jobs.subject_audit`: who, when, counts and paths, never values).
+        Answers what was erased, with the audit id."""
+        return self._subjects.erase(subject, actor=actor, vacuum=vacuum)
 
     # -- locks ------------------------------------------------------------------------
 

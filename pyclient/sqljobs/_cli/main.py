@@ -20,7 +20,9 @@ from sqljobs._cli.dev import dev_app
 from sqljobs._cli.enqueue import enqueue
 from sqljobs._cli.limits import leases, limits_app
 from sqljobs._cli.schedules import schedules_app
+from sqljobs._cli.subjects import subjects_app
 from sqljobs._cli.tenants import tenants_app
+from sqljobs._cli.webhooks import webhooks_app
 
 _display_type = typer.core.TyperOption.display_type_rich
 
@@ -82,6 +84,8 @@ app.command()(retention.purge)
 app.add_typer(retention.retention_app, name="retention")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(backfills_app, name="backfills")
+app.add_typer(subjects_app, name="subjects")
+app.add_typer(webhooks_app, name="webhooks")
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ USAGE = 2  # bad usage: an unknown option or value, an app that cannot load, no 
 NOT_CONFIRMED = 3  # a filter action without --yes: stdin not a terminal, or answered no
 NOT_FOUND = 4  # `jobs show` of an id no job has, `tenants unbind` of a role bound to none
 PENDING = 5  # `backfills --pending` found declared backfills not completed in the environment
+UNMAPPED = 6  # `subjects check` found job types with personal data and no subject mapping
 
 JsonOption = Annotated[bool, typer.Option(
     "--json", help="Print one JSON document (for scripts: see docs/howto-cli-scripts.md).")]

@@ -232,6 +232,45 @@ class BackfillStalled(DatabaseError, BackfillError,
     (`jobs.backfill_finish` answered 'stalled'; the ledger row says so)."""
 
 
+class WebhookError(SqljobsError):
+    """Base class of the outbound webhooks' refusals (SJ050 to SJ052). Each is terminal for
+    its job: retrying cannot change the answer."""
+
+
+class WebhookDisabled(DatabaseError, WebhookError, sqlstate="SJ050", name="webhook_disabled"):
+    """The endpoint is disabled (`jobs.webhook_disable`): the job failed before any request
+    was sent, and no socket was opened."""
+
+
+class WebhookRejected(DatabaseError, WebhookError, sqlstate="SJ051", name="webhook_rejected"):
+    """The endpoint answered a 4xx other than 408 and 429: the event is refused, not
+    retried. `status` is the HTTP status."""
+
+    status: int | None = None
+
+
+class WebhookTenantRefused(DatabaseError, WebhookError, PermissionError,
+                           sqlstate="SJ052", name="webhook_tenant_refused"):
+    """The event (its job's tenant, or the tenant its payload names) is not the endpoint's
+    tenant: nothing was sent."""
+
+
+class LedgerError(SqljobsError):
+    """Base class of the ledger's refusals (SJ053, SJ054): terminal for the posting's job."""
+
+
+class LedgerUnbalanced(DatabaseError, LedgerError, ValueError,
+                       sqlstate="SJ053", name="ledger_unbalanced"):
+    """A posting whose amounts do not sum to zero in each currency: nothing was written
+    (raised before the enqueue too)."""
+
+
+class LedgerPostingConflict(DatabaseError, LedgerError,
+                            sqlstate="SJ054", name="ledger_posting_conflict"):
+    """The posting key already names a posting with other lines: a key is ONE posting
+    per ledger and tenant; post something new under a new key."""
+
+
 class LockBusy(SqljobsError, TimeoutError):
     """`app.lock(...)` could not take the lock before its timeout: another holder has it."""
 
@@ -283,6 +322,9 @@ __all__ = [
     "JobRunning",
     "JobTypeNotFound",
     "LeaseLost",
+    "LedgerError",
+    "LedgerPostingConflict",
+    "LedgerUnbalanced",
     "LimitNotFound",
     "LockBusy",
     "LockLost",
@@ -299,6 +341,10 @@ __all__ = [
     "TenantRefused",
     "UnknownJob",
     "UnknownRetentionKey",
+    "WebhookDisabled",
+    "WebhookError",
+    "WebhookRejected",
+    "WebhookTenantRefused",
     "WorkerIdTaken",
 ]
 

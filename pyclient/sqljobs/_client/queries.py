@@ -28,6 +28,8 @@ from sqljobs._client.records import (
     JobState,
     LeaderRecord,
     LeaseRecord,
+    LedgerBalance,
+    LedgerLine,
     LimitGauges,
     LimitRecord,
     LimitUse,
@@ -49,6 +51,8 @@ from sqljobs._client.records import (
     StepWait,
     TenantBinding,
     UnservedJobs,
+    WebhookAttempt,
+    WebhookEndpointState,
     WorkerRecord,
 )
 
@@ -778,6 +782,65 @@ def backfills(environment: str | None = None) -> Call[list[BackfillRecord]]:
         "select " + _BACKFILL_COLUMNS + " from jobs.backfills(%s)",
         (environment,),
         lambda rows: [BackfillRecord.model_validate(row) for row in rows])
+
+
+# -- outbound webhooks (sql/87_integrations.sql) ----------------------------------------
+
+def webhook_attempt_put(job_id: int, claim: int, endpoint: str, outcome: str,
+                        status: int | None, latency_ms: int, excerpt: str | None) -> Call[int]:
+    """Record the running webhook job's current attempt (fenced on its claim)."""
+    return Call("select jobs.webhook_attempt_put(%s, %s, %s, %s, %s, %s, %s) as attempt",
+                (job_id, claim, endpoint, outcome, status, latency_ms, excerpt),
+                _one("attempt"))
+
+
+def webhook_disabled(endpoint: str) -> Call[str | None]:
+    """Why the endpoint is disabled, or None."""
+    return Call("select jobs.webhook_disabled(%s) as reason", (endpoint,), _one("reason"))
+
+
+def webhook_disable(endpoint: str, tenant: str | None, reason: str) -> Call[None]:
+    return Call("select jobs.webhook_disable(%s, %s, %s)", (endpoint, tenant, reason), _none)
+
+
+def webhook_enable(endpoint: str) -> Call[bool]:
+    return Call("select jobs.webhook_enable(%s) as was", (endpoint,), _one("was"))
+
+
+def webhook_attempts(job_id: int) -> Call[list[WebhookAttempt]]:
+    return Call(
+        "select attempt, endpoint, outcome, status, latency_ms, excerpt, at "
+        "from jobs.webhook_attempts(%s)", (job_id,),
+        lambda rows: [WebhookAttempt.model_validate(row) for row in rows])
+
+
+def webhook_endpoints() -> Call[list[WebhookEndpointState]]:
+    return Call(
+        "select name, tenant, reason, disabled_by, disabled_at from jobs.webhook_endpoints()",
+        (), lambda rows: [WebhookEndpointState.model_validate(row) for row in rows])
+
+
+# -- the ledger (sql/87_integrations.sql) --------------------------------------------------
+
+def ledger_post(job_id: int, claim: int, ledger: str, key: str, lines: Any,
+                memo: str | None) -> Call[dict[str, Any]]:
+    """Write one balanced posting under its key, for the running job (fenced)."""
+    return Call("select posting_id, created from jobs.ledger_post(%s, %s, %s, %s, %s, %s)",
+                (job_id, claim, ledger, key, Jsonb(lines), memo),
+                lambda rows: dict(rows[0]))
+
+
+def ledger_balances(ledger: str, account: str | None = None) -> Call[list[LedgerBalance]]:
+    return Call(
+        "select tenant, account, currency, balance, lines from jobs.ledger_balances(%s, %s)",
+        (ledger, account), lambda rows: [LedgerBalance.model_validate(r) for r in rows])
+
+
+def ledger_posting(ledger: str, key: str, tenant: str | None) -> Call[list[LedgerLine]]:
+    return Call(
+        "select posting_id, line, account, currency, amount, memo, job_id, posted_at "
+        "from jobs.ledger_posting(%s, %s, %s)", (ledger, key, tenant),
+        lambda rows: [LedgerLine.model_validate(r) for r in rows])
 
 
 def database_now() -> Call[datetime]:

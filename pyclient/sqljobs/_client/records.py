@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Literal, NamedTuple
 
@@ -393,6 +394,57 @@ class BackfillRecord(_Record):
     finished_at: datetime | None
 
 
+class WebhookAttempt(_Record):
+    """One recorded attempt of an outbound webhook job (`jobs.webhook_attempts`):
+    `outcome` is delivered, retry (a status to retry: 408, 429, 5xx, other non-2xx),
+    rejected (another 4xx: terminal), error (no answer: connect, timeout), disabled
+    (the endpoint is: no request sent) or refused (another tenant: no request sent);
+    `status` the HTTP status (None: no answer); `excerpt` the answer's first bytes,
+    redacted."""
+
+    attempt: int
+    endpoint: str
+    outcome: str
+    status: int | None
+    latency_ms: int
+    excerpt: str | None
+    at: datetime
+
+
+class WebhookEndpointState(_Record):
+    """A disabled outbound webhook endpoint (`jobs.webhook_endpoints`)."""
+
+    name: str
+    tenant: str | None
+    reason: str
+    disabled_by: str
+    disabled_at: datetime
+
+
+class LedgerBalance(_Record):
+    """One account's balance in one currency (`jobs.ledger_balances`): the sum of its
+    lines (debits > 0, credits < 0) and how many there are."""
+
+    tenant: str | None
+    account: str
+    currency: str
+    balance: Decimal
+    lines: int
+
+
+class LedgerLine(_Record):
+    """One line of a stored posting (`jobs.ledger_posting`)."""
+
+    posting_id: int
+    line: int
+    account: str
+    currency: str
+    amount: Decimal
+    memo: str | None
+    job_id: int | None
+    posted_at: datetime
+
+
 class BackfillStart(NamedTuple):
     """What `jobs.backfill_begin` answers a run: `verdict` run | done, and where the run
     starts (the ledger's cursor and counts)."""
@@ -534,6 +586,8 @@ __all__ = [
     "JobState",
     "LeaderRecord",
     "LeaseRecord",
+    "LedgerBalance",
+    "LedgerLine",
     "LimitGauges",
     "LimitRecord",
     "LimitUse",
@@ -554,5 +608,7 @@ __all__ = [
     "StepWait",
     "TenantBinding",
     "UnservedJobs",
+    "WebhookAttempt",
+    "WebhookEndpointState",
     "WorkerRecord",
 ]

@@ -18,11 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
+from sqljobs._client.queries import Call
 from sqljobs._runtime.steps import Steps
 from sqljobs._runtime.stopping import RunCancelled, StopReason
+
+T = TypeVar("T")
 
 _MAKING = threading.Lock()  # guards the lazy `cancelled` event against `_stop`
 
@@ -48,6 +51,7 @@ class JobContext:
         saved_progress: Any = None,
         make_logger: Callable[[], logging.LoggerAdapter[logging.Logger]] | None = None,
         make_steps: Callable[[JobContext], Steps] | None = None,
+        run_call: Callable[[Call[Any]], Awaitable[Any]] | None = None,
     ) -> None:
         self.job_id = job_id
         self.name = name
@@ -72,6 +76,7 @@ class JobContext:
         self._report_progress = report_progress
         self._make_steps = make_steps
         self._steps: Steps | None = None  # sqljobs._runtime.steps, made by make_steps
+        self._run_call = run_call
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:
@@ -119,6 +124,21 @@ class JobContext:
         """The cleanup release of patch `patch_id`: raises ReplayDiverged for a job whose
         history took the branch before the patch (`Steps.deprecate_patch`)."""
         self.step.deprecate_patch(patch_id)
+
+    @property
+    def has_engine(self) -> bool:
+        """Whether `engine_call` runs on the worker's pool here (a worker's run; a
+        context made by hand, in a test, has none)."""
+        return self._run_call is not None
+
+    async def engine_call(self, call: Call[T]) -> T:
+        """Run one engine call (sqljobs._client.queries) on the worker's own pool: how the
+        factories make their fenced calls (`jobs.webhook_attempt_put` under this run's
+        claim) without a connection of their own."""
+        if self._run_call is None:
+            raise RuntimeError("this JobContext has no engine pool (has_engine is False)")
+        result: T = await self._run_call(call)
+        return result
 
     @property
     def made_steps(self) -> Steps | None:

@@ -11,8 +11,8 @@ A pytest plugin, opt-in: `pytest -p sqljobs.testing`, or `pytest_plugins =
 
 Fixtures: `sqljobs_db` (a migrated database of the test's own, with its `clock`),
 `sqljobs_template`, `sqljobs_server`. Functions: `enqueued`, `assert_enqueued`,
-`refute_enqueued`, `drain` / `drain_async`, `perform` / `perform_async`, `fire_due` /
-`fire_due_async`.
+`refute_enqueued`, `assert_subject_coverage`, `drain` / `drain_async`, `perform` /
+`perform_async`, `fire_due` / `fire_due_async`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from sqljobs.testing._assertions import (
     ANY,
     EnqueuedJob,
     assert_enqueued,
+    assert_subject_coverage,
     enqueued,
     refute_enqueued,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "StepsNeedAJob",
     "TestDatabase",
     "assert_enqueued",
+    "assert_subject_coverage",
     "drain",
     "drain_async",
     "enqueued",

@@ -168,3 +168,13 @@ def _describe(job: EnqueuedJob) -> str:
 
 
 __all__ = ["ANY", "EnqueuedJob", "assert_enqueued", "enqueued", "refute_enqueued"]
+
+
+def assert_subject_coverage(app: Any) -> None:
+    """Fail when a declared job type has PersonalData fields and no subject mapping
+    (`app.subject_of(...)`): a data-subject export or erase would miss its jobs."""
+    missing = app.subject_coverage()
+    if missing:
+        raise AssertionError(
+            f"{len(missing)} job type(s) hold personal data and map no subject: "
+            f"{', '.join(missing)} (declare app.subject_of(job, '<payload path>'))")

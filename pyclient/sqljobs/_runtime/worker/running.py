@@ -182,6 +182,7 @@ class Runner:
             report_progress=lambda value: self._progress(run, value),
             saved_progress=job.progress,
             make_steps=lambda ctx: self._steps(run, ctx),
+            run_call=self._client.run,
         )
         run.ctx = ctx
         if job.steps:  # stored steps: the run may be replaying, or unwinding a saga
