@@ -34,7 +34,6 @@ class ProgressThrottle:
 
     def __init__(self) -> None:
         self._runs: dict[int, _Pending] = {}
-        self.writes = 0               # statements sent (tests, benchmarks)
 
     async def report(self, job_id: int, value: Any, interval_s: float, write: Write) -> bool:
         """Write now, or keep it for the end of the interval (answers True: accepted;
@@ -43,34 +42,36 @@ class ProgressThrottle:
         pending = self._runs.get(job_id)
         if pending is None or (pending.flush is None and now - pending.written_at >= interval_s):
             self._runs[job_id] = _Pending(write=write, written_at=now)
-            self.writes += 1
             return bool(await write(value))
         pending.value = value
         if pending.flush is None:
             pending.flush = asyncio.get_running_loop().create_task(
-                self._flush_at(job_id, pending, pending.written_at + interval_s))
+                self._flush_at(pending, pending.written_at + interval_s))
         return True
 
-    async def _flush_at(self, job_id: int, pending: _Pending, when: float) -> None:
+    async def _flush_at(self, pending: _Pending, when: float) -> None:
         await asyncio.sleep(max(0.0, when - time.monotonic()))
         pending.flush = None
-        await self._flush(job_id, pending)
+        await self._flush(pending)
 
-    async def _flush(self, job_id: int, pending: _Pending) -> None:
+    @staticmethod
+    async def _flush(pending: _Pending) -> None:
         value, pending.value = pending.value, _NOTHING
         if value is _NOTHING:
             return
         pending.written_at = time.monotonic()
-        self.writes += 1
         await pending.write(value)
 
     async def settle(self, job_id: int, write: bool) -> None:
         """The run is over: write its last kept report first when `write` (its outcome
         follows), and forget it."""
+        pending = self.forget(job_id)
+        if pending is not None and write:
+            await self._flush(pending)
+
+    def forget(self, job_id: int) -> _Pending | None:
+        """Drop the run's kept report (and its timer) without writing it."""
         pending = self._runs.pop(job_id, None)
-        if pending is None:
-            return
-        if pending.flush is not None:
+        if pending is not None and pending.flush is not None:
             pending.flush.cancel()
-        if write:
-            await self._flush(job_id, pending)
+        return pending

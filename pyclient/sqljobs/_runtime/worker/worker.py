@@ -321,6 +321,7 @@ class Worker(Role):
                     and run.ctx.made_steps is not None:
                 settlement = await self._runner.saga(run, settlement)
         except asyncio.CancelledError:
+            self._runner.progress.forget(run.job.id)
             self._done(run, None, None)  # the worker stops: nothing written, the lease lapses
             raise
         except Exception:
