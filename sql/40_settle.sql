@@ -247,6 +247,7 @@ declare
   v_now     timestamptz := jobs.now();
   v_locked  bigint[];
   v_done    bigint[];
+  v_claims  bigint[];  -- the claim each done job was settled under
   v_watched bigint[];
 begin
   perform jobs.check_batch(p_ids, p_claims, p_results);
@@ -271,18 +272,19 @@ begin
                              then j.last_error || '{"historical": true}' end
       from (select input.id, input.claim, input.result from input order by input.id) as i
      where j.id = i.id and j.claim = i.claim and j.state = 'running'
-    returning j.id, j.settle_watched
+    returning j.id, j.claim, j.settle_watched
   )
-  select pg_catalog.array_agg(done.id),
+  select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.claim),
          pg_catalog.array_agg(done.id) filter (where done.settle_watched)
-    into v_done, v_watched
+    into v_done, v_claims, v_watched
     from done;
   -- NOTIFY result waiters of watched jobs only (once per call).
   perform jobs.notify_settled(v_watched);
-  return query
-    select u.id, case when u.id = any (coalesce(v_done, '{}')) then true
+  return query  -- per input: a job named twice is answered under each claim given
+    select u.id, case when d.id is not null then true
                       else jobs.unwritten_answer(u.id, u.claim, v_locked) end
       from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
+      left join unnest(v_done, v_claims) as d(id, claim) on d.id = u.id and d.claim = u.claim
      order by u.ord;
 end
 $$;
@@ -461,6 +463,7 @@ declare
   v_n       integer;
   v_bad     text;
   v_done    bigint[];
+  v_claims  bigint[];  -- the claim each done job was settled under
   v_states  jobs.job_state[];
   v_watched bigint[];
 begin
@@ -570,7 +573,8 @@ begin
                else j.attempts end
         from target t
        where j.id = t.id
-      returning j.id, j.state, j.settle_watched, t.unwinds, j.step_seq, t.next_state, t.error
+      returning j.id, j.claim, j.state, j.settle_watched, t.unwinds, j.step_seq, t.next_state,
+                t.error
     ),
     unwound as (
       -- record the final state of each job that starts unwinding (sagas, above)
@@ -579,10 +583,11 @@ begin
                                  pg_catalog.array_agg(done.error))
         from done where done.unwinds
     )
-  select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.state),
+  select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.claim),
+         pg_catalog.array_agg(done.state),
          pg_catalog.array_agg(done.id) filter (
            where done.settle_watched and done.state in ('failed', 'dead'))
-    into v_done, v_states, v_watched
+    into v_done, v_claims, v_states, v_watched
     from done, (select pg_catalog.count(*) from unwound) as u;
   -- NOTIFY result waiters of watched jobs that reached a final state (once per call).
   perform jobs.notify_settled(v_watched);
@@ -590,7 +595,8 @@ begin
     select u.id, case when d.id is not null then true
                       else jobs.unwritten_answer(u.id, u.claim, v_locked) end, d.state
       from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
-      left join unnest(v_done, v_states) as d(id, state) on d.id = u.id
+      left join unnest(v_done, v_claims, v_states) as d(id, claim, state)
+             on d.id = u.id and d.claim = u.claim
      order by u.ord;
 end
 $$;
@@ -688,11 +694,11 @@ begin
         from (select input.id, input.claim from input order by input.id) as i
        where j.id = i.id and j.claim = i.claim and j.state = 'running'
          and j.id = any (v_locked)
-      returning j.id
+      returning j.id, j.claim
     )
     select input.id, case when held.id is not null then true
                           else jobs.unwritten_answer(input.id, input.claim, v_locked) end
-      from input left join held on held.id = input.id
+      from input left join held on held.id = input.id and held.claim = input.claim
      order by input.ord;
 end
 $$;

@@ -179,6 +179,38 @@ as $$
     select moved.id from moved where moved.settle_watched and moved.state = 'cancelled'))
 $$;
 
+-- jobs.requeue_blocked(ids) -> the ids a requeue must leave as they are: a singleton
+-- job whose group has a live job, a debounced one whose group has a job waiting to start
+-- (either would be a second one of its group), and, among the ids themselves, all but
+-- the first of each such group. Private.
+create or replace function jobs.requeue_blocked(p_ids bigint[])
+returns bigint[]
+language sql
+stable
+set search_path = ''
+as $$
+  select coalesce(pg_catalog.array_agg(r.id order by r.id), '{}')
+    from (select j.id,
+                 pg_catalog.row_number() over (
+                   partition by j.name, coalesce(j.tenant, ''), coalesce(j.group_key, ''),
+                                j.singleton, j.debounce_s is not null
+                   order by j.id) as nth,
+                 exists (select from jobs.job k
+                          where k.id <> j.id and k.name = j.name
+                            and coalesce(k.tenant, '') = coalesce(j.tenant, '')
+                            and coalesce(k.group_key, '') = coalesce(j.group_key, '')
+                            and ((j.singleton and k.singleton
+                                  and k.state in ('ready', 'running', 'parked', 'interrupted'))
+                                 or (j.debounce_s is not null and k.debounce_s is not null
+                                     and k.state = 'ready' and k.attempt = 0))) as taken
+            from jobs.job j
+           where j.id = any (p_ids) and (j.singleton or j.debounce_s is not null)) r
+   where r.taken or r.nth > 1
+$$;
+
+comment on function jobs.requeue_blocked(bigint[]) is
+  'Private: the jobs a requeue leaves, their singleton or debounce group being taken.';
+
 -- Requeue and promote make jobs runnable now, so they wake their queues' workers.
 create or replace function jobs.apply_requeue(p_ids bigint[])
 returns void
@@ -286,6 +318,13 @@ begin
     perform jobs.raise_error('job_live',
       pg_catalog.format('job %s is %s: it will run without a requeue', v_id, v_state));
   end if;
+  v_id := (jobs.requeue_blocked(p_ids))[1];
+  if v_id is not null then
+    perform jobs.raise_error('job_live',
+      pg_catalog.format('job %s: its singleton or debounce group already has a live job '
+                        '(or this call names two of the group)', v_id),
+      null, 'requeue it once that job is done');
+  end if;
   -- WRITE
   perform jobs.apply_requeue(p_ids);
 end
@@ -353,6 +392,9 @@ declare
   v_from jobs.job_state[] := '{failed,dead,cancelled}';
   v_ids  bigint[] := jobs.ids_where(p_filter, v_from, p_max);
 begin
+  -- a job whose singleton or debounce group is taken stays (and still matches)
+  v_ids := array(select i from pg_catalog.unnest(v_ids) i
+                  where i <> all (jobs.requeue_blocked(v_ids)));
   perform jobs.apply_requeue(v_ids);
   return query select pg_catalog.cardinality(v_ids), jobs.count_where(p_filter, v_from);
 end

@@ -1552,6 +1552,7 @@ declare
   v_now     timestamptz := jobs.now();
   v_locked  bigint[];
   v_done    bigint[];
+  v_claims  bigint[];  -- the claim each done job was settled under
   v_watched bigint[];
 begin
   perform jobs.check_batch(p_ids, p_claims, p_results);
@@ -1576,18 +1577,19 @@ begin
                              then j.last_error || '{"historical": true}' end
       from (select input.id, input.claim, input.result from input order by input.id) as i
      where j.id = i.id and j.claim = i.claim and j.state = 'running'
-    returning j.id, j.settle_watched
+    returning j.id, j.claim, j.settle_watched
   )
-  select pg_catalog.array_agg(done.id),
+  select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.claim),
          pg_catalog.array_agg(done.id) filter (where done.settle_watched)
-    into v_done, v_watched
+    into v_done, v_claims, v_watched
     from done;
   -- NOTIFY result waiters of watched jobs only (once per call).
   perform jobs.notify_settled(v_watched);
-  return query
-    select u.id, case when u.id = any (coalesce(v_done, '{}')) then true
+  return query  -- per input: a job named twice is answered under each claim given
+    select u.id, case when d.id is not null then true
                       else jobs.unwritten_answer(u.id, u.claim, v_locked) end
       from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
+      left join unnest(v_done, v_claims) as d(id, claim) on d.id = u.id and d.claim = u.claim
      order by u.ord;
 end
 $$;
@@ -1674,6 +1676,7 @@ declare
   v_n       integer;
   v_bad     text;
   v_done    bigint[];
+  v_claims  bigint[];  -- the claim each done job was settled under
   v_states  jobs.job_state[];
   v_watched bigint[];
 begin
@@ -1783,7 +1786,8 @@ begin
                else j.attempts end
         from target t
        where j.id = t.id
-      returning j.id, j.state, j.settle_watched, t.unwinds, j.step_seq, t.next_state, t.error
+      returning j.id, j.claim, j.state, j.settle_watched, t.unwinds, j.step_seq, t.next_state,
+                t.error
     ),
     unwound as (
       -- record the final state of each job that starts unwinding (sagas, above)
@@ -1792,10 +1796,11 @@ begin
                                  pg_catalog.array_agg(done.error))
         from done where done.unwinds
     )
-  select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.state),
+  select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.claim),
+         pg_catalog.array_agg(done.state),
          pg_catalog.array_agg(done.id) filter (
            where done.settle_watched and done.state in ('failed', 'dead'))
-    into v_done, v_states, v_watched
+    into v_done, v_claims, v_states, v_watched
     from done, (select pg_catalog.count(*) from unwound) as u;
   -- NOTIFY result waiters of watched jobs that reached a final state (once per call).
   perform jobs.notify_settled(v_watched);
@@ -1803,7 +1808,8 @@ begin
     select u.id, case when d.id is not null then true
                       else jobs.unwritten_answer(u.id, u.claim, v_locked) end, d.state
       from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
-      left join unnest(v_done, v_states) as d(id, state) on d.id = u.id
+      left join unnest(v_done, v_claims, v_states) as d(id, claim, state)
+             on d.id = u.id and d.claim = u.claim
      order by u.ord;
 end
 $$;
@@ -1898,11 +1904,11 @@ begin
         from (select input.id, input.claim from input order by input.id) as i
        where j.id = i.id and j.claim = i.claim and j.state = 'running'
          and j.id = any (v_locked)
-      returning j.id
+      returning j.id, j.claim
     )
     select input.id, case when held.id is not null then true
                           else jobs.unwritten_answer(input.id, input.claim, v_locked) end
-      from input left join held on held.id = input.id
+      from input left join held on held.id = input.id and held.claim = input.claim
      order by input.ord;
 end
 $$;
@@ -3341,6 +3347,109 @@ as $$
   -- result waiters of watched jobs hear of it (a saga's cancel first unwinds: not yet)
   select jobs.notify_settled(array(
     select moved.id from moved where moved.settle_watched and moved.state = 'cancelled'))
+$$;
+
+-- jobs.requeue_blocked(ids) -> the ids a requeue must leave as they are: a singleton
+-- job whose group has a live job, a debounced one whose group has a job waiting to start
+-- (either would be a second one of its group), and, among the ids themselves, all but
+-- the first of each such group. Private.
+create or replace function jobs.requeue_blocked(p_ids bigint[])
+returns bigint[]
+language sql
+stable
+set search_path = ''
+as $$
+  select coalesce(pg_catalog.array_agg(r.id order by r.id), '{}')
+    from (select j.id,
+                 pg_catalog.row_number() over (
+                   partition by j.name, coalesce(j.tenant, ''), coalesce(j.group_key, ''),
+                                j.singleton, j.debounce_s is not null
+                   order by j.id) as nth,
+                 exists (select from jobs.job k
+                          where k.id <> j.id and k.name = j.name
+                            and coalesce(k.tenant, '') = coalesce(j.tenant, '')
+                            and coalesce(k.group_key, '') = coalesce(j.group_key, '')
+                            and ((j.singleton and k.singleton
+                                  and k.state in ('ready', 'running', 'parked', 'interrupted'))
+                                 or (j.debounce_s is not null and k.debounce_s is not null
+                                     and k.state = 'ready' and k.attempt = 0))) as taken
+            from jobs.job j
+           where j.id = any (p_ids) and (j.singleton or j.debounce_s is not null)) r
+   where r.taken or r.nth > 1
+$$;
+
+comment on function jobs.requeue_blocked(bigint[]) is
+  'Private: the jobs a requeue leaves, their singleton or debounce group being taken.';
+
+-- jobs.requeue(ids): failed/dead/cancelled jobs -> ready, attempt 0, now.
+-- Refuses the whole call, changing nothing, when any id is missing (job_not_found),
+-- succeeded (job_not_requeueable) or still live (job_live); then one statement.
+create or replace function jobs.requeue(p_ids bigint[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_id    bigint;
+  v_state jobs.job_state;
+begin
+  if p_ids is null or pg_catalog.cardinality(p_ids) = 0 then
+    perform jobs.raise_error('invalid_argument', 'requeue needs at least one job id');
+  end if;
+  if pg_catalog.array_position(p_ids, null) is not null then
+    perform jobs.raise_error('job_not_found', 'no job has id null');
+  end if;
+  -- LOCK in id order, then GUARD.
+  perform 1 from jobs.job j where j.id = any (p_ids) order by j.id for update;
+  select i.id into v_id from pg_catalog.unnest(p_ids) i(id)
+   where not exists (select 1 from jobs.job j where j.id = i.id) limit 1;
+  if v_id is not null then
+    perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', v_id));
+  end if;
+  perform jobs.check_tenant(p_ids);
+  select j.id, j.state into v_id, v_state from jobs.job j
+   where j.id = any (p_ids) and j.state = 'succeeded' order by j.id limit 1;
+  if v_id is not null then
+    perform jobs.raise_error('job_not_requeueable',
+      pg_catalog.format('job %s succeeded; a success is not run again', v_id),
+      null, 'enqueue a new job with a new key to run it again');
+  end if;
+  select j.id, j.state into v_id, v_state from jobs.job j
+   where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
+   order by j.id limit 1;
+  if v_id is not null then
+    perform jobs.raise_error('job_live',
+      pg_catalog.format('job %s is %s: it will run without a requeue', v_id, v_state));
+  end if;
+  v_id := (jobs.requeue_blocked(p_ids))[1];
+  if v_id is not null then
+    perform jobs.raise_error('job_live',
+      pg_catalog.format('job %s: its singleton or debounce group already has a live job '
+                        '(or this call names two of the group)', v_id),
+      null, 'requeue it once that job is done');
+  end if;
+  -- WRITE
+  perform jobs.apply_requeue(p_ids);
+end
+$$;
+
+create or replace function jobs.requeue_where(p_filter jsonb, p_max integer default 1000)
+returns table (moved integer, remaining bigint)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_from jobs.job_state[] := '{failed,dead,cancelled}';
+  v_ids  bigint[] := jobs.ids_where(p_filter, v_from, p_max);
+begin
+  -- a job whose singleton or debounce group is taken stays (and still matches)
+  v_ids := array(select i from pg_catalog.unnest(v_ids) i
+                  where i <> all (jobs.requeue_blocked(v_ids)));
+  perform jobs.apply_requeue(v_ids);
+  return query select pg_catalog.cardinality(v_ids), jobs.count_where(p_filter, v_from);
+end
 $$;
 
 -- === sql/92_introspection.sql ===
