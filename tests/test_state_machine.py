@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -666,6 +666,24 @@ class FlowMachine(RuleBasedStateMachine):
         event(f"limits: {', '.join(sorted(limits.definitions())) or 'none'}")
         for spec in specs:
             self.enqueue(spec, None)
+
+    @rule(which=st.sampled_from(("alpha", "beta_key", "tenant")),
+          how=st.sampled_from(("raise", "remove")))
+    def change_limit(self, which: str, how: str) -> None:
+        """A limit raised or removed at run time: from the next claim on, and the jobs
+        waiting on it are not left waiting (the liveness check). (Lowered, a limit lets
+        running jobs run over it: not modelled.)"""
+        current = getattr(self.limits, which)
+        if current is None:
+            return
+        name = {"alpha": "alpha_n", "beta_key": "beta_k", "tenant": "per_tenant"}[which]
+        if how == "remove":
+            self.client.run(queries.limit_remove(name))
+            self.limits = replace(self.limits, **{which: None})
+        else:
+            self.limits = replace(self.limits, **{which: current + 1})
+            self.client.run(queries.limit_put(name, self.limits.definitions()[name]))
+        event(f"limit {how}d")
 
     # -- enqueue -------------------------------------------------------------------------
 
