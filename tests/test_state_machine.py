@@ -736,6 +736,10 @@ class FlowMachine(RuleBasedStateMachine):
                       == (name, tenant, group, mode)]
         existing = self.by_key.get((name, tenant, key))
         if mode == "debounce":
+            # The engine's "waiting to start" is state ready, which a job awaiting a retry
+            # is too: it collapses into that job. The docs say a started job makes the
+            # next enqueue a new one: see test_a_started_debounced_job_is_not_collapsed_into
+            # (xfail, strict), and change this line with the engine.
             waiting = [j for j in same_group if j.state == "ready"]
             if waiting:  # trailing: the waiting job takes the payload, starts later
                 assert (answer.id, answer.outcome) == (waiting[0].id, "debounced")
@@ -1099,3 +1103,33 @@ TestFlowStateMachine.settings = settings(
     max_examples=max(MACHINE_EXAMPLES // 2, 1), stateful_step_count=30, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "ENGINE BUG (issue 33, found by the flow machine's model): jobs.debounce and "
+    "job_of_group take any debounced job in state ready as 'waiting to start', and a job "
+    "that started and awaits its retry is ready too: a new enqueue of its group collapses "
+    "into it, replaces the payload its retry runs and moves its retry time. "
+    "docs/howto-limits.md: 'Once the job starts, the next enqueue makes a new one.'"))
+def test_a_started_debounced_job_is_not_collapsed_into(db_dsn: str) -> None:
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        empty_every_table(conn)
+        client = Client(conn)
+        set_clock(conn, T0)
+        first = client.run(queries.enqueue("d", "x1", {"v": 1}, {
+            "queue": "q1", "debounce_s": 5, "max_attempts": 3}))
+        set_clock(conn, T0 + timedelta(seconds=6))
+        [job] = client.run(queries.claim(["q1"], "w", 1, 30.0))
+        assert job.id == first.id
+        client.run(queries.nack(job.id, job.claim, {"e": 1}, "retry", 60))  # started, retries
+        second = client.run(queries.enqueue("d", "x2", {"v": 2}, {
+            "queue": "q1", "debounce_s": 5}))
+        row = conn.execute("select run_at, payload from jobs.job_view where id = %s",
+                           (first.id,)).fetchone()
+        assert jobs_payload(conn, first.id) == {"v": 1} and row is not None
+        assert row[0] == T0 + timedelta(seconds=66), "the retry keeps its time"
+        assert second.outcome == "created" and second.id != first.id
+
+
+def jobs_payload(conn: psycopg.Connection[Any], job_id: int) -> Any:
+    return Client(conn).run(queries.job_payload(job_id))
