@@ -565,6 +565,7 @@ class FlowJob(Job):
     payload: Any = None
     worker: str = ""
     steps: dict[str, Any] = field(default_factory=dict)
+    created: datetime = T0  # the clock at its enqueue
 
 
 def _window_full(starts: list[datetime], n: int, per_s: float, at: datetime) -> bool:
@@ -760,7 +761,8 @@ class FlowMachine(RuleBasedStateMachine):
         self.jobs[answer.id] = FlowJob(
             id=answer.id, queue=spec["queue"], priority=0, max_attempts=spec["max_attempts"],
             dead_letter=False, run_at=self.now + timedelta(seconds=delay), name=name,
-            tenant=tenant, key_value=spec["k"], group=group, mode=mode, payload=payload)
+            tenant=tenant, key_value=spec["k"], group=group, mode=mode, payload=payload,
+            created=self.now)
         self.by_key[(name, tenant, key)] = answer.id
         event(f"enqueue: {mode}")
 
@@ -938,6 +940,33 @@ class FlowMachine(RuleBasedStateMachine):
             return
         self._call(queries.cancel(job.id), bound)
         job.settle("cancelled", self.now)
+
+    @precondition(lambda self: any(
+        j.state == "parked" or (j.state == "ready" and j.run_at and j.run_at > j.created)
+        for j in self.jobs.values()))
+    @rule(data=st.data())
+    def promote(self, data: st.DataObject) -> None:
+        """An operator runs a waiting job now: a parked one, or one deferred by a rate,
+        debounced or backing off. A limit still holds it back at the claim."""
+        job = data.draw(st.sampled_from([
+            j for j in self.jobs.values() if j.state == "parked"
+            or (j.state == "ready" and j.run_at and j.run_at > j.created)]))
+        self.client.run(queries.promote(job.id))
+        job.state = "ready"
+        job.run_at = self.now if job.run_at is None else min(job.run_at, self.now)
+        event("promote")
+
+    @precondition(lambda self: any(j.state in ("failed", "cancelled")
+                                   for j in self.jobs.values()))
+    @rule(data=st.data())
+    def requeue(self, data: st.DataObject) -> None:
+        """Failed (by its attempts, or key_busy) or cancelled: ready again, attempt 0."""
+        job = data.draw(st.sampled_from([j for j in self.jobs.values()
+                                         if j.state in ("failed", "cancelled")]))
+        self.client.run(queries.requeue([job.id]))
+        job.settle("ready", self.now)
+        job.attempt, job.run_at = 0, self.now
+        event("requeue")
 
     def _row_of(self, job_id: int) -> Any:
         return self.conn.execute("select to_jsonb(j) from jobs.job_view j where j.id = %s",
