@@ -582,7 +582,7 @@ def _steps(steps: dict[str, Any] | None) -> dict[str, Any] | None:
 
 flow_spec = st.fixed_dictionaries({
     "name": st.sampled_from(FLOW_NAMES),
-    "tenant": st.sampled_from(TENANTS),
+    "tenant": st.sampled_from((None, *TENANTS)),  # half with none: groups collide more
     "key": st.sampled_from(KEYS),
     "k": st.sampled_from(("a", "a", "b")),
     "queue": st.sampled_from(QUEUES),
