@@ -574,10 +574,13 @@ def _window_full(starts: list[datetime], n: int, per_s: float, at: datetime) -> 
 
 
 def _steps(steps: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Stored steps as the model keeps them: a sleep's wake-up time as a datetime."""
-    if steps and "z" in steps:
-        return steps | {"z": {"until": datetime.fromisoformat(steps["z"]["until"])}}
-    return steps
+    """Stored steps as the model keeps them: the handler's own (names starting with
+    sqljobs. are the runtime's records, e.g. of an unwind or of the steps' order), a
+    sleep's wake-up time as a datetime."""
+    steps = {k: v for k, v in (steps or {}).items() if not k.startswith("sqljobs.")}
+    if "z" in steps:
+        steps["z"] = {"until": datetime.fromisoformat(steps["z"]["until"])}
+    return steps or None
 
 
 flow_spec = st.fixed_dictionaries({
