@@ -734,10 +734,17 @@ class FlowMachine(RuleBasedStateMachine):
             options["debounce_s"] = DEBOUNCE_S
         elif mode == "throttle":
             options |= {"throttle_n": THROTTLE_N, "throttle_per_s": THROTTLE_PER_S}
-        answer = self._call(queries.enqueue(name, key, payload, options), bound)
-
         same_group = [j for j in self.jobs.values() if (j.name, j.tenant, j.group, j.mode)
                       == (name, tenant, group, mode)]
+        if mode == "debounce" and any(j.state in ("running", "parked") for j in same_group):
+            # KNOWN ENGINE BUG (KNOWN_DEBOUNCE_BUG, the xfail tests at the end of this
+            # file): a second debounced job beside a started one that can come back to
+            # ready makes that return fail. Not generated until the engine is fixed:
+            # remove this guard (and requeue's) then.
+            event("debounce: skipped beside a started job (known engine bug)")
+            return
+        answer = self._call(queries.enqueue(name, key, payload, options), bound)
+
         existing = self.by_key.get((name, tenant, key))
         if mode == "debounce":
             # The engine's "waiting to start" is state ready, which a job awaiting a retry
@@ -966,6 +973,12 @@ class FlowMachine(RuleBasedStateMachine):
         """Failed (by its attempts, or key_busy) or cancelled: ready again, attempt 0."""
         job = data.draw(st.sampled_from([j for j in self.jobs.values()
                                          if j.state in ("failed", "cancelled")]))
+        if job.mode == "debounce" and any(
+                (j.name, j.tenant, j.group, j.mode, j.state)
+                == (job.name, job.tenant, job.group, "debounce", "ready")
+                for j in self.jobs.values()):
+            event("requeue: skipped beside a waiting debounced job (known engine bug)")
+            return  # KNOWN ENGINE BUG: see enqueue's guard
         self.client.run(queries.requeue([job.id]))
         job.settle("ready", self.now)
         job.attempt, job.run_at = 0, self.now
@@ -1165,3 +1178,46 @@ def test_a_started_debounced_job_is_not_collapsed_into(db_dsn: str) -> None:
 
 def jobs_payload(conn: psycopg.Connection[Any], job_id: int) -> Any:
     return Client(conn).run(queries.job_payload(job_id))
+
+
+def _started_debounced_job_and_a_waiting_one(conn: psycopg.Connection[Any]) -> tuple[Any, int]:
+    """A debounced job A that started (running under a 30 s lease, 2 attempts), and B,
+    enqueued into A's group meanwhile, which waits to start: both are live."""
+    empty_every_table(conn)
+    client = Client(conn)
+    set_clock(conn, T0)
+    client.run(queries.enqueue("d", "a", {"v": 1}, {
+        "queue": "q1", "debounce_s": 5, "max_attempts": 2}))
+    set_clock(conn, T0 + timedelta(seconds=6))
+    [a] = client.run(queries.claim(["q1"], "w", 1, 30.0))
+    b = client.run(queries.enqueue("d", "b", {"v": 2}, {"queue": "q1", "debounce_s": 5}))
+    assert b.outcome == "created" and b.id != a.id
+    return a, b.id
+
+
+KNOWN_DEBOUNCE_BUG = (
+    "ENGINE BUG (issue 33, found by the flow machine): job_debounce_idx allows one "
+    "debounced job in state ready per group, and a job that already started goes back to "
+    "ready (lease recovery, a retry, a wake-up) while a newer one of its group waits: "
+    "unique_violation, and the statement fails")
+
+
+@pytest.mark.xfail(strict=True, raises=psycopg.errors.UniqueViolation, reason=KNOWN_DEBOUNCE_BUG)
+def test_a_lapsed_debounced_job_is_recovered_beside_a_waiting_one(db_dsn: str) -> None:
+    """The claim's lease recovery raises: every recovering claim of the queue fails, so
+    nothing in the queue runs again (B included) until an operator steps in."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        a, b = _started_debounced_job_and_a_waiting_one(conn)
+        set_clock(conn, T0 + timedelta(seconds=37))  # A's lease lapsed; B is due
+        got = Client(conn).run(queries.claim(["q1"], "w", 2, 30.0))
+        assert [g.id for g in got] == [a.id, b]  # A back in line first (its old run_at)
+
+
+@pytest.mark.xfail(strict=True, raises=psycopg.errors.UniqueViolation, reason=KNOWN_DEBOUNCE_BUG)
+def test_a_started_debounced_job_retries_beside_a_waiting_one(db_dsn: str) -> None:
+    """The worker's nack (retry) raises: the run cannot settle, its lease lapses, and
+    the recovery above fails in turn."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        a, _ = _started_debounced_job_and_a_waiting_one(conn)
+        state = Client(conn).run(queries.nack(a.id, a.claim, {"e": 1}, "retry", 1))
+        assert state == "ready"
