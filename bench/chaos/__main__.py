@@ -4,8 +4,9 @@ Starts a throwaway PostgreSQL (initdb + pg_ctl under a temp dir), runs each scen
 a fresh database of it with a real fleet, and writes the figures: a JSON (--json) and,
 with --report, bench/CHAOS.md. Exits 1 when anything must be zero and is not (lost,
 settled twice, re-executed steps, outbox rows unpublished / relayed twice, ticks fired
-twice). Scenarios: sigkill, sigterm, terminate, restart, idle_lock, leader; each can be
-turned off with --no-<name>.
+twice, a limit group that ran more jobs at once than its limit). Scenarios: sigkill,
+sigterm, terminate, restart, idle_lock, leader, exhaust, limits; each can be turned off
+with --no-<name>.
 """
 
 from __future__ import annotations

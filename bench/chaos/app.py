@@ -9,7 +9,11 @@ the checks read the truth from the database, not from the processes that were ki
 - chaos_step_exec: one row per durable step body run, and `reexecuted` true when the
   step's result was already stored when the body started (must never happen);
 - chaos_settled: one row per transition of a job into a final state (a trigger on
-  jobs.job): a job with two rows settled twice.
+  jobs.job): a job with two rows settled twice;
+- chaos_run: one row per run of a limited job (the limits scenario) with its groups
+  (account, tenant) and the times it started and ended on the database clock (ended_at
+  null for a run its process died in: the harness knows when it killed it, chaos_kill):
+  the runs of a group that overlap are what it ran at once.
 """
 
 from __future__ import annotations
@@ -40,6 +44,11 @@ create table if not exists public.chaos_step_exec (
 create table if not exists public.chaos_settled (
   job_id bigint not null, state text not null,
   at timestamptz not null default clock_timestamp());
+create table if not exists public.chaos_run (
+  job_id bigint not null, claim bigint not null, pid integer not null, acct text not null,
+  tenant text, started_at timestamptz not null default clock_timestamp(),
+  ended_at timestamptz);
+create table if not exists public.chaos_kill (pid integer not null, at timestamptz not null);
 create or replace function public.chaos_note_settled() returns trigger
 language plpgsql as $$
 begin
@@ -58,6 +67,11 @@ class Work(BaseModel):
     ms: int = 20
     steps: int = 0
     fail: bool = False
+
+
+class Limited(BaseModel):
+    ms: int = 20
+    acct: str = "a0"
 
 
 class SagaFailed(Exception):
@@ -133,6 +147,26 @@ async def saga(ctx: JobContext, payload: Work) -> int:
     await ctx.step.run_async("book", book, compensate=undo)
     if payload.fail:
         raise SagaFailed("the saga fails after booking: its booking is undone")
+    return 1
+
+
+@app.job(name="chaos.limited", queue=QUEUE)
+async def limited(ctx: JobContext, payload: Limited) -> int:
+    """A job under limits (the limits scenario sets them in SQL: LIMITS in run.py): its
+    run's start and end go to chaos_run, the end before the worker acks, so the recorded
+    interval lies inside the time the run held its slots."""
+    async with _side_connection() as conn:
+        await conn.execute(
+            "insert into public.chaos_run (job_id, claim, pid, acct, tenant) "
+            "values (%s, %s, %s, %s, %s)",
+            (ctx.job_id, ctx.claim, os.getpid(), payload.acct, ctx.tenant))
+    try:
+        await _record_run(ctx, "limited")
+        await asyncio.sleep(payload.ms / 1000)
+    finally:  # a run cut off (drain, lost lease) ends here too; a SIGKILL at the kill
+        async with _side_connection() as conn:
+            await conn.execute("update public.chaos_run set ended_at = clock_timestamp() "
+                               "where job_id = %s and claim = %s", (ctx.job_id, ctx.claim))
     return 1
 
 

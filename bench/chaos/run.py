@@ -22,8 +22,10 @@ import psycopg
 from bench.chaos.app import QUEUE, SIDE_TABLES
 from bench.chaos.cluster import Cluster
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
-SCENARIOS = ("sigkill", "sigterm", "terminate", "restart", "idle_lock", "leader", "exhaust")
+SCENARIOS = ("sigkill", "sigterm", "terminate", "restart", "idle_lock", "leader", "exhaust",
+             "limits")
 FINAL = ("succeeded", "failed", "dead", "cancelled")
 LEASE_S = 2.0
 POLL_S = 0.2
@@ -33,6 +35,17 @@ POLL_S = 0.2
 # theirs: about 50 to start, 70 at full use
 EXHAUST_CONNECTIONS = 40
 REPO = Path(__file__).resolve().parents[2]
+# limits: the limits its jobs (chaos.limited) run under, written before the fleet starts.
+# One hot group (the name), 8 account groups of 2, and each tenant on its own: the fleet's
+# 32 slots are more than any of them lets run.
+LIMITS: dict[str, dict[str, Any]] = {
+    "chaos-limited": {"scope": "name", "target": "chaos.limited", "concurrency": 10},
+    "chaos-acct": {"scope": "key", "target": "chaos.limited", "key": "acct", "concurrency": 2},
+    "chaos-tenant": {"scope": "tenant", "concurrency": 3},
+}
+# limits: the tenants the fleet's last two workers are bound to (sqljobs.tenant); the
+# jobs are spread over tenants t1-t4 and none (a fifth of them)
+BOUND_TENANTS = ("t1", "t2")
 # The fleet logs in as an ordinary role, as a platform's workers do: the harness, a
 # superuser, then always finds one of the slots the server reserves for superusers,
 # even while the exhaust scenario's fleet holds every other one.
@@ -85,22 +98,27 @@ class Fleet:
         self.schedulers: list[subprocess.Popen[bytes]] = []
         self.relays: list[subprocess.Popen[bytes]] = []
         self.draining: list[subprocess.Popen[bytes]] = []  # SIGTERMed, waited for at stop
+        self.tenant_of: dict[int, str | None] = {}  # worker pid -> its bound tenant
         self._n = 0
 
-    def _spawn(self, *args: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, *args: str, tenant: str | None = None) -> subprocess.Popen[bytes]:
         self._n += 1
+        env = {**os.environ, "SQLJOBS_DSN": self.dsn}
+        if tenant is not None:  # a tenant-bound worker: it claims its tenant's jobs only
+            env["PGOPTIONS"] = f"-c sqljobs.tenant={tenant}"
         # the child keeps its own copy of the log's descriptor: ours closes at once
         with (self.logs / f"{self._n:04d}-{args[0]}.log").open("wb") as log:
             return subprocess.Popen(
                 [sys.executable, "-c", "from sqljobs._cli import main; main()", args[0],
                  "bench.chaos.app:app", *args[1:]], cwd=REPO, stdout=log,
-                stderr=subprocess.STDOUT, env={**os.environ, "SQLJOBS_DSN": self.dsn})
+                stderr=subprocess.STDOUT, env=env)
 
-    def worker(self) -> subprocess.Popen[bytes]:
+    def worker(self, tenant: str | None = None) -> subprocess.Popen[bytes]:
         p = self._spawn("worker", "--queue", QUEUE, "--concurrency", str(self.profile.concurrency),
                         "--lease", str(LEASE_S), "--poll-interval", str(POLL_S),
-                        "--drain-timeout", "1")
+                        "--drain-timeout", "1", tenant=tenant)
         self.workers.append(p)
+        self.tenant_of[p.pid] = tenant
         return p
 
     def scheduler(self) -> subprocess.Popen[bytes]:
@@ -169,10 +187,22 @@ def database(scenario: str) -> str:
     return f"chaos_{scenario}"
 
 
-def enqueue_jobs(conn: psycopg.Connection[Any], first: int, count: int, ms: int) -> None:
+def enqueue_jobs(conn: psycopg.Connection[Any], first: int, count: int, ms: int,
+                 limited: bool = False) -> None:
     """Jobs `first` .. `first + count - 1`: plain (60 %), stepped with 3 steps (30 %),
     sagas (10 %, half of them failing to unwind). Every job retries within 2 s: a fault
-    costs an attempt, not minutes of backoff."""
+    costs an attempt, not minutes of backoff. `limited` (the limits scenario): every job
+    is chaos.limited instead, over 8 accounts (acct) and tenants t1-t4 or none."""
+    if limited:
+        conn.execute(
+            "select count(*) from jobs.enqueue_many((select jsonb_agg(jsonb_build_object("
+            "'name', 'chaos.limited', 'key', 'k' || i, 'queue', %s::text, "
+            "'tenant', case when i %% 5 = 0 then null else 't' || (i %% 4 + 1) end, "
+            "'max_attempts', 100, 'retry_base_s', 0.1, 'retry_cap_s', 2, "
+            "'payload', jsonb_build_object('ms', %s::int, 'acct', 'a' || (i %% 8))) "
+            "order by i) from generate_series(%s::int, %s::int) i))",
+            (QUEUE, ms, first, first + count - 1))
+        return
     conn.execute(
         "select count(*) from jobs.enqueue_many((select jsonb_agg(jsonb_build_object("
         "'name', case when i %% 10 < 6 then 'chaos.plain' "
@@ -201,7 +231,10 @@ def prepare(cluster: Cluster, scenario: str, jobs: int, ms: int) -> tuple[str, i
         conn.execute(SIDE_TABLES)
         conn.execute(FLEET_ROLE)
         conn.execute("set jobs.notify = off")
-        enqueue_jobs(conn, 1, jobs, ms)
+        if scenario == "limits":
+            for name, definition in LIMITS.items():
+                conn.execute("select jobs.limit_put(%s, %s)", (name, Jsonb(definition)))
+        enqueue_jobs(conn, 1, jobs, ms, limited=scenario == "limits")
         conn.execute(
             "select count(*) from jobs.stage_many((select jsonb_agg(jsonb_build_object("
             "'name', 'chaos.plain', 'key', 'o' || i, 'queue', %s::text, 'max_attempts', 100, "
@@ -244,12 +277,14 @@ def _signal_worker(conn: psycopg.Connection[Any], fleet: Fleet, how: signal.Sign
         held = _held_by(conn, victim.pid)
         victim.kill()
         victim.wait(10)
-        outcome.kills.append(Kill(victim.pid, _scalar(conn, "select clock_timestamp()"), held))
+        outcome.kills.append(Kill(victim.pid, _scalar(
+            conn, "insert into public.chaos_kill (pid, at) values (%s, clock_timestamp()) "
+                  "returning at", (victim.pid,)), held))
     else:
         victim.send_signal(signal.SIGTERM)  # a drain: it finishes or hands back its jobs
         fleet.draining.append(victim)
     fleet.workers.remove(victim)
-    fleet.worker()
+    fleet.worker(fleet.tenant_of.get(victim.pid))  # a replacement bound as it was
     outcome.faults += 1
 
 
@@ -299,6 +334,7 @@ def _hold_locks(dsn: str, hold_s: float, outcome: Outcome) -> threading.Thread:
 
 def run_scenario(cluster: Cluster, scenario: str, profile: Profile, jobs: int,
                  logs: Path, deadline_s: float) -> Outcome:
+    killing = scenario in ("sigkill", "limits")  # SIGKILLs of workers that hold jobs
     dsn, staged = prepare(cluster, scenario, jobs,
                           profile.ms if scenario in ("sigkill", "sigterm") else 50)
     outcome = Outcome(scenario, jobs, staged)
@@ -309,10 +345,13 @@ def run_scenario(cluster: Cluster, scenario: str, profile: Profile, jobs: int,
     refused_before = cluster.refused_connections()
     if exhausting:
         cluster.restart(max_connections=EXHAUST_CONNECTIONS)
-    for _ in range(profile.workers * (2 if exhausting else 1)):
-        fleet.worker()
+    count = profile.workers * (2 if exhausting else 1)
+    bound = BOUND_TENANTS if scenario == "limits" and count > len(BOUND_TENANTS) else ()
+    for i in range(count):
+        fleet.worker(bound[i - count + len(bound)] if i >= count - len(bound) else None)
     fleet.scheduler(), fleet.scheduler(), fleet.relay(), fleet.relay()
-    planned = {"sigkill": profile.kills, "sigterm": max(profile.kills // 5, 1)}.get(scenario, 0)
+    planned = {"sigkill": profile.kills, "sigterm": max(profile.kills // 5, 1),
+               "limits": max(profile.kills // 2, 1)}.get(scenario, 0)
     # The signals' scenarios last as long as their signals: while signals are left to
     # send, the queue is topped up so that the workers hold jobs when each one lands,
     # whatever the machine's speed (a fast one would finish the jobs first).
@@ -333,14 +372,14 @@ def run_scenario(cluster: Cluster, scenario: str, profile: Profile, jobs: int,
             time.sleep(0.2)
         while time.monotonic() - started < deadline_s:
             try:
-                signalled = len(outcome.kills) if scenario == "sigkill" else outcome.faults
+                signalled = len(outcome.kills) if killing else outcome.faults
                 if signalled < planned and _live(conn) < top_up:
-                    enqueue_jobs(conn, outcome.jobs + 1, top_up, ms)
+                    enqueue_jobs(conn, outcome.jobs + 1, top_up, ms, limited=scenario == "limits")
                     outcome.jobs += top_up
                 if _done(conn, outcome.jobs + staged):
                     break
                 pause = random.uniform(*profile.interval)
-                if scenario == "sigkill" and len(outcome.kills) < planned:
+                if killing and len(outcome.kills) < planned:
                     _signal_worker(conn, fleet, signal.SIGKILL, outcome)
                 elif scenario == "sigterm" and outcome.faults < planned:
                     _signal_worker(conn, fleet, signal.SIGTERM, outcome)
@@ -436,13 +475,69 @@ def checks(conn: psycopg.Connection[Any], outcome: Outcome) -> dict[str, Any]:
             "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 2),
             "p99": round(ordered[int(0.99 * (len(ordered) - 1))], 2),
             "max": round(ordered[-1], 2)}
+    if outcome.scenario == "limits":
+        figures |= limit_figures(conn)
     return figures
+
+
+# The peak of runs at once per limit group, from chaos_run: a run lasts from its recorded
+# start to its recorded end, or to the SIGKILL of its process (chaos_kill; its slots
+# are held longer, until recovery, so this end is never early), or, for a run neither
+# ended nor killed (counted as runs_open), to the end of the scenario. Ends sort before
+# starts at the same instant. The recorded interval lies inside the run's claim and ack.
+PEAKS = """
+with runs as (
+  select r.acct, r.tenant, r.started_at as s,
+         coalesce(r.ended_at,
+                  (select min(k.at) from public.chaos_kill k
+                    where k.pid = r.pid and k.at >= r.started_at),
+                  'infinity') as e
+    from public.chaos_run r
+), grouped as (
+  select 'chaos-limited' as lim, '' as grp, s, e from runs
+  union all select 'chaos-acct', acct, s, e from runs
+  union all select 'chaos-tenant', tenant, s, e from runs where tenant is not null
+), edges as (
+  select lim, grp, s as at, 1 as d from grouped
+  union all select lim, grp, e, -1 from grouped
+), level as (
+  select lim, grp,
+         sum(d) over (partition by lim, grp order by at, d rows unbounded preceding) as n
+    from edges
+)
+select lim, grp, max(n)::int from level group by lim, grp order by lim, grp
+"""
+
+
+def limit_figures(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """No group ever ran more jobs at once than its limit (groups_over_limit must be 0);
+    each limit's highest peak over its groups, and the runs counted."""
+    peaks = conn.execute(PEAKS).fetchall()  # type: ignore[arg-type]
+    over = [f"{lim}|{grp}: {n} > {LIMITS[lim]['concurrency']}" for lim, grp, n in peaks
+            if n > LIMITS[lim]["concurrency"]]
+    top: dict[str, int] = {}
+    for lim, _, n in peaks:
+        top[lim] = max(top.get(lim, 0), n)
+    return {
+        "limited_runs": _scalar(conn, "select count(*) from public.chaos_run"),
+        "limited_runs_killed": _scalar(
+            conn, "select count(*) from public.chaos_run r where r.ended_at is null and "
+                  "exists (select from public.chaos_kill k where k.pid = r.pid)"),
+        "runs_open": _scalar(
+            conn, "select count(*) from public.chaos_run r where r.ended_at is null and "
+                  "not exists (select from public.chaos_kill k where k.pid = r.pid)"),
+        "limit_peaks": {lim: f"{top.get(lim, 0)}/{LIMITS[lim]['concurrency']}"
+                        for lim in LIMITS},
+        "groups_over_limit": len(over),
+        "over_limit": over,
+    }
 
 
 def failures(figures: dict[str, Any]) -> list[str]:
     """What must be zero and is not."""
     must_be_zero = ("lost", "settled_twice", "steps_reexecuted", "outbox_unpublished",
-                    "outbox_relayed_twice", "outbox_without_job", "ticks_fired_twice")
+                    "outbox_relayed_twice", "outbox_without_job", "ticks_fired_twice",
+                    "groups_over_limit")
     bad = [f"{name} = {figures[name]}" for name in must_be_zero if figures.get(name)]
     # every job has 100 attempts: one that ran out of them met an error, not a fault
     if figures.get("states", {}).get("dead"):
