@@ -87,7 +87,10 @@ def driver_url(admin_dsn: str, dbname: str, port: int | None = None) -> str:
     auth = quote(info.get("user") or "postgres", safe="")
     if info.get("password"):
         auth += ":" + quote(info["password"], safe="")
-    return f"postgresql://{auth}@{host}:{port or info.get('port') or 5432}/{dbname}"
+    where = port or info.get("port") or 5432
+    if host.startswith("/"):  # a socket directory (the embedded server): in the query
+        return f"postgresql://{auth}@:{where}/{dbname}?host={quote(host, safe='')}"
+    return f"postgresql://{auth}@{host}:{where}/{dbname}"
 
 
 class Watcher(Protocol):
