@@ -153,9 +153,10 @@ comment on function jobs.watch_outcome(bigint) is
 -- that: nothing was written, the job is still this claim's as far as the caller can
 -- tell, call again. The one-job functions (ack, nack) wait for the lock instead, as a
 -- plain UPDATE would, and then answer or raise as always. jobs.lock_batch takes the
--- locks; jobs.unwritten_answer answers for a job the batch did not write: busy (null)
--- when its row was not locked and, as the statement sees it, still runs under the
--- caller's claim, else false (the fence failed). It is called only for unwritten jobs:
+-- locks (null: all of them, so the writes need no filter); jobs.unwritten_answer
+-- answers for a job the batch did not write: busy (null) when, as the statement sees
+-- it, it still runs under the caller's claim (a row the batch could not lock), else
+-- false (the fence failed). It is called only for unwritten jobs:
 -- a SQL function is planned again in each statement that calls it.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.lock_batch(p_ids bigint[], p_wait boolean)
@@ -169,12 +170,12 @@ declare
   v_rest bigint[];
 begin
   if p_wait then
-    return p_ids;  -- the update that follows waits for each row's lock
+    return null;  -- every row: the update that follows waits for each row's lock
   end if;
   v_held := array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
                      for no key update of j skip locked);
   if pg_catalog.cardinality(v_held) = pg_catalog.cardinality(p_ids) then
-    return v_held;
+    return null;  -- every row held (the common case): the writes need no filter
   end if;
   v_rest := array(select u.id from pg_catalog.unnest(p_ids) as u(id)
                    where u.id <> all (v_held));
@@ -186,7 +187,7 @@ end
 $$;
 
 comment on function jobs.lock_batch(bigint[], boolean) is
-  'Private: lock the rows of a settle batch (a busy row waited for at most 50 ms, unless p_wait: all waited for); answers the ids held.';
+  'Private: lock the rows of a settle batch (a busy row waited for at most 50 ms, unless p_wait: all waited for); answers the ids held, null for all.';
 
 -- The rows a first pass could not lock, waited for at most 50 ms each; none when one
 -- wait runs out (its lock is still held elsewhere: the rest answer busy, call again).
@@ -208,21 +209,21 @@ $$;
 comment on function jobs.lock_briefly(bigint[]) is
   'Private: lock these job rows, waiting at most 50 ms for each; none when a wait runs out.';
 
-create or replace function jobs.unwritten_answer(p_id bigint, p_claim bigint,
-                                                 p_locked bigint[])
+create or replace function jobs.unwritten_answer(p_id bigint, p_claim bigint)
 returns boolean
 language sql
 stable
 set search_path = ''
 as $$
-  select case when p_id = any (p_locked) then false
-              when exists (select from jobs.job j
+  -- a row this batch held and whose fence held was written: one still running under
+  -- the claim was one it could not lock
+  select case when exists (select from jobs.job j
                             where j.id = p_id and j.claim = p_claim and j.state = 'running')
-                then null  -- busy: locked by another transaction, still this claim's
+              then null  -- busy: locked by another transaction, still this claim's
               else false end
 $$;
 
-comment on function jobs.unwritten_answer(bigint, bigint, bigint[]) is
+comment on function jobs.unwritten_answer(bigint, bigint) is
   'Private: a batch settle''s ok for a job it did not write: false fence failed, null busy (call again).';
 
 -- ---------------------------------------------------------------------------
@@ -259,7 +260,6 @@ begin
       from unnest(p_ids, p_claims,
                   coalesce(p_results, pg_catalog.array_fill(null::jsonb, array[pg_catalog.cardinality(p_ids)])))
            as u(id, claim, result)
-     where u.id = any (v_locked)
   ),
   done as (
     update jobs.job as j
@@ -272,6 +272,7 @@ begin
                              then j.last_error || '{"historical": true}' end
       from (select input.id, input.claim, input.result from input order by input.id) as i
      where j.id = i.id and j.claim = i.claim and j.state = 'running'
+       and (v_locked is null or j.id = any (v_locked))
     returning j.id, j.claim, j.settle_watched
   )
   select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.claim),
@@ -281,10 +282,10 @@ begin
   -- NOTIFY result waiters of watched jobs only (once per call).
   perform jobs.notify_settled(v_watched);
   return query  -- per input: a job named twice is answered under each claim given
-    select u.id, case when d.id is not null then true
-                      else jobs.unwritten_answer(u.id, u.claim, v_locked) end
+    select u.id, case when (u.id, u.claim) in (select d.id, d.claim  -- (a hashed subplan)
+                                                  from unnest(v_done, v_claims) as d(id, claim))
+                      then true else jobs.unwritten_answer(u.id, u.claim) end
       from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
-      left join unnest(v_done, v_claims) as d(id, claim) on d.id = u.id and d.claim = u.claim
      order by u.ord;
 end
 $$;
@@ -537,7 +538,7 @@ begin
              end as next_run_at
         from input i
         join jobs.job j on j.id = i.id and j.claim = i.claim and j.state = 'running'
-                        and j.id = any (v_locked)
+                        and (v_locked is null or j.id = any (v_locked))
        cross join lateral (select case
                                     when i.mode = 'fail' then 'failed'
                                     when i.mode = 'park' then 'parked'
@@ -593,7 +594,7 @@ begin
   perform jobs.notify_settled(v_watched);
   return query
     select u.id, case when d.id is not null then true
-                      else jobs.unwritten_answer(u.id, u.claim, v_locked) end, d.state
+                      else jobs.unwritten_answer(u.id, u.claim) end, d.state
       from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
       left join unnest(v_done, v_claims, v_states) as d(id, claim, state)
              on d.id = u.id and d.claim = u.claim
@@ -693,11 +694,11 @@ begin
          set lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s)
         from (select input.id, input.claim from input order by input.id) as i
        where j.id = i.id and j.claim = i.claim and j.state = 'running'
-         and j.id = any (v_locked)
+         and (v_locked is null or j.id = any (v_locked))
       returning j.id, j.claim
     )
     select input.id, case when held.id is not null then true
-                          else jobs.unwritten_answer(input.id, input.claim, v_locked) end
+                          else jobs.unwritten_answer(input.id, input.claim) end
       from input left join held on held.id = input.id and held.claim = input.claim
      order by input.ord;
 end
