@@ -25,6 +25,9 @@ SyncSource = psycopg.Connection[Any] | ConnectionPool[Any]
 AsyncSource = psycopg.AsyncConnection[Any] | AsyncConnectionPool[Any]
 
 
+# How many times a call safe to send twice is sent again after its connection dropped.
+RESENDS = 3
+
 class Client:
     """Runs calls synchronously on a psycopg connection or connection pool."""
 
@@ -90,15 +93,18 @@ class AsyncClient:
     async def run_again_once(self, call: Call[T]) -> T:
         """Run a call that is safe to send twice (fenced and idempotent, as a step's
         store is). On a pool, a call that fails because its connection dropped (a
-        terminated backend, a failover) is sent once more on a live connection, after
-        the pool's idle connections are checked and the dead ones dropped: a failover
-        then costs a retry, not the job's attempt."""
-        try:
-            return await self.run(call)
-        except TRANSIENT_ERRORS:
-            if not isinstance(self._source, AsyncConnectionPool):
-                raise
-        await self._source.check()
+        terminated backend, a failover) is sent again on a live connection, after the
+        pool's idle connections are checked and the dead ones dropped: a failover then
+        costs a retry, not the job's attempt. A second drop while it is sent again (the
+        pool's other connections went with the first) is retried too, up to
+        RESENDS times."""
+        for _ in range(RESENDS):
+            try:
+                return await self.run(call)
+            except TRANSIENT_ERRORS:
+                if not isinstance(self._source, AsyncConnectionPool):
+                    raise
+            await self._source.check()
         return await self.run(call)
 
     async def run_all(self, calls: list[Call[T]]) -> list[T]:

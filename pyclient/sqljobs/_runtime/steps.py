@@ -36,8 +36,8 @@ Rules:
   * no step function starts once the lease ran out on this worker's clock (a stall
     longer than the lease: another worker may hold the job and have stored the step):
     the step raises `RunCancelled` and the worker stops the run;
-  * a step's store that fails on a dropped connection is sent again once on a live
-    one (it is fenced and idempotent), so a failover does not cost an attempt;
+  * a step's store that fails on a dropped connection is sent again on a live one (up
+    to 3 times; it is fenced and idempotent), so a failover does not cost an attempt;
   * a sleep or an event wait that has to wait parks the job (not an attempt) and ends
     the run at once, freeing the worker's slot (it raises `Suspended`, a BaseException
     the worker handles: don't catch it); the job resumes, replaying, when it is due.
