@@ -7,8 +7,8 @@ PYTHON ?= python
 PYTEST ?= $(PYTHON) -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help test sqltest test-limits test-stalls chaos fuzz lint verify revision snapshot bench \
-	bench-retention bench-pressure bench-pressure-short screenshots docs
+.PHONY: help test sqltest test-limits test-stalls chaos citus citus-cluster fuzz lint verify revision snapshot bench \
+	bench-citus bench-retention bench-pressure bench-pressure-short screenshots docs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,6 +27,13 @@ test-stalls: ## tests/test_stalls_processes.py with crash recovery under a 20,00
 
 chaos: ## the chaos suite's full profile: 100,000 jobs, 1,000 SIGKILLs, every scenario (about an hour; docs/howto-chaos.md)
 	$(PYTHON) -m bench.chaos --profile full --json bench/chaos-results.json --report bench/CHAOS.md
+
+citus: ## build Citus from ../shared/vendor if missing (root), then tests/test_citus.py on a local 3-node cluster
+	bash ../shared/vendor/build-citus.sh
+	SQLJOBS_REQUIRE_CITUS=1 $(PYTEST) tests/test_citus.py
+
+citus-cluster: ## start a local Citus cluster (coordinator + 2 workers) in ./.citus until Ctrl-C
+	$(PYTHON) -m tests.harness.citus .citus
 
 fuzz: ## tests/test_fuzz_sql.py's longer profile: 500 examples per SQL function (FUZZ_EXAMPLES=N)
 	SQLJOBS_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-500} $(PYTEST) tests/test_fuzz_sql.py
@@ -55,6 +62,9 @@ lint: ## ruff, mypy (strict on pyclient/) and the package layers (import-linter)
 bench: ## the benchmark suite, peers included (about 2 hours; docs/benchmarks.md)
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
 	$(PYTHON) -m bench
+
+bench-citus: ## the engine workloads on a local Citus coordinator against the same server without the extension (docs/howto-citus.md)
+	$(PYTHON) -m bench.citus --repeat 5
 
 bench-retention: ## sqljobs' sustained run with 60 s retention, 10 minutes (docs/benchmarks.md)
 	$(PYTHON) -m pip install --quiet -e '.[bench]'

@@ -156,19 +156,26 @@ WORKLOADS: dict[str, Workload] = {
 def run(w: Workload, adapter: Adapter, admin_dsn: str, keep: bool = False) -> Measurement:
     """One repeat: fresh database, install, setup, timed body, commit count."""
     dbname = f"sqljobs_bench_{w.name}"
-    dsn = db.fresh_database(admin_dsn, dbname)
+    db.fresh_database(admin_dsn, dbname)
     try:
-        adapter.install(dsn)
-        if w.setup:
-            w.setup(w, adapter, dsn)
-        before = db.xact_counts(admin_dsn, dbname)
-        jobs, seconds = w.body(w, adapter, dsn)
-        after = db.xact_counts(admin_dsn, dbname)
-        if w.verify:
-            w.verify(w, adapter, dsn)
+        return measure(w, adapter, admin_dsn, dbname)
     finally:
         if not keep:
             db.drop_database(admin_dsn, dbname)
+
+
+def measure(w: Workload, adapter: Adapter, admin_dsn: str, dbname: str) -> Measurement:
+    """One repeat in the new, empty database `dbname`: install, setup, timed body, commit
+    count (read from `admin_dsn`, a database of the same server)."""
+    dsn = db.with_dbname(admin_dsn, dbname)
+    adapter.install(dsn)
+    if w.setup:
+        w.setup(w, adapter, dsn)
+    before = db.xact_counts(admin_dsn, dbname)
+    jobs, seconds = w.body(w, adapter, dsn)
+    after = db.xact_counts(admin_dsn, dbname)
+    if w.verify:
+        w.verify(w, adapter, dsn)
     return Measurement(
         workload=w.name,
         system=adapter.name,

@@ -44,6 +44,8 @@
 --   SJ052     webhook_tenant_refused  a webhook event of another tenant than its endpoint's (client)
 --   SJ053     ledger_unbalanced     a ledger posting does not sum to zero per currency
 --   SJ054     ledger_posting_conflict  a posting key written again with other lines
+--   SJ060     citus_worker_node     a schema revision was applied to a Citus worker node
+--                                   (raised by the guard every revision runs first)
 
 create or replace function jobs.error_codes()
 returns table (sqlstate text, name text, meaning text)
@@ -87,7 +89,8 @@ as $$
     ('SJ051', 'webhook_rejected',    'the webhook endpoint refused the event with a 4xx other than 408 or 429'),
     ('SJ052', 'webhook_tenant_refused', 'the webhook event names another tenant than its endpoint''s'),
     ('SJ053', 'ledger_unbalanced',   'the posting''s amounts do not sum to zero in each currency'),
-    ('SJ054', 'ledger_posting_conflict', 'the posting key was written with other lines')
+    ('SJ054', 'ledger_posting_conflict', 'the posting key was written with other lines'),
+    ('SJ060', 'citus_worker_node',   'this database is a Citus worker node; sqljobs lives on the coordinator')
 $$;
 
 comment on function jobs.error_codes() is 'The sqljobs SQLSTATE table: code, symbolic name, meaning.';

@@ -27,6 +27,7 @@ PUBLIC = {
     "App", "AsyncClient", "BackfillBusy", "BackfillChecksumChanged",
     "BackfillEnvironmentRefused", "BackfillError", "BackfillHandle", "BackfillNotFound",
     "BackfillRequiresUnmet", "BackfillStalled", "BackfillState", "Batch", "BulkMoved",
+    "CitusWorkerNode",
     "ClaimedJob", "Client", "ConfigurationError", "PurgeHandle", "PurgeTable",
     "ImportPage", "TransferRefused", "Document", "PostgresSearchIndex", "SearchIndex",
     "DatabaseError", "DuplicateJob", "Enqueued", "Event", "EventTimeout", "InvalidArgument",

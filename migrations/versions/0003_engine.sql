@@ -251,7 +251,8 @@ as $$
     ('SJ051', 'webhook_rejected',    'the webhook endpoint refused the event with a 4xx other than 408 or 429'),
     ('SJ052', 'webhook_tenant_refused', 'the webhook event names another tenant than its endpoint''s'),
     ('SJ053', 'ledger_unbalanced',   'the posting''s amounts do not sum to zero in each currency'),
-    ('SJ054', 'ledger_posting_conflict', 'the posting key was written with other lines')
+    ('SJ054', 'ledger_posting_conflict', 'the posting key was written with other lines'),
+    ('SJ060', 'citus_worker_node',   'this database is a Citus worker node; sqljobs lives on the coordinator')
 $$;
 
 -- === sql/15_tenancy.sql ===

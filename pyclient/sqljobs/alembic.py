@@ -49,7 +49,7 @@ def statement(sql: str) -> sa.TextClause:
 
 def apply(op: _Operations, version: int) -> None:
     """Run the revision that brings schema version `version - 1` to `version`."""
-    op.execute(statement(revision(version).sql()))
+    op.execute(statement(revision(version).script()))
 
 
 def upgrade(op: _Operations, to: int | None = None, since: int = 0) -> None:

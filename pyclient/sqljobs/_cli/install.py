@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 
 import psycopg
+import sqlalchemy.exc
 import typer
 
-from sqljobs._cli.common import DsnOption, console, dsn_of
+from sqljobs._cli.common import DsnOption, console, database_errors, dsn_of
 from sqljobs._client import queries
 from sqljobs._client.connection import Client
+from sqljobs._client.errors import translate
 from sqljobs._schema import migrate as migrate_module
 from sqljobs._version import SCHEMA_VERSION
 
@@ -23,8 +25,13 @@ def migrate(
         typer.echo(migrate_module.render_sql(), nl=False)
         return
     target = dsn_of(dsn)
-    with console.status("applying sqljobs migrations"):
-        migrate_module.upgrade(target)
+    with database_errors(), console.status("applying sqljobs migrations"):
+        try:
+            migrate_module.upgrade(target)
+        except sqlalchemy.exc.DBAPIError as error:  # a coded refusal (SJ060) reads as ours
+            if isinstance(error.orig, psycopg.Error):
+                raise translate(error.orig) from error
+            raise
     with psycopg.connect(target, autocommit=True) as conn:
         version = Client(conn).run(queries.schema_version())
     console.print(f"sqljobs schema version {version} is installed")

@@ -271,6 +271,12 @@ class LedgerPostingConflict(DatabaseError, LedgerError,
     per ledger and tenant; post something new under a new key."""
 
 
+class CitusWorkerNode(DatabaseError, SchemaError, sqlstate="SJ060", name="citus_worker_node"):
+    """A schema revision was applied to a Citus worker node: sqljobs lives on the
+    coordinator (its detail names it), beside the application's distributed tables.
+    Nothing was installed (docs/howto-citus.md)."""
+
+
 class LockBusy(SqljobsError, TimeoutError):
     """`app.lock(...)` could not take the lock before its timeout: another holder has it."""
 
@@ -308,6 +314,7 @@ __all__ = [
     "BackfillRequiresUnmet",
     "BackfillStalled",
     "BackfillState",
+    "CitusWorkerNode",
     "ConfigurationError",
     "DatabaseError",
     "DuplicateJob",

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqljobs._schema.citus import GUARD
+
 _PACKAGE = Path(__file__).resolve().parent.parent  # the sqljobs package
 
 # What a host app writes in `version_locations` (Alembic resolves package:path).
@@ -43,7 +45,12 @@ class Revision:
         return f"sqljobs_{self.version:04d}"
 
     def sql(self) -> str:
+        """The revision's own SQL, as released (its checksum is frozen)."""
         return self.path.read_text(encoding="utf-8")
+
+    def script(self) -> str:
+        """What applying the revision runs: the Citus guard, then the revision's SQL."""
+        return GUARD + self.sql()
 
 
 def revisions() -> list[Revision]:

@@ -1,0 +1,63 @@
+"""What every schema revision runs first, so that sqljobs installs cleanly beside Citus.
+
+sqljobs lives on a Citus coordinator as ordinary local tables, next to the application's
+distributed tables (docs/howto-citus.md). Left alone, Citus would copy the `jobs` schema's
+functions and roles to every worker node without their tables, where each call fails on
+a missing relation. `GUARD` runs before a revision's SQL, in the same transaction, and
+does nothing on a server without Citus. With Citus it:
+
+  * refuses a worker node (SJ060 citus_worker_node, naming the coordinator): the tables
+    are created where the SQL runs, and a worker node's copy would be a second, separate
+    queue that the coordinator's workers never see;
+  * turns Citus's DDL propagation off for this transaction only, so nothing of the
+    schema is sent to the worker nodes, now or when a node is added later;
+  * removes the copies an earlier install (before this guard) left on the worker nodes,
+    and Citus's record of them, so that a new node does not get them either.
+
+It is plain SQL (one DO block), so `sqljobs migrate --sql` and `alembic upgrade --sql`
+render it with the revision, and a revision's own SQL (frozen once released) stays as
+it was.
+"""
+
+from __future__ import annotations
+
+GUARD = """\
+-- sqljobs: the Citus guard (sqljobs/_schema/citus.py); does nothing without Citus.
+do $citus_guard$
+declare
+  v_group integer;
+  v_coordinator text;
+begin
+  if not exists (select from pg_catalog.pg_extension where extname = 'citus') then
+    return;
+  end if;
+  execute 'select groupid from pg_catalog.pg_dist_local_group' into v_group;
+  if v_group is distinct from 0 then
+    execute $q$select string_agg(nodename || ':' || nodeport, ', ')
+                 from pg_catalog.pg_dist_node where groupid = 0$q$ into v_coordinator;
+    raise exception using
+      errcode = 'SJ060',
+      message = 'this database is a Citus worker node; sqljobs lives on the coordinator',
+      detail = format('The coordinator is %s.', coalesce(v_coordinator, 'not registered here')),
+      hint = 'Run sqljobs migrate, and point every sqljobs client, at the coordinator.';
+  end if;
+  perform pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+  if to_regnamespace('jobs') is not null and exists (
+       select from pg_catalog.pg_dist_object
+        where classid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
+          and objid = to_regnamespace('jobs')) then
+    perform pg_catalog.run_command_on_workers(
+      'set citus.enable_ddl_propagation to off; drop schema if exists jobs cascade');
+    delete from pg_catalog.pg_dist_object o
+     where (o.classid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
+            and o.objid = to_regnamespace('jobs'))
+        or (o.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass and o.objid in (
+              select p.oid from pg_catalog.pg_proc p
+               where p.pronamespace = to_regnamespace('jobs')))
+        or (o.classid = 'pg_catalog.pg_type'::pg_catalog.regclass and o.objid in (
+              select t.oid from pg_catalog.pg_type t
+               where t.typnamespace = to_regnamespace('jobs')));
+  end if;
+end
+$citus_guard$;
+"""
