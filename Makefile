@@ -63,8 +63,8 @@ bench: ## the benchmark suite, peers included (about 2 hours; docs/benchmarks.md
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
 	$(PYTHON) -m bench
 
-bench-citus: ## the engine workloads on a local Citus coordinator against the same server without the extension (docs/howto-citus.md)
-	$(PYTHON) -m bench.citus --repeat 5
+bench-citus: ## the engine beside Citus, and the distributed prototype, on a local 3-node cluster (about 5 minutes; docs/design/citus.md)
+	$(PYTHON) -m bench.citus --repeat 3
 
 bench-retention: ## sqljobs' sustained run with 60 s retention, 10 minutes (docs/benchmarks.md)
 	$(PYTHON) -m pip install --quiet -e '.[bench]'

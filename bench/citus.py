@@ -1,21 +1,27 @@
-"""sqljobs beside Citus: the engine workloads on a Citus coordinator, against the same
-server without the extension.
+"""sqljobs and Citus on one machine: what the extension costs the engine as it ships, and
+what the distributed shape of docs/design/citus.md costs against the same shape local.
 
-    python -m bench.citus --repeat 3        # make bench-citus
+    python -m bench.citus --repeat 5        # make bench-citus
 
 Starts a local cluster (tests/harness/citus.py: a coordinator and two worker nodes on
-this machine, each a PostgreSQL with `shared_preload_libraries = 'citus'`), then runs
-each SQL-level workload of the engine part (bench/workloads.py) in two databases of the
-coordinator's server, interleaved in every repeat:
+this machine, each a PostgreSQL with `shared_preload_libraries = 'citus'`), then, in
+databases of the coordinator's server, interleaved in every repeat:
 
-    citus   a database with the extension, the two workers added, and sqljobs installed
-            by `sqljobs migrate` beside a distributed table (docs/howto-citus.md)
-    plain   a database of the same server without the extension: the same binary,
-            settings and disk, so the difference is what the extension costs the queue
+beside (the engine as it ships; the engine part's SQL-level workloads, bench/workloads.py)
+    citus      a database with the extension, the two workers added, a distributed table,
+               and sqljobs installed by `sqljobs migrate` (docs/howto-citus.md)
+    plain      a database of the same server without the extension
+shape (the prototype of bench/adapters/citus_shape.sql, BUCKETS buckets)
+    local      its tables local to the coordinator
+    routed     distributed by bucket; claim and ack run on the coordinator, which routes
+               each of their statements to the bucket's shard
+    delegated  distributed; claim and ack are distributed functions, run on the node of
+               their bucket's shard
 
 Prints one line per measurement and a Markdown table of the medians; writes nothing. The
-cluster's servers run with fsync and synchronous_commit off (a test cluster), so read
-the ratio between the rows, not the rates against bench/RESULTS.md.
+cluster's servers run with fsync and synchronous_commit off (a test cluster) and every
+node shares the same 2 cores: read the ratios between rows of one run, and see
+docs/design/citus.md for what one box can and cannot show.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ import argparse
 import statistics
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -32,54 +41,170 @@ from tests.harness.citus import LocalCluster, local_cluster
 from bench import db, workloads
 from bench.adapters import get_adapter
 
-WORKLOADS = ("enqueue_single", "enqueue_bulk", "drain")
-PLACEMENTS = ("citus", "plain")
+BESIDE_WORKLOADS = ("enqueue_single", "enqueue_bulk", "drain")
+BESIDE = ("citus", "plain")
+SHAPE = ("local", "routed", "delegated")
+SHAPE_SQL = Path(__file__).resolve().parent / "adapters" / "citus_shape.sql"
+BUCKETS = 32
+TENANTS = 64
+SINGLE_JOBS, BULK_JOBS, BULK_BATCH, DRAIN_JOBS = 2_000, 50_000, 1_000, 20_000
+DRAIN_CLIENTS, DRAIN_BATCH = 2, 50
+
+Rates = dict[tuple[str, str], list[float]]
 
 
-def _fresh(cluster: LocalCluster, placement: str, name: str) -> None:
-    coordinator = cluster.nodes[0]
-    for node in cluster.nodes if placement == "citus" else cluster.nodes[:1]:
+# -- databases -----------------------------------------------------------------------------
+
+def _fresh(cluster: LocalCluster, with_citus: bool, name: str) -> str:
+    """A new database `name` on the coordinator (and, with Citus, on every node)."""
+    for node in cluster.nodes if with_citus else cluster.nodes[:1]:
         db.drop_database(node.dsn("postgres"), name)
-    if placement == "plain":
-        db.fresh_database(coordinator.dsn("postgres"), name)
-        return
-    cluster.create_database(name)
-    with psycopg.connect(coordinator.dsn(name), autocommit=True) as conn:
-        conn.execute("create table app_orders (id bigint primary key, total numeric);"
-                     "select create_distributed_table('app_orders', 'id')")
+    if with_citus:
+        cluster.create_database(name)
+    else:
+        db.fresh_database(cluster.nodes[0].dsn("postgres"), name)
+    return cluster.nodes[0].dsn(name)
 
 
-def run(repeat: int, root: Path) -> dict[tuple[str, str], list[float]]:
-    rates: dict[tuple[str, str], list[float]] = {}
+def _install_shape(dsn: str, placement: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SHAPE_SQL.read_text().replace(":buckets", str(BUCKETS)))  # type: ignore[arg-type]
+        if placement == "local":
+            return
+        conn.execute(f"set citus.shard_count = {BUCKETS}")  # type: ignore[arg-type]
+        conn.execute("select create_distributed_table('shape_citus.job', 'bucket')")
+        conn.execute("select create_distributed_table('shape_citus.ready', 'bucket', "
+                     "colocate_with => 'shape_citus.job')")
+        if placement == "delegated":
+            for function in ("shape_citus.claim(integer, text, integer, double precision)",
+                             "shape_citus.ack(integer, bigint[], bigint)"):
+                conn.execute("select create_distributed_function(%s, '$1', "
+                             "colocate_with => 'shape_citus.job')", (function,))
+
+
+# -- the shape's workloads -----------------------------------------------------------------
+
+def _tenant(i: int) -> str:
+    return f"tenant-{i % TENANTS}"
+
+
+def _shape_enqueue_single(dsn: str) -> tuple[int, float]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        start = time.perf_counter()
+        for i in range(SINGLE_JOBS):
+            conn.execute("select shape_citus.enqueue('bench', %s, %s, 'q', '{}')",
+                         (_tenant(i), f"k{i}"))
+        return SINGLE_JOBS, time.perf_counter() - start
+
+
+def _enqueue_many(conn: psycopg.Connection[tuple[object, ...]], first: int, n: int) -> None:
+    keys = [f"k{i}" for i in range(first, first + n)]
+    conn.execute("select shape_citus.enqueue_many('bench', %s, %s, 'q')",
+                 (keys, [_tenant(i) for i in range(first, first + n)]))
+
+
+def _shape_enqueue_bulk(dsn: str) -> tuple[int, float]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        start = time.perf_counter()
+        for first in range(0, BULK_JOBS, BULK_BATCH):
+            _enqueue_many(conn, first, BULK_BATCH)
+        return BULK_JOBS, time.perf_counter() - start
+
+
+def _shape_drain(dsn: str) -> tuple[int, float]:
+    """DRAIN_CLIENTS clients claim DRAIN_BATCH at a time from one bucket, ack the batch
+    in one call, and move to the next bucket when theirs is empty; each stops after a
+    whole round of empty buckets."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for first in range(0, DRAIN_JOBS, BULK_BATCH):
+            _enqueue_many(conn, first, BULK_BATCH)
+    acked = [0] * DRAIN_CLIENTS
+
+    def client(index: int) -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            bucket, empty = index * BUCKETS // DRAIN_CLIENTS, 0
+            while empty < BUCKETS:
+                rows = conn.execute("select * from shape_citus.claim(%s, 'q', %s, 30)",
+                                    (bucket, DRAIN_BATCH)).fetchall()
+                if not rows:
+                    empty += 1
+                    bucket = (bucket + 1) % BUCKETS
+                    continue
+                empty = 0
+                conn.execute("select shape_citus.ack(%s, %s, %s)",
+                             (bucket, [r[0] for r in rows], rows[0][1]))
+                acked[index] += len(rows)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(DRAIN_CLIENTS)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - start
+    if sum(acked) != DRAIN_JOBS:
+        raise AssertionError(f"the drain acked {sum(acked)} of {DRAIN_JOBS} jobs")
+    return DRAIN_JOBS, seconds
+
+
+SHAPE_WORKLOADS: dict[str, Callable[[str], tuple[int, float]]] = {
+    "enqueue_single": _shape_enqueue_single,
+    "enqueue_bulk": _shape_enqueue_bulk,
+    "drain": _shape_drain,
+}
+
+
+# -- the run -------------------------------------------------------------------------------
+
+def _record(rates: Rates, key: tuple[str, str], jobs: int, seconds: float, line: str) -> None:
+    rates.setdefault(key, []).append(jobs / seconds)
+    print(f"{line} {jobs / seconds:10,.0f} jobs/s ({jobs} jobs, {seconds:.2f} s)", flush=True)
+
+
+def run(repeat: int, root: Path) -> tuple[Rates, Rates]:
+    beside: Rates = {}
+    shape: Rates = {}
     adapter = get_adapter("sqljobs")
     with local_cluster(root) as cluster:
         admin = cluster.nodes[0].dsn("postgres")
         for rep in range(1, repeat + 1):
-            for name in WORKLOADS:
-                for placement in PLACEMENTS:
+            for name in BESIDE_WORKLOADS:
+                for placement in BESIDE:
                     dbname = f"bench_{placement}_{name}"
-                    _fresh(cluster, placement, dbname)
+                    dsn = _fresh(cluster, placement == "citus", dbname)
+                    if placement == "citus":
+                        with psycopg.connect(dsn, autocommit=True) as conn:
+                            conn.execute("create table app_orders (id bigint primary key, "
+                                         "total numeric); select "
+                                         "create_distributed_table('app_orders', 'id')")
                     m = workloads.measure(workloads.WORKLOADS[name], adapter, admin, dbname)
-                    rate = m.jobs / m.seconds
-                    rates.setdefault((name, placement), []).append(rate)
-                    print(f"[{rep}/{repeat}] {name:15} {placement:6} {rate:10,.0f} jobs/s "
-                          f"({m.jobs} jobs, {m.seconds:.2f} s, {m.commits} commits)",
-                          flush=True)
-    return rates
+                    _record(beside, (name, placement), m.jobs, m.seconds,
+                            f"[{rep}/{repeat}] beside {name:15} {placement:9}")
+            for name, body in SHAPE_WORKLOADS.items():
+                for placement in SHAPE:
+                    dsn = _fresh(cluster, placement != "local", f"shape_{placement}")
+                    _install_shape(dsn, placement)
+                    jobs, seconds = body(dsn)
+                    _record(shape, (name, placement), jobs, seconds,
+                            f"[{rep}/{repeat}] shape  {name:15} {placement:9}")
+    return beside, shape
 
 
-def render(rates: dict[tuple[str, str], list[float]], repeat: int) -> str:
-    out = [f"Median jobs/s of {repeat} repeats (min–max), load average "
-           f"{db.load_average()} at the end.\n",
-           "| workload | " + " | ".join(PLACEMENTS) + " | citus / plain |",
-           "| --- | " + " | ".join("---" for _ in PLACEMENTS) + " | --- |"]
-    for name in WORKLOADS:
-        cells, medians = [], []
-        for placement in PLACEMENTS:
+def render(rates: Rates, workloads_: tuple[str, ...], placements: tuple[str, ...],
+           title: str) -> str:
+    base = placements[-1] if title == "beside" else placements[0]
+    out = [f"{title}: median jobs/s (min–max); ratio against `{base}`\n",
+           "| workload | " + " | ".join(placements) + " |",
+           "| --- | " + " | ".join("---" for _ in placements) + " |"]
+    for name in workloads_:
+        cells = []
+        base_median = statistics.median(rates[(name, base)])
+        for placement in placements:
             values = rates[(name, placement)]
-            medians.append(statistics.median(values))
-            cells.append(f"{medians[-1]:,.0f} ({min(values):,.0f}–{max(values):,.0f})")
-        out.append(f"| {name} | " + " | ".join(cells) + f" | {medians[0] / medians[1]:.2f}× |")
+            median = statistics.median(values)
+            cells.append(f"{median:,.0f} ({min(values):,.0f}–{max(values):,.0f}) "
+                         f"{median / base_median:.2f}×")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -89,8 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="sqljobs-citus-bench-") as root:
-        rates = run(args.repeat, Path(root) / "cluster")
-    print(render(rates, args.repeat))
+        beside, shape = run(args.repeat, Path(root) / "cluster")
+    print(f"\n{args.repeat} repeats, load average {db.load_average()} at the end.\n")
+    print(render(beside, BESIDE_WORKLOADS, BESIDE, "beside"))
+    print(render(shape, tuple(SHAPE_WORKLOADS), SHAPE, "shape"))
     return 0
 
 
