@@ -6,8 +6,8 @@ migrate` and its tables stay local there; the application's tables are distribut
 What must hold (docs/howto-citus.md):
 
 - the install puts nothing on the worker nodes (no schema, no functions, nothing in
-  Citus's record of distributed objects), and a migrate aimed at a worker node is
-  refused with SJ060, naming the coordinator;
+  Citus's record of distributed objects), a migrate aimed at a worker node is refused
+  with SJ060, naming the coordinator, and a client aimed at one stops at its schema check;
 - an install made before the guard (its functions copied to the worker nodes) loses
   those copies at its next upgrade;
 - an enqueue commits and rolls back with a distributed write in one transaction,
@@ -35,6 +35,7 @@ import pytest
 from pytest_pgtap.pgtap import Runner
 from pytest_pgtap.plugin.core import report_tap
 
+from sqljobs import App, SchemaError
 from sqljobs._schema import migrate
 from sqljobs._schema.resources import revision, revisions
 from tests.harness.citus import CitusUnavailable, LocalCluster, citus_bin_dir, local_cluster
@@ -134,6 +135,18 @@ def test_migrate_on_a_worker_node_is_refused_naming_the_coordinator(
     assert f"127.0.0.1:{coordinator_port}" in out.stderr
     assert "Traceback" not in out.stderr + out.stdout
     assert not _jobs_schema_on(cluster.workers[0])
+
+
+def test_sqljobs_on_a_worker_node_is_refused_before_anything_runs(
+        cluster: LocalCluster) -> None:
+    """A client pointed at a worker node stops at its schema check (the fix it names,
+    `sqljobs migrate`, then names the coordinator); a plain SQL call finds no schema."""
+    app = App(cluster.workers[1])
+    with pytest.raises(SchemaError, match="no sqljobs schema"):
+        app.open()
+    with psycopg.connect(cluster.workers[1], autocommit=True) as conn, \
+            pytest.raises(psycopg.errors.InvalidSchemaName, match='schema "jobs"'):
+        conn.execute("select jobs.enqueue('example.echo', 'k', '{}')")
 
 
 def test_an_install_made_before_the_guard_loses_its_copies_on_the_workers(
