@@ -22,7 +22,7 @@ from bench import db, workloads
 from bench.adapters.sqljobs_sql import ACK_MANY, CLAIM, LEASE_S, QUEUES, SqljobsSql
 
 FOLDED = ("with acked as materialized (select count(*) as n from jobs.ack_many(%s, %s, null)) "
-          "select c.id, c.claim from acked, jobs.claim(%s, %s, %s, %s) as c")
+          "select c.id, c.claim from acked, jobs.claim_v2(%s, %s, %s, %s) as c")
 
 
 def run(admin_dsn: str, mode: str, jobs: int, batch: int) -> float:

@@ -93,7 +93,7 @@ def render(results: Results, facts: dict[str, str], workloads: dict[str, str],
       "`prepare=True`); no Python handler runs. Enqueue batches are serialised before "
       "the clock starts.")
     w("- drain: 20,000 jobs pre-enqueued with enqueue_many, then `ANALYZE jobs.job`; 10 "
-      "threads, one connection each, loop `jobs.claim(['default'], worker, 100, 30)` then "
+      "threads, one connection each, loop `jobs.claim_v2(['default'], worker, 100, 30)` then "
       "`jobs.ack_many(ids, claims, null)` until a claim returns nothing; timed from the "
       "first claim to the last ack; afterwards the database must hold 20,000 succeeded.")
     w("- commits/job: the `xact_commit` delta of the bench database in "

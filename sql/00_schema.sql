@@ -115,7 +115,12 @@ create table if not exists jobs.job (
   code_version     text,
   -- Version 3, a spec field: the settlement hooks (sql/42_hooks.sql), {"settled":
   -- {"name": ..., "queue": ...}, "exhausted": {...}}: jobs staged when this one settles.
-  hooks            jsonb
+  hooks            jsonb,
+  -- Version 3, a spec field: the actor, who asked for this job (a user or service id;
+  -- a non-empty JSON string or object of at most 512 bytes, jobs.check_actors). The
+  -- caller's word, like a label: not authentication. A child made by jobs.step_invoke
+  -- takes its parent's unless its spec names one (docs/howto-hooks.md).
+  actor            jsonb
 ) with (fillfactor = 70);  -- room for HOT updates of progress and heartbeats
 -- No CHECK constraints: every value a caller gives is checked once, by
 -- jobs.spec_problem, before any write (a CHECK would repeat those rules, and cost a
@@ -266,7 +271,10 @@ create table if not exists jobs.event (
   created_at timestamptz not null,
   -- the emitter's tenant (sql/15_tenancy.sql): it wakes only that tenant's waiters;
   -- null (an unbound emitter) wakes every waiter
-  tenant     text
+  tenant     text,
+  -- Version 3: who emitted it (jobs.emit_event_v2's option "actor"; the emitting run's
+  -- actor when a handler emits it): the caller's word, not authentication
+  actor      jsonb
 );
 
 comment on table jobs.event is 'Private: emitted events; use jobs.emit_event.';

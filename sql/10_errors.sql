@@ -29,6 +29,7 @@
 --   SJ020     worker_id_taken       a live worker row of that id was registered by another login
 --   SJ021     step_not_found        a fork names a step the job's stored history does not have
 --   SJ022     tenant_policy         an enqueue breaks its job type's tenant policy (required, forbidden)
+--   SJ023     invalid_actor         an actor is not a non-empty JSON string or object of at most 512 bytes
 --   SJ030     not_leader            a scheduler fire whose leader token is not the live lease's
 --   SJ031     schedule_not_found    a schedule verb names a schedule that does not exist
 --   SJ040     backfill_environment_refused  a backfill began in an environment it does not list
@@ -76,6 +77,7 @@ as $$
     ('SJ020', 'worker_id_taken',     'a live worker of that id was registered by another login role'),
     ('SJ021', 'step_not_found',      'the job''s stored history has no step of that name'),
     ('SJ022', 'tenant_policy',       'the job type requires a tenant and none was given, or forbids one'),
+    ('SJ023', 'invalid_actor',       'an actor must be a non-empty JSON string or object of at most 512 bytes'),
     ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
     ('SJ031', 'schedule_not_found',  'no schedule has that name'),
     ('SJ040', 'backfill_environment_refused', 'the backfill may not run in this environment'),

@@ -484,8 +484,90 @@ end
 $$;
 
 -- ---------------------------------------------------------------------------
+-- jobs.actor_problem(actor) -> what is wrong with an actor, or null (none, or JSON
+-- null, is no actor). An actor says who asked for a job (a user or service id): a
+-- non-empty JSON string or object, at most 512 bytes as JSON text. Reads no table.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.actor_problem(p_actor jsonb)
+returns text
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  return case
+    when p_actor is null or pg_catalog.jsonb_typeof(p_actor) = 'null' then null
+    when pg_catalog.jsonb_typeof(p_actor) not in ('string', 'object')
+      then pg_catalog.format('an actor must be a JSON string or object (a user or service id), not %s',
+                             pg_catalog.jsonb_typeof(p_actor))
+    when p_actor = '""' or p_actor = '{}' then 'an actor must not be empty'
+    when pg_catalog.octet_length(p_actor::text) > 512
+      then pg_catalog.format('an actor must be at most 512 bytes as JSON, this one is %s',
+                             pg_catalog.octet_length(p_actor::text))
+  end;
+end
+$$;
+
+comment on function jobs.actor_problem(jsonb) is
+  'What is wrong with an actor (a non-empty JSON string or object of at most 512 bytes), or null.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.run_actor() -> the actor of the run this transaction writes for, or null.
+-- jobs.fence_run (sql/40_settle.sql), which a client sends first in the transaction of
+-- every write a handler makes, sets it (the transaction-local setting jobs.run_actor)
+-- to its job's actor; enqueue_many, enqueue_batch, stage_many and emit_event_v2 give
+-- it to what they write that names no actor. A session may set it by hand: an actor
+-- is the caller's word anyway. Not JSON: invalid_actor (SJ023).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.run_actor()
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_text text := pg_catalog.current_setting('jobs.run_actor', true);
+begin
+  if v_text is null or v_text = '' then
+    return null;
+  end if;
+  begin
+    return v_text::jsonb;
+  exception when invalid_text_representation then
+    perform jobs.raise_error('invalid_actor', 'the setting jobs.run_actor is not JSON');
+  end;
+end
+$$;
+
+-- jobs.run_actor_specs(specs) -> the specs, each that names no actor (or JSON null)
+-- given the run's (jobs.run_actor()); no run: the specs as they are. An explicit actor
+-- is kept. Private.
+create or replace function jobs.run_actor_specs(p_specs jsonb)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_actor jsonb := jobs.run_actor();
+begin
+  if v_actor is null or pg_catalog.jsonb_typeof(p_specs) is distinct from 'array' then
+    return p_specs;
+  end if;
+  return (select pg_catalog.jsonb_agg(
+                   case when pg_catalog.jsonb_typeof(e.spec) = 'object'
+                             and coalesce(pg_catalog.jsonb_typeof(e.spec->'actor'), 'null') = 'null'
+                        then e.spec || pg_catalog.jsonb_build_object('actor', v_actor)
+                        else e.spec end
+                   order by e.ord)
+            from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord));
+end
+$$;
+
+-- ---------------------------------------------------------------------------
 -- jobs.check_specs(specs): raise invalid_argument (SJ001) for the first problem
--- jobs.spec_problem finds, or payload_too_large (SJ002) for the first payload over
+-- jobs.spec_problem finds, invalid_actor (SJ023) for the first spec whose actor
+-- jobs.actor_problem refuses, or payload_too_large (SJ002) for the first payload over
 -- jobs.max_payload_bytes(). Reads no table; shared by enqueue_many and stage_many.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.check_specs(p_specs jsonb)
@@ -502,6 +584,24 @@ begin
   if v_problem is not null then
     perform jobs.raise_error('invalid_argument', v_problem);
   end if;
+  -- ACTORS: a jsonb field, so no type rule of jobs.spec_problem reads it
+  if pg_catalog.jsonb_array_length(p_specs) = 1 then  -- one spec: no query
+    if p_specs->0 ? 'actor' then
+      v_problem := jobs.actor_problem(p_specs->0->'actor');
+      v_ord := 1;
+    end if;
+  elsif p_specs @? '$[*].actor' then
+    select e.ord, jobs.actor_problem(e.spec->'actor') into v_ord, v_problem
+      from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+     where jobs.actor_problem(e.spec->'actor') is not null
+     order by e.ord
+     limit 1;
+  end if;
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_actor', pg_catalog.format('spec %s: %s', v_ord, v_problem),
+      null, 'pass a user or service id: a string, or a small object such as {"user": "42"}');
+  end if;
+  v_ord := null;
   if pg_catalog.jsonb_array_length(p_specs) = 1 then  -- one spec: no query
     if pg_catalog.octet_length(p_specs->0->>'payload') > v_max then
       v_ord := 1;
@@ -714,6 +814,9 @@ declare
   v_try      integer;
 begin
   -- GUARD: every refusal happens here, before the first write.
+  if pg_catalog.current_setting('jobs.run_actor', true) <> '' then
+    p_specs := jobs.run_actor_specs(p_specs);  -- written inside a run: its actor
+  end if;
   perform jobs.check_specs(p_specs);
   p_specs := jobs.tenant_specs(p_specs);  -- a tenant-bound session's tenant (sql/15_tenancy.sql)
   perform jobs.check_tenant_policy(p_specs);
@@ -908,12 +1011,17 @@ begin
   if v_n = 0 then
     return;
   end if;
+  if pg_catalog.current_setting('jobs.run_actor', true) <> ''
+     and coalesce(pg_catalog.jsonb_typeof(p_spec->'actor'), 'null') = 'null' then
+    p_spec := p_spec || pg_catalog.jsonb_build_object('actor', jobs.run_actor());  -- a run's
+  end if;
 
   -- What the shared path does not take goes through enqueue_many, spec by spec, which
   -- refuses or answers it exactly as it would.
   if jobs.spec_problem_of(p_spec || '{"key": "k"}') is not null
      or p_spec->>'debounce_s' is not null or p_spec->>'on_conflict' = 'error'
      or p_spec->>'throttle_n' is not null or jobs.bound_tenant() is not null
+     or jobs.actor_problem(p_spec->'actor') is not null
      or pg_catalog.array_position(p_keys, null) is not null or '' = any (p_keys)
      or exists (select from pg_catalog.unnest(p_keys) k where pg_catalog.octet_length(k) > 1000)
      or (p_payloads is not null and exists (

@@ -1,6 +1,9 @@
 -- sqljobs: claim.
 --
--- jobs.claim(queues, worker, limit, lease_s, options) -> up to `limit` running jobs.
+-- jobs.claim_v2(queues, worker, limit, lease_s, options) -> up to `limit` running jobs,
+-- each with its actor (who asked for it, sql/00_schema.sql) in the last column.
+-- jobs.claim (version 1's columns, without the actor) is a thin wrapper over it, for
+-- the clients of schema versions 1 and 2: one body, two faces.
 --
 -- One call, one autocommit statement from the client, four phases:
 --   RECOVER  jobs.recover(queues) (below): lapsed leases back to ready (attempt
@@ -30,7 +33,7 @@
 -- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a missing
 --         worker, limit outside 1..1000, lease_s <= 0, or a bad option.
 
-create or replace function jobs.claim(
+create or replace function jobs.claim_v2(
   p_queues  text[],
   p_worker  text,
   p_limit   integer default 1,
@@ -57,8 +60,9 @@ returns table (
   traceparent      text,
   created_at       timestamptz,
   started_at       timestamptz,  -- this claim's time on the database clock
-  steps            jsonb         -- stored durable steps {name: value} and their order
+  steps            jsonb,        -- stored durable steps {name: value} and their order
                                  -- {"sqljobs.order": [names]}; null when none
+  actor            jsonb         -- who asked for the job (null: nobody said)
 )
 language plpgsql
 volatile
@@ -227,7 +231,7 @@ begin
                 j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.claim,
                 j.lease_expires_at, j.timeout_s, j.progress,
                 j.traceparent, j.created_at, picked.run_at as picked_run_at, j.step_seq,
-                j.started_at
+                j.started_at, j.actor
     ),
     slotted as (  -- the limit groups the admitted jobs now hold (sql/35_limits.sql)
       insert into jobs.slot (grp, job_id)
@@ -249,9 +253,61 @@ begin
                           || (select coalesce(pg_catalog.jsonb_agg(w.step order by w.created_at), '[]')
                                 from jobs.event_wait w where w.job_id = c.id))
                 from jobs.step s where s.job_id = c.id)
-           end
+           end,
+           c.actor
       from claimed c
      order by c.priority, c.picked_run_at, c.id;
+end
+$$;
+
+comment on function jobs.claim_v2(text[], text, integer, double precision, jsonb) is
+  'Claim up to p_limit jobs from p_queues under a new claim token and a lease, each with its actor; recovers lapsed leases.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.claim(queues, worker, limit, lease_s, options): jobs.claim_v2 without its last
+-- column (the actor). Version 1's signature, kept for 0.1 and 0.2 workers; the same
+-- arguments, answers, locks and errors.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.claim(
+  p_queues  text[],
+  p_worker  text,
+  p_limit   integer default 1,
+  p_lease_s double precision default 30,
+  p_options jsonb default '{}'
+)
+returns table (
+  id               bigint,
+  name             text,
+  queue            text,
+  tenant           text,
+  key              text,
+  payload          jsonb,
+  priority         smallint,
+  attempt          integer,
+  max_attempts     integer,
+  retry_base_s     double precision,
+  retry_cap_s      double precision,
+  retry_jitter     text,
+  claim            bigint,
+  lease_expires_at timestamptz,
+  timeout_s        double precision,
+  progress         jsonb,
+  traceparent      text,
+  created_at       timestamptz,
+  started_at       timestamptz,
+  steps            jsonb
+)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  return query
+    select c.id, c.name, c.queue, c.tenant, c.key, c.payload, c.priority, c.attempt,
+           c.max_attempts, c.retry_base_s, c.retry_cap_s, c.retry_jitter, c.claim,
+           c.lease_expires_at, c.timeout_s, c.progress, c.traceparent, c.created_at,
+           c.started_at, c.steps
+      from jobs.claim_v2(p_queues, p_worker, p_limit, p_lease_s, p_options) c;
 end
 $$;
 

@@ -745,7 +745,9 @@ comment on function jobs.progress(bigint, bigint, jsonb) is
 -- jobs.fence_run(id, claim): the writes a handler makes inside its run (an enqueue, an
 -- event) go through only while that run holds its job. The Python client sends it first
 -- in the same transaction as such a write: the job's row is then held (for share) until
--- that transaction ends, so a cancel either waits for it or refuses it.
+-- that transaction ends, so a cancel either waits for it or refuses it. It also sets
+-- the transaction-local setting jobs.run_actor to the job's actor (jobs.run_actor()):
+-- what the transaction then enqueues, stages or emits naming no actor takes it.
 -- Errors: lease_lost (SJ004) when the job no longer runs under p_claim (cancelled, its
 -- lease lost and taken over, or handed back by a drain); tenant_refused (SJ018).
 -- ---------------------------------------------------------------------------
@@ -755,9 +757,11 @@ language plpgsql
 volatile
 set search_path = ''
 as $$
+declare
+  v_actor jsonb;
 begin
   perform jobs.check_tenant(array[p_id]);
-  perform from jobs.job j
+  select j.actor into v_actor from jobs.job j
     where j.id = p_id and j.claim = p_claim and j.state = 'running'
       for share of j;
   if not found then
@@ -766,6 +770,7 @@ begin
       'cancelled, its lease lost, or handed back by a drain: nothing of it is written',
       'a stopped run writes nothing');
   end if;
+  perform pg_catalog.set_config('jobs.run_actor', coalesce(v_actor::text, ''), true);
 end
 $$;
 

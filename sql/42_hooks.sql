@@ -10,7 +10,7 @@
 --   exhausted  when the job is dead, or failed with its attempts used up
 -- The hook job's payload: {"job_id", "name", "state", "attempt", "error"} (error: the
 -- last_error, null on success); its key '<id>:<hook>:<finish time>', so a job run again
--- (requeue) and settled again stages a new one; its tenant the job's own.
+-- (requeue) and settled again stages a new one; its tenant and its actor the job's own.
 
 create or replace function jobs.stage_hooks()
 returns trigger
@@ -31,6 +31,7 @@ begin
         'name', new.hooks->v_hook->>'name',
         'queue', new.hooks->v_hook->>'queue',
         'tenant', new.tenant,
+        'actor', new.actor,
         'key', pg_catalog.format('%s:%s:%s', new.id, v_hook,
                                  pg_catalog.to_char(new.finished_at at time zone 'UTC',
                                                     'YYYYMMDD"T"HH24MISS.US')),

@@ -301,6 +301,8 @@ create trigger job_child_removed
 --   * when any child is still live, the job is parked (no wake-up time; not an
 --     attempt; the lease is released) and every row says parked = true: the run must
 --     end without settling. The last child's settlement wakes it; it then calls again.
+-- A child is of its parent's tenant, and of its parent's actor unless its spec names
+-- one (an explicit actor wins: it is the caller's word, not authentication).
 -- Errors: invalid_argument (SJ001) for names and specs of different lengths, a bad
 -- name or spec; those of jobs.enqueue_many; lease_lost (SJ004).
 -- ---------------------------------------------------------------------------
@@ -326,6 +328,7 @@ declare
   v_specs   jsonb;
   v_ids     bigint[];
   v_tenant  text;
+  v_actor   jsonb;   -- the parent's actor: its children's unless a spec names one
   v_ord     bigint;
 begin
   -- GUARD
@@ -347,7 +350,7 @@ begin
   -- FENCE (locks the job row)
   v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
   -- A child is of its parent's tenant: one naming another tenant is refused.
-  select j.tenant into v_tenant from jobs.job j where j.id = p_id;
+  select j.tenant, j.actor into v_tenant, v_actor from jobs.job j where j.id = p_id;
   if v_tenant is not null then
     v_ord := jobs.foreign_tenant_spec(p_specs, v_tenant);
     if v_ord is not null then
@@ -366,6 +369,11 @@ begin
                               end
                               || case when v_tenant is null then '{}'::jsonb
                                       else pg_catalog.jsonb_build_object('tenant', v_tenant) end
+                              || case when v_actor is null
+                                        or pg_catalog.jsonb_typeof(
+                                             p_specs->(u.ord::integer - 1)->'actor') <> 'null'
+                                      then '{}'::jsonb
+                                      else pg_catalog.jsonb_build_object('actor', v_actor) end
                               order by u.ord)
     into v_pending, v_specs
     from pg_catalog.unnest(p_names) with ordinality as u(n, ord)

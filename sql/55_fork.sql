@@ -3,7 +3,7 @@
 -- ---------------------------------------------------------------------------
 -- jobs.fork(id, from_step) -> the new job's id.
 --
--- A new job with the original's name, payload, queue, priority, tenant, retry policy
+-- A new job with the original's name, payload, queue, priority, tenant, actor, retry policy
 -- and flow-control fields, whose stored history is the original's steps written before
 -- `from_step` (with their order, patch markers included; a saga's unwind and undo
 -- records are not copied): its first run replays those and runs `from_step` and every
@@ -34,7 +34,8 @@ begin
   end if;
   select j.id, j.state, j.name, j.key, j.payload, j.queue, j.tenant, j.priority,
          j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.dead_letter,
-         j.timeout_s, j.group_key, j.singleton, j.throttle_n, j.throttle_per_s, j.compensable
+         j.timeout_s, j.group_key, j.singleton, j.throttle_n, j.throttle_per_s, j.compensable,
+         j.actor
     into v_job from jobs.job j where j.id = p_id for share;
   if not found then
     perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', p_id));
@@ -65,7 +66,7 @@ begin
     'retry_jitter', v_job.retry_jitter, 'dead_letter', v_job.dead_letter,
     'timeout_s', v_job.timeout_s, 'group_key', v_job.group_key,
     'singleton', v_job.singleton, 'throttle_n', v_job.throttle_n,
-    'throttle_per_s', v_job.throttle_per_s));
+    'throttle_per_s', v_job.throttle_per_s, 'actor', v_job.actor));
   select e.id, e.outcome into v_new, v_outcome from jobs.enqueue_many(pg_catalog.jsonb_build_array(v_spec)) e;
   if v_outcome <> 'created' then
     perform jobs.raise_error('job_live',

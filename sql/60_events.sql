@@ -69,13 +69,17 @@ as $$
 $$;
 
 -- ---------------------------------------------------------------------------
--- jobs.emit_event(name, payload) -> the event's id.
+-- jobs.emit_event_v2(name, payload, options) -> the event's id.
 -- Records the event and makes every parked job with a matching open wait ready now
 -- (notifying its queue's workers on jobs_wake, once per queue).
--- Errors: invalid_argument (SJ001) for a missing name or a payload that is not an
--- object; payload_too_large (SJ002).
+-- options: {"actor": ...} who emitted it (jobs.actor_problem's rules; the caller's
+-- word, not authentication), stored with the event; none: the actor of the run this
+-- transaction writes for (jobs.run_actor(), set by jobs.fence_run), if any.
+-- Errors: invalid_argument (SJ001) for a missing name, a payload that is not an object
+-- or an unknown option; invalid_actor (SJ023); payload_too_large (SJ002).
 -- ---------------------------------------------------------------------------
-create or replace function jobs.emit_event(p_name text, p_payload jsonb default '{}')
+create or replace function jobs.emit_event_v2(p_name text, p_payload jsonb default '{}',
+                                              p_options jsonb default '{}')
 returns bigint
 language plpgsql
 volatile
@@ -85,12 +89,22 @@ declare
   v_id     bigint;
   v_queues text[];
   v_tenant text := jobs.bound_tenant();  -- wakes only this tenant's waiters (null: all)
+  v_actor  jsonb;
 begin
   -- GUARD
   perform jobs.check_name(p_name, 'an event name');
   if p_payload is null or pg_catalog.jsonb_typeof(p_payload) <> 'object' then
     perform jobs.raise_error('invalid_argument', 'an event payload must be a JSON object');
   end if;
+  if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
+     or p_options - 'actor' <> '{}' then
+    perform jobs.raise_error('invalid_argument', 'options takes only {"actor": ...}');
+  end if;
+  if jobs.actor_problem(p_options->'actor') is not null then
+    perform jobs.raise_error('invalid_actor', jobs.actor_problem(p_options->'actor'), null,
+      'pass a user or service id: a string, or a small object such as {"user": "42"}');
+  end if;
+  v_actor := coalesce(nullif(p_options->'actor', 'null'), jobs.run_actor());  -- or its run's
   perform jobs.check_value(p_payload, 'an event payload');
   if pg_catalog.octet_length(p_payload::text) > jobs.max_payload_bytes() then
     perform jobs.raise_error('payload_too_large',
@@ -100,8 +114,8 @@ begin
   -- wait for us)
   perform jobs.lock_keys(l.keys, l.modes) from jobs.event_locks(v_tenant, array[p_name], false) l;
   -- WRITE
-  insert into jobs.event as e (name, payload, created_at, tenant)
-  values (p_name, p_payload, jobs.now(), v_tenant)
+  insert into jobs.event as e (name, payload, created_at, tenant, actor)
+  values (p_name, p_payload, jobs.now(), v_tenant, v_actor)
   returning e.id into v_id;
   -- WAKE every parked job with a matching open wait.
   with woken as (
@@ -121,6 +135,22 @@ begin
   select array(select distinct woken.queue from woken) into v_queues;
   perform jobs.wake(v_queues);
   return v_id;
+end
+$$;
+
+comment on function jobs.emit_event_v2(text, jsonb, jsonb) is
+  'Record an event (options: its actor); wake every parked job waiting for a matching one. Answers the event id.';
+
+-- jobs.emit_event(name, payload) -> the event's id: jobs.emit_event_v2 with no option
+-- (version 1's signature).
+create or replace function jobs.emit_event(p_name text, p_payload jsonb default '{}')
+returns bigint
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  return jobs.emit_event_v2(p_name, p_payload, '{}');
 end
 $$;
 

@@ -82,6 +82,9 @@ begin
   if v_problem is not null then
     perform jobs.raise_error('invalid_argument', v_problem);
   end if;
+  if pg_catalog.current_setting('jobs.run_actor', true) <> '' then
+    p_specs := jobs.run_actor_specs(p_specs);  -- staged inside a run: its actor
+  end if;
   -- the job fields, checked as enqueue_many checks them (ordering_key is the outbox's own)
   perform jobs.check_specs(
     (select coalesce(pg_catalog.jsonb_agg(

@@ -552,7 +552,8 @@ create or replace view jobs.job_view as
          jobs.redact_job_output(j.result, j.payload, t.sensitive_paths) as result,
          j.traceparent, j.created_at, j.started_at, j.finished_at,
          jobs.redact_payload(j.payload, t.sensitive_paths) as payload,
-         j.parent_id, j.parent_step
+         j.parent_id, j.parent_step,
+         j.actor  -- version 3: who asked for the job (the caller's word, not authentication)
     from jobs.job j
     left join jobs.job_type t on t.name = j.name
    -- a tenant-bound session sees its tenant's jobs only (sql/15_tenancy.sql); each
@@ -617,7 +618,7 @@ begin
            v.max_attempts, v.retry_base_s, v.retry_cap_s, v.retry_jitter, v.dead_letter,
            v.timeout_s, v.claim, v.lease_expires_at, v.worker, v.progress, v.last_error,
            v.result, v.traceparent, v.created_at, v.started_at, v.finished_at, v.payload,
-           v.parent_id, v.parent_step
+           v.parent_id, v.parent_step, v.actor
       from jobs.job_view v
      where (p_after_id is null or v.id < p_after_id)
        and (v_states is null or v.state = any (v_states))

@@ -6,7 +6,7 @@ begin;
 select plan(11);
 
 select is((select pg_catalog.array_agg(k order by k) from pg_catalog.jsonb_object_keys(jobs.spec_fields()) k),
-          array['dead_letter', 'debounce_s', 'delay_s', 'group_key', 'hooks', 'key', 'max_attempts', 'name',
+          array['actor', 'dead_letter', 'debounce_s', 'delay_s', 'group_key', 'hooks', 'key', 'max_attempts', 'name',
                 'on_conflict', 'payload', 'priority', 'queue', 'retry_base_s', 'retry_cap_s',
                 'retry_jitter', 'run_at', 'singleton', 'tenant', 'throttle_n', 'throttle_per_s',
                 'timeout_s', 'traceparent'],

@@ -11,7 +11,7 @@ select columns_are('jobs', 'job_view', array[
   'id', 'name', 'queue', 'tenant', 'key', 'state', 'priority', 'run_at', 'attempt', 'max_attempts',
   'retry_base_s', 'retry_cap_s', 'retry_jitter', 'dead_letter', 'timeout_s', 'claim',
   'lease_expires_at', 'worker', 'progress', 'last_error', 'result', 'traceparent', 'created_at',
-  'started_at', 'finished_at', 'payload', 'parent_id', 'parent_step'], 'job_view has these columns of a job');
+  'started_at', 'finished_at', 'payload', 'parent_id', 'parent_step', 'actor'], 'job_view has these columns of a job');
 
 create temp table e as
   select * from jobs.enqueue('view.job', 'k', '{"secret": "s3cr3t", "n": [1, 2]}', '{"queue": "q_view", "tenant": "acme"}');

@@ -63,6 +63,21 @@ def test_jobs_show_prints_fields_result_and_payload(conn: psycopg.Connection[Any
     assert missing.exit_code == 4 and "no job has id 999999" in missing.output
 
 
+def test_jobs_list_and_show_print_the_actor(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    client = Client(conn)
+    by_user = client.run(queries.enqueue("actor.cli", "u", {}, {"actor": {"user": "42"}})).id
+    by_service = client.run(queries.enqueue("actor.cli", "s", {}, {"actor": "svc:billing"})).id
+    listing = sqljobs(db_dsn, "jobs", "list", "--name", "actor.cli")
+    assert listing.exit_code == 0, listing.output
+    assert "actor" in listing.output and '{"user":"42"}' in listing.output
+    assert "svc:billing" in listing.output
+    shown = sqljobs(db_dsn, "jobs", "show", str(by_user))
+    assert shown.exit_code == 0, shown.output
+    assert any(line.split()[:2] == ["actor", '{"user":'] for line in shown.output.splitlines())
+    as_json = sqljobs(db_dsn, "jobs", "show", str(by_service), "--json")
+    assert '"actor": "svc:billing"' in as_json.output
+
+
 def test_jobs_retry_by_id_and_by_filter(conn: psycopg.Connection[Any], db_dsn: str) -> None:
     ids = seed(conn)
     result = sqljobs(db_dsn, "jobs", "retry", str(ids["r1"]))

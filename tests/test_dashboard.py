@@ -329,6 +329,19 @@ def test_job_page_shows_steps_children_and_waits(conn: psycopg.Connection[Any],
     assert "<strong>fetch</strong>" in page.text and "order.approved" in page.text
 
 
+def test_job_page_shows_the_actor(conn: psycopg.Connection[Any], web: TestClient) -> None:
+    client = Client(conn)
+    asked = client.run(queries.enqueue("report.build", "by-actor", {},
+                                       {"actor": {"user": "42", "via": "<api>"}}))
+    nobody = client.run(queries.enqueue("report.build", "by-nobody", {}, {}))
+    page = web.get(f"{PREFIX}/jobs/{asked.id}")
+    found = re.search(r'<td id="actor"[^>]*>(.*?)</td>', page.text, re.S)
+    assert found and html.unescape(found.group(1)) == '{"user": "42", "via": "<api>"}'
+    assert "<api>" not in page.text, "escaped: the actor is the caller's word"
+    empty = re.search(r'<td id="actor"[^>]*>(.*?)</td>', web.get(f"{PREFIX}/jobs/{nobody.id}").text)
+    assert empty and empty.group(1) == ""
+
+
 def test_workers_schedules_and_outbox_pages(conn: psycopg.Connection[Any],
                                             web: TestClient) -> None:
     client = Client(conn)

@@ -44,6 +44,7 @@ PUBLIC = {
     "SettingRefused", "WorkerIdTaken",  # trust boundaries
     "ReplayDiverged", "StepNotFound",  # deploys: replay checks, forks
     "SettledJob", "TenantPolicyRefused",  # the run's lifecycle: hooks, tenant policy
+    "InvalidActor",  # the actor: who asked for a job
     "InvalidJobType", "JobTypeNotFound", "PersonalData", "Sensitive",  # redaction
     "InvalidRetention", "UnknownRetentionKey",  # retention
     "WebhookDisabled", "WebhookError", "WebhookEvent", "WebhookFailed", "WebhookHandle",

@@ -16,7 +16,8 @@ LEASE_S = 30.0
 
 ENQUEUE = "select id, outcome from jobs.enqueue(%s, %s, %s::jsonb, %s::jsonb)"
 ENQUEUE_MANY = "select ord, id, outcome from jobs.enqueue_many(%s::jsonb)"
-CLAIM = "select id, claim, name, payload from jobs.claim(%s, %s, %s, %s)"
+# claim_v2: what the 0.3 worker sends (jobs.claim's columns and the actor)
+CLAIM = "select id, claim, name, payload, actor from jobs.claim_v2(%s, %s, %s, %s)"
 ACK_MANY = "select id, ok from jobs.ack_many(%s, %s, null)"
 
 

@@ -30,14 +30,22 @@
 --     balanced double-entry postings, one per (ledger, tenant, key).
 --   * The data-subject erase audit (table jobs.subject_audit, sql/87_integrations.sql).
 --   * Stream consumers' cursors (table jobs.consumer, sql/87_integrations.sql).
--- Locks: eight new, empty tables; two nullable columns added to jobs.job and one to
--- jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog change only: milliseconds,
--- after waiting for the transactions that hold the table); job_debounce_idx rebuilt (a
--- SHARE lock on jobs.job while it reads the table: enqueues and settles wait, about a
--- second per million rows); function replacements; no table rewrite.
+--   * The actor, who asked for a job: jobs.job.actor (a spec field: a new nullable
+--     column, no default) and jobs.event.actor; checked by jobs.actor_problem
+--     (invalid_actor, SJ023); inherited by step_invoke's children, hook jobs and
+--     forks; shown by jobs.job_view (a column appended). jobs.claim_v2 answers it
+--     (jobs.claim, version 1's columns, is now a wrapper over it); jobs.emit_event_v2
+--     takes it (jobs.emit_event is a wrapper over it).
+-- Locks: eight new, empty tables; three nullable columns added to jobs.job, one to
+-- jobs.event and one to jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog
+-- change only: milliseconds, after waiting for the transactions that hold the table);
+-- job_debounce_idx rebuilt (a SHARE lock on jobs.job while it reads the table:
+-- enqueues and settles wait, about a second per million rows); function replacements;
+-- no table rewrite.
 -- Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
--- before; upgrade the workers to 0.3 to retry it instead.
+-- before; upgrade the workers to 0.3 to retry it instead. A 0.2 worker keeps calling
+-- jobs.claim (its handlers see no actor); a 0.3 worker calls jobs.claim_v2.
 --
 -- The DDL an upgrade needs (tables, columns, indexes, types) goes here by hand;
 -- the functions, views, triggers and comments are generated below it.
@@ -52,6 +60,8 @@ create unique index job_debounce_idx
   on jobs.job (name, (coalesce(tenant, '')), (coalesce(group_key, '')))
   where debounce_s is not null and state = 'ready' and attempt = 0;
 alter table jobs.job add column hooks jsonb;
+alter table jobs.job add column actor jsonb;
+alter table jobs.event add column actor jsonb;
 
 create table jobs.job_fork (
   job_id      bigint primary key references jobs.job (id) on delete cascade,
@@ -238,6 +248,7 @@ as $$
     ('SJ020', 'worker_id_taken',     'a live worker of that id was registered by another login role'),
     ('SJ021', 'step_not_found',      'the job''s stored history has no step of that name'),
     ('SJ022', 'tenant_policy',       'the job type requires a tenant and none was given, or forbids one'),
+    ('SJ023', 'invalid_actor',       'an actor must be a non-empty JSON string or object of at most 512 bytes'),
     ('SJ030', 'not_leader',          'the leader token does not hold the live lease'),
     ('SJ031', 'schedule_not_found',  'no schedule has that name'),
     ('SJ040', 'backfill_environment_refused', 'the backfill may not run in this environment'),
@@ -709,6 +720,145 @@ end
 $define$;
 
 -- ---------------------------------------------------------------------------
+-- jobs.actor_problem(actor) -> what is wrong with an actor, or null (none, or JSON
+-- null, is no actor). An actor says who asked for a job (a user or service id): a
+-- non-empty JSON string or object, at most 512 bytes as JSON text. Reads no table.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.actor_problem(p_actor jsonb)
+returns text
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  return case
+    when p_actor is null or pg_catalog.jsonb_typeof(p_actor) = 'null' then null
+    when pg_catalog.jsonb_typeof(p_actor) not in ('string', 'object')
+      then pg_catalog.format('an actor must be a JSON string or object (a user or service id), not %s',
+                             pg_catalog.jsonb_typeof(p_actor))
+    when p_actor = '""' or p_actor = '{}' then 'an actor must not be empty'
+    when pg_catalog.octet_length(p_actor::text) > 512
+      then pg_catalog.format('an actor must be at most 512 bytes as JSON, this one is %s',
+                             pg_catalog.octet_length(p_actor::text))
+  end;
+end
+$$;
+
+comment on function jobs.actor_problem(jsonb) is
+  'What is wrong with an actor (a non-empty JSON string or object of at most 512 bytes), or null.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.run_actor() -> the actor of the run this transaction writes for, or null.
+-- jobs.fence_run (sql/40_settle.sql), which a client sends first in the transaction of
+-- every write a handler makes, sets it (the transaction-local setting jobs.run_actor)
+-- to its job's actor; enqueue_many, enqueue_batch, stage_many and emit_event_v2 give
+-- it to what they write that names no actor. A session may set it by hand: an actor
+-- is the caller's word anyway. Not JSON: invalid_actor (SJ023).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.run_actor()
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_text text := pg_catalog.current_setting('jobs.run_actor', true);
+begin
+  if v_text is null or v_text = '' then
+    return null;
+  end if;
+  begin
+    return v_text::jsonb;
+  exception when invalid_text_representation then
+    perform jobs.raise_error('invalid_actor', 'the setting jobs.run_actor is not JSON');
+  end;
+end
+$$;
+
+-- jobs.run_actor_specs(specs) -> the specs, each that names no actor (or JSON null)
+-- given the run's (jobs.run_actor()); no run: the specs as they are. An explicit actor
+-- is kept. Private.
+create or replace function jobs.run_actor_specs(p_specs jsonb)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_actor jsonb := jobs.run_actor();
+begin
+  if v_actor is null or pg_catalog.jsonb_typeof(p_specs) is distinct from 'array' then
+    return p_specs;
+  end if;
+  return (select pg_catalog.jsonb_agg(
+                   case when pg_catalog.jsonb_typeof(e.spec) = 'object'
+                             and coalesce(pg_catalog.jsonb_typeof(e.spec->'actor'), 'null') = 'null'
+                        then e.spec || pg_catalog.jsonb_build_object('actor', v_actor)
+                        else e.spec end
+                   order by e.ord)
+            from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord));
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.check_specs(specs): raise invalid_argument (SJ001) for the first problem
+-- jobs.spec_problem finds, invalid_actor (SJ023) for the first spec whose actor
+-- jobs.actor_problem refuses, or payload_too_large (SJ002) for the first payload over
+-- jobs.max_payload_bytes(). Reads no table; shared by enqueue_many and stage_many.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.check_specs(p_specs jsonb)
+returns void
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_problem text := jobs.spec_problem(p_specs);
+  v_ord     bigint;
+  v_max     integer := jobs.max_payload_bytes();
+begin
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_argument', v_problem);
+  end if;
+  -- ACTORS: a jsonb field, so no type rule of jobs.spec_problem reads it
+  if pg_catalog.jsonb_array_length(p_specs) = 1 then  -- one spec: no query
+    if p_specs->0 ? 'actor' then
+      v_problem := jobs.actor_problem(p_specs->0->'actor');
+      v_ord := 1;
+    end if;
+  elsif p_specs @? '$[*].actor' then
+    select e.ord, jobs.actor_problem(e.spec->'actor') into v_ord, v_problem
+      from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+     where jobs.actor_problem(e.spec->'actor') is not null
+     order by e.ord
+     limit 1;
+  end if;
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_actor', pg_catalog.format('spec %s: %s', v_ord, v_problem),
+      null, 'pass a user or service id: a string, or a small object such as {"user": "42"}');
+  end if;
+  v_ord := null;
+  if pg_catalog.jsonb_array_length(p_specs) = 1 then  -- one spec: no query
+    if pg_catalog.octet_length(p_specs->0->>'payload') > v_max then
+      v_ord := 1;
+    end if;
+  else
+    select e.ord into v_ord
+      from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+     where pg_catalog.octet_length(e.spec->>'payload') > v_max
+     order by e.ord
+     limit 1;
+  end if;
+  if v_ord is not null then
+    perform jobs.raise_error('payload_too_large',
+      pg_catalog.format('spec %s: payload is %s bytes; the limit is %s', v_ord,
+                        pg_catalog.octet_length(p_specs -> (v_ord - 1)::integer ->> 'payload'), v_max),
+      null, 'store large data elsewhere and pass a reference in the payload');
+  end if;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
 -- Notification payloads (channels jobs_wake and jobs_settled). Any session may LISTEN
 -- on any channel, a tenant-bound one too: so a payload names no queue and no job, but is
 -- a token, the first 16 hex digits of sha256(jobs.channel_key || what), where `what` is
@@ -837,6 +987,9 @@ declare
   v_try      integer;
 begin
   -- GUARD: every refusal happens here, before the first write.
+  if pg_catalog.current_setting('jobs.run_actor', true) <> '' then
+    p_specs := jobs.run_actor_specs(p_specs);  -- written inside a run: its actor
+  end if;
   perform jobs.check_specs(p_specs);
   p_specs := jobs.tenant_specs(p_specs);  -- a tenant-bound session's tenant (sql/15_tenancy.sql)
   perform jobs.check_tenant_policy(p_specs);
@@ -1028,12 +1181,17 @@ begin
   if v_n = 0 then
     return;
   end if;
+  if pg_catalog.current_setting('jobs.run_actor', true) <> ''
+     and coalesce(pg_catalog.jsonb_typeof(p_spec->'actor'), 'null') = 'null' then
+    p_spec := p_spec || pg_catalog.jsonb_build_object('actor', jobs.run_actor());  -- a run's
+  end if;
 
   -- What the shared path does not take goes through enqueue_many, spec by spec, which
   -- refuses or answers it exactly as it would.
   if jobs.spec_problem_of(p_spec || '{"key": "k"}') is not null
      or p_spec->>'debounce_s' is not null or p_spec->>'on_conflict' = 'error'
      or p_spec->>'throttle_n' is not null or jobs.bound_tenant() is not null
+     or jobs.actor_problem(p_spec->'actor') is not null
      or pg_catalog.array_position(p_keys, null) is not null or '' = any (p_keys)
      or exists (select from pg_catalog.unnest(p_keys) k where pg_catalog.octet_length(k) > 1000)
      or (p_payloads is not null and exists (
@@ -1087,7 +1245,7 @@ select jobs.define_spec();
 
 -- === sql/30_claim.sql ===
 
-create or replace function jobs.claim(
+create or replace function jobs.claim_v2(
   p_queues  text[],
   p_worker  text,
   p_limit   integer default 1,
@@ -1114,8 +1272,9 @@ returns table (
   traceparent      text,
   created_at       timestamptz,
   started_at       timestamptz,  -- this claim's time on the database clock
-  steps            jsonb         -- stored durable steps {name: value} and their order
+  steps            jsonb,        -- stored durable steps {name: value} and their order
                                  -- {"sqljobs.order": [names]}; null when none
+  actor            jsonb         -- who asked for the job (null: nobody said)
 )
 language plpgsql
 volatile
@@ -1284,7 +1443,7 @@ begin
                 j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.claim,
                 j.lease_expires_at, j.timeout_s, j.progress,
                 j.traceparent, j.created_at, picked.run_at as picked_run_at, j.step_seq,
-                j.started_at
+                j.started_at, j.actor
     ),
     slotted as (  -- the limit groups the admitted jobs now hold (sql/35_limits.sql)
       insert into jobs.slot (grp, job_id)
@@ -1306,9 +1465,61 @@ begin
                           || (select coalesce(pg_catalog.jsonb_agg(w.step order by w.created_at), '[]')
                                 from jobs.event_wait w where w.job_id = c.id))
                 from jobs.step s where s.job_id = c.id)
-           end
+           end,
+           c.actor
       from claimed c
      order by c.priority, c.picked_run_at, c.id;
+end
+$$;
+
+comment on function jobs.claim_v2(text[], text, integer, double precision, jsonb) is
+  'Claim up to p_limit jobs from p_queues under a new claim token and a lease, each with its actor; recovers lapsed leases.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.claim(queues, worker, limit, lease_s, options): jobs.claim_v2 without its last
+-- column (the actor). Version 1's signature, kept for 0.1 and 0.2 workers; the same
+-- arguments, answers, locks and errors.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.claim(
+  p_queues  text[],
+  p_worker  text,
+  p_limit   integer default 1,
+  p_lease_s double precision default 30,
+  p_options jsonb default '{}'
+)
+returns table (
+  id               bigint,
+  name             text,
+  queue            text,
+  tenant           text,
+  key              text,
+  payload          jsonb,
+  priority         smallint,
+  attempt          integer,
+  max_attempts     integer,
+  retry_base_s     double precision,
+  retry_cap_s      double precision,
+  retry_jitter     text,
+  claim            bigint,
+  lease_expires_at timestamptz,
+  timeout_s        double precision,
+  progress         jsonb,
+  traceparent      text,
+  created_at       timestamptz,
+  started_at       timestamptz,
+  steps            jsonb
+)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  return query
+    select c.id, c.name, c.queue, c.tenant, c.key, c.payload, c.priority, c.attempt,
+           c.max_attempts, c.retry_base_s, c.retry_cap_s, c.retry_jitter, c.claim,
+           c.lease_expires_at, c.timeout_s, c.progress, c.traceparent, c.created_at,
+           c.started_at, c.steps
+      from jobs.claim_v2(p_queues, p_worker, p_limit, p_lease_s, p_options) c;
 end
 $$;
 
@@ -1922,7 +2133,9 @@ comment on function jobs.heartbeat(bigint, bigint, double precision) is
 -- jobs.fence_run(id, claim): the writes a handler makes inside its run (an enqueue, an
 -- event) go through only while that run holds its job. The Python client sends it first
 -- in the same transaction as such a write: the job's row is then held (for share) until
--- that transaction ends, so a cancel either waits for it or refuses it.
+-- that transaction ends, so a cancel either waits for it or refuses it. It also sets
+-- the transaction-local setting jobs.run_actor to the job's actor (jobs.run_actor()):
+-- what the transaction then enqueues, stages or emits naming no actor takes it.
 -- Errors: lease_lost (SJ004) when the job no longer runs under p_claim (cancelled, its
 -- lease lost and taken over, or handed back by a drain); tenant_refused (SJ018).
 -- ---------------------------------------------------------------------------
@@ -1932,9 +2145,11 @@ language plpgsql
 volatile
 set search_path = ''
 as $$
+declare
+  v_actor jsonb;
 begin
   perform jobs.check_tenant(array[p_id]);
-  perform from jobs.job j
+  select j.actor into v_actor from jobs.job j
     where j.id = p_id and j.claim = p_claim and j.state = 'running'
       for share of j;
   if not found then
@@ -1943,6 +2158,7 @@ begin
       'cancelled, its lease lost, or handed back by a drain: nothing of it is written',
       'a stopped run writes nothing');
   end if;
+  perform pg_catalog.set_config('jobs.run_actor', coalesce(v_actor::text, ''), true);
 end
 $$;
 
@@ -1970,6 +2186,7 @@ begin
         'name', new.hooks->v_hook->>'name',
         'queue', new.hooks->v_hook->>'queue',
         'tenant', new.tenant,
+        'actor', new.actor,
         'key', pg_catalog.format('%s:%s:%s', new.id, v_hook,
                                  pg_catalog.to_char(new.finished_at at time zone 'UTC',
                                                     'YYYYMMDD"T"HH24MISS.US')),
@@ -2148,6 +2365,8 @@ $$;
 --   * when any child is still live, the job is parked (no wake-up time; not an
 --     attempt; the lease is released) and every row says parked = true: the run must
 --     end without settling. The last child's settlement wakes it; it then calls again.
+-- A child is of its parent's tenant, and of its parent's actor unless its spec names
+-- one (an explicit actor wins: it is the caller's word, not authentication).
 -- Errors: invalid_argument (SJ001) for names and specs of different lengths, a bad
 -- name or spec; those of jobs.enqueue_many; lease_lost (SJ004).
 -- ---------------------------------------------------------------------------
@@ -2173,6 +2392,7 @@ declare
   v_specs   jsonb;
   v_ids     bigint[];
   v_tenant  text;
+  v_actor   jsonb;   -- the parent's actor: its children's unless a spec names one
   v_ord     bigint;
 begin
   -- GUARD
@@ -2194,7 +2414,7 @@ begin
   -- FENCE (locks the job row)
   v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
   -- A child is of its parent's tenant: one naming another tenant is refused.
-  select j.tenant into v_tenant from jobs.job j where j.id = p_id;
+  select j.tenant, j.actor into v_tenant, v_actor from jobs.job j where j.id = p_id;
   if v_tenant is not null then
     v_ord := jobs.foreign_tenant_spec(p_specs, v_tenant);
     if v_ord is not null then
@@ -2213,6 +2433,11 @@ begin
                               end
                               || case when v_tenant is null then '{}'::jsonb
                                       else pg_catalog.jsonb_build_object('tenant', v_tenant) end
+                              || case when v_actor is null
+                                        or pg_catalog.jsonb_typeof(
+                                             p_specs->(u.ord::integer - 1)->'actor') <> 'null'
+                                      then '{}'::jsonb
+                                      else pg_catalog.jsonb_build_object('actor', v_actor) end
                               order by u.ord)
     into v_pending, v_specs
     from pg_catalog.unnest(p_names) with ordinality as u(n, ord)
@@ -2256,7 +2481,7 @@ $$;
 -- ---------------------------------------------------------------------------
 -- jobs.fork(id, from_step) -> the new job's id.
 --
--- A new job with the original's name, payload, queue, priority, tenant, retry policy
+-- A new job with the original's name, payload, queue, priority, tenant, actor, retry policy
 -- and flow-control fields, whose stored history is the original's steps written before
 -- `from_step` (with their order, patch markers included; a saga's unwind and undo
 -- records are not copied): its first run replays those and runs `from_step` and every
@@ -2287,7 +2512,8 @@ begin
   end if;
   select j.id, j.state, j.name, j.key, j.payload, j.queue, j.tenant, j.priority,
          j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.dead_letter,
-         j.timeout_s, j.group_key, j.singleton, j.throttle_n, j.throttle_per_s, j.compensable
+         j.timeout_s, j.group_key, j.singleton, j.throttle_n, j.throttle_per_s, j.compensable,
+         j.actor
     into v_job from jobs.job j where j.id = p_id for share;
   if not found then
     perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', p_id));
@@ -2318,7 +2544,7 @@ begin
     'retry_jitter', v_job.retry_jitter, 'dead_letter', v_job.dead_letter,
     'timeout_s', v_job.timeout_s, 'group_key', v_job.group_key,
     'singleton', v_job.singleton, 'throttle_n', v_job.throttle_n,
-    'throttle_per_s', v_job.throttle_per_s));
+    'throttle_per_s', v_job.throttle_per_s, 'actor', v_job.actor));
   select e.id, e.outcome into v_new, v_outcome from jobs.enqueue_many(pg_catalog.jsonb_build_array(v_spec)) e;
   if v_outcome <> 'created' then
     perform jobs.raise_error('job_live',
@@ -2363,6 +2589,92 @@ comment on function jobs.job_forked_from(bigint) is
   'The original job and step a forked job was made from; no row when it is not a fork.';
 
 -- === sql/60_events.sql ===
+
+-- ---------------------------------------------------------------------------
+-- jobs.emit_event_v2(name, payload, options) -> the event's id.
+-- Records the event and makes every parked job with a matching open wait ready now
+-- (notifying its queue's workers on jobs_wake, once per queue).
+-- options: {"actor": ...} who emitted it (jobs.actor_problem's rules; the caller's
+-- word, not authentication), stored with the event; none: the actor of the run this
+-- transaction writes for (jobs.run_actor(), set by jobs.fence_run), if any.
+-- Errors: invalid_argument (SJ001) for a missing name, a payload that is not an object
+-- or an unknown option; invalid_actor (SJ023); payload_too_large (SJ002).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.emit_event_v2(p_name text, p_payload jsonb default '{}',
+                                              p_options jsonb default '{}')
+returns bigint
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_id     bigint;
+  v_queues text[];
+  v_tenant text := jobs.bound_tenant();  -- wakes only this tenant's waiters (null: all)
+  v_actor  jsonb;
+begin
+  -- GUARD
+  perform jobs.check_name(p_name, 'an event name');
+  if p_payload is null or pg_catalog.jsonb_typeof(p_payload) <> 'object' then
+    perform jobs.raise_error('invalid_argument', 'an event payload must be a JSON object');
+  end if;
+  if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
+     or p_options - 'actor' <> '{}' then
+    perform jobs.raise_error('invalid_argument', 'options takes only {"actor": ...}');
+  end if;
+  if jobs.actor_problem(p_options->'actor') is not null then
+    perform jobs.raise_error('invalid_actor', jobs.actor_problem(p_options->'actor'), null,
+      'pass a user or service id: a string, or a small object such as {"user": "42"}');
+  end if;
+  v_actor := coalesce(nullif(p_options->'actor', 'null'), jobs.run_actor());  -- or its run's
+  perform jobs.check_value(p_payload, 'an event payload');
+  if pg_catalog.octet_length(p_payload::text) > jobs.max_payload_bytes() then
+    perform jobs.raise_error('payload_too_large',
+      pg_catalog.format('event payload is larger than %s bytes', jobs.max_payload_bytes()));
+  end if;
+  -- LOCK (jobs.event_locks: emits of one name and tenant run side by side; waits on it
+  -- wait for us)
+  perform jobs.lock_keys(l.keys, l.modes) from jobs.event_locks(v_tenant, array[p_name], false) l;
+  -- WRITE
+  insert into jobs.event as e (name, payload, created_at, tenant, actor)
+  values (p_name, p_payload, jobs.now(), v_tenant, v_actor)
+  returning e.id into v_id;
+  -- WAKE every parked job with a matching open wait.
+  with woken as (
+    update jobs.job as j
+       set state = 'ready', run_at = jobs.now()
+      from (select distinct w.job_id
+              from jobs.event_wait w
+             where w.names @> array[p_name]
+               and exists (select 1 from pg_catalog.jsonb_array_elements(w.specs) x
+                            where x->>'event' = p_name
+                              and p_payload @> coalesce(x->'match', '{}'::jsonb))
+             order by w.job_id) as m
+     where j.id = m.job_id and j.state = 'parked'
+       and (v_tenant is null or j.tenant = v_tenant)
+    returning j.queue
+  )
+  select array(select distinct woken.queue from woken) into v_queues;
+  perform jobs.wake(v_queues);
+  return v_id;
+end
+$$;
+
+comment on function jobs.emit_event_v2(text, jsonb, jsonb) is
+  'Record an event (options: its actor); wake every parked job waiting for a matching one. Answers the event id.';
+
+-- jobs.emit_event(name, payload) -> the event's id: jobs.emit_event_v2 with no option
+-- (version 1's signature).
+create or replace function jobs.emit_event(p_name text, p_payload jsonb default '{}')
+returns bigint
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  return jobs.emit_event_v2(p_name, p_payload, '{}');
+end
+$$;
 
 -- ---------------------------------------------------------------------------
 -- jobs.step_wait(id, claim, name, specs, timeout_s, lease_s) -> (value, parked).
@@ -2473,6 +2785,118 @@ begin
   end if;
   delete from jobs.event_wait w where w.job_id = p_id and w.step = p_name;
   return query select v_value, false;
+end
+$$;
+
+-- === sql/70_outbox.sql ===
+
+-- ---------------------------------------------------------------------------
+-- jobs.stage_many(specs jsonb) -> (ord, id, outcome), one row per spec in input order.
+--
+-- Contract:
+--   * A spec is an enqueue spec (sql/20_enqueue.sql) plus `ordering_key`; on_conflict
+--     is refused (staging always answers an existing key as 'deduped'). Refuses the
+--     whole call before the first write: invalid_argument SJ001, payload_too_large SJ002.
+--   * delay_s is turned into run_at at stage time (the delay counts from staging).
+--   * outcome 'staged': a new row whose id is its future job's id; 'deduped': the key
+--     already has a job (its id) or an unpublished staged row (its id).
+--   * Writes in the caller's transaction; notifies 'jobs_outbox' once.
+-- Locks: the lock row of each distinct (tenant, ordering key) (jobs.lock_keys, in key
+--   order), held to commit, so one key's rows are staged one transaction at a time;
+--   then the insert, in (name, tenant, key) order.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.stage_many(p_specs jsonb)
+returns table (ord integer, id bigint, outcome text)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now     timestamptz := jobs.now();
+  v_problem text;
+  v_created bigint[];
+begin
+  -- GUARD: shape of the extra field, then the enqueue spec rules, before any write.
+  if p_specs is null or pg_catalog.jsonb_typeof(p_specs) <> 'array' then
+    perform jobs.raise_error('invalid_argument', 'specs must be a JSON array of job specs');
+  end if;
+  select pg_catalog.format('spec %s: %s', e.ord, case
+           when pg_catalog.jsonb_typeof(e.spec) = 'object' and e.spec ? 'on_conflict'
+             then 'on_conflict is not accepted by stage: an existing key is always answered as deduped'
+           else 'ordering_key must be a non-empty string of at most 1000 bytes' end)
+    into v_problem
+    from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+   where pg_catalog.jsonb_typeof(e.spec) = 'object'
+     and (e.spec ? 'on_conflict'
+          or (e.spec ? 'ordering_key' and pg_catalog.jsonb_typeof(e.spec->'ordering_key') <> 'null'
+              and (pg_catalog.jsonb_typeof(e.spec->'ordering_key') <> 'string'
+                   or e.spec->>'ordering_key' = ''
+                   or pg_catalog.octet_length(e.spec->>'ordering_key') > 1000)))
+   order by e.ord
+   limit 1;
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_argument', v_problem);
+  end if;
+  if pg_catalog.current_setting('jobs.run_actor', true) <> '' then
+    p_specs := jobs.run_actor_specs(p_specs);  -- staged inside a run: its actor
+  end if;
+  -- the job fields, checked as enqueue_many checks them (ordering_key is the outbox's own)
+  perform jobs.check_specs(
+    (select coalesce(pg_catalog.jsonb_agg(
+              case when pg_catalog.jsonb_typeof(e.spec) = 'object' then e.spec - 'ordering_key'
+                   else e.spec end order by e.ord), '[]')
+       from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)));
+  p_specs := jobs.tenant_specs(p_specs);  -- a tenant-bound session's tenant (sql/15_tenancy.sql)
+
+  -- LOCK ACQUISITION: the lock row of each (tenant, ordering key), in key order
+  -- (jobs.lock_keys: a tenant's session can hold up only its own tenant's keys).
+  perform jobs.lock_keys(k.keys, array(select 'update' from pg_catalog.unnest(k.keys)))
+     from (select array(select distinct 'outbox|' || coalesce(e.spec->>'tenant', '') || '|'
+                                        || (e.spec->>'ordering_key')
+                          from pg_catalog.jsonb_array_elements(p_specs) as e(spec)
+                         where e.spec->>'ordering_key' is not null) as keys) k;
+
+  -- WRITE: keys with no job and no unpublished staged row; a key repeated in the batch
+  -- is staged from its first spec.
+  with ins as (
+    insert into jobs.outbox as o (name, tenant, key, ordering_key, spec, staged_at)
+    select e.spec->>'name', e.spec->>'tenant', e.spec->>'key', e.spec->>'ordering_key',
+           case when e.spec->>'delay_s' is null then e.spec - 'ordering_key'
+                else e.spec - 'ordering_key' - 'delay_s'
+                     || pg_catalog.jsonb_build_object('run_at', v_now
+                          + pg_catalog.make_interval(secs => (e.spec->>'delay_s')::double precision))
+           end,
+           v_now
+      from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+     where jobs.job_of_key(e.spec->>'name', e.spec->>'tenant', e.spec->>'key') is null
+     order by e.ord
+    on conflict (name, (coalesce(tenant, '')), key) where published_at is null do nothing
+    returning o.id
+  )
+  select pg_catalog.array_agg(ins.id) into v_created from ins;
+
+  if v_created is not null
+     and coalesce(pg_catalog.current_setting('jobs.notify', true), '') <> 'off' then
+    perform pg_catalog.pg_notify('jobs_outbox', '');
+  end if;
+
+  -- ANSWER: the job of the key when there is one, else its unpublished staged row.
+  return query
+    select a.ord::integer, a.id,
+           case when a.id = any (coalesce(v_created, '{}')) and a.first then 'staged'
+                else 'deduped' end
+      from (select e.ord, coalesce(j.id, o.id) as id,
+                   pg_catalog.row_number() over (partition by coalesce(j.id, o.id)
+                                                 order by e.ord) = 1 as first
+              from pg_catalog.jsonb_array_elements(p_specs) with ordinality as e(spec, ord)
+             cross join lateral (select jobs.job_of_key(e.spec->>'name', e.spec->>'tenant',
+                                                        e.spec->>'key') as id) j
+              left join lateral (select b.id from jobs.outbox b
+                                  where b.name = e.spec->>'name'
+                                    and coalesce(b.tenant, '') = coalesce(e.spec->>'tenant', '')
+                                    and b.key = e.spec->>'key' and b.published_at is null) o
+                     on true) a
+     order by a.ord;
 end
 $$;
 
@@ -3581,6 +4005,100 @@ begin
 end
 $$;
 
+-- ---------------------------------------------------------------------------
+-- The read side: every view of a job redacts.
+-- ---------------------------------------------------------------------------
+create or replace view jobs.job_view as
+  select j.id, j.name, j.queue, j.tenant, j.key, j.state, j.priority, j.run_at, j.attempt,
+         j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.dead_letter,
+         -- which claim of the job this is (its token's high bits), never the token: a
+         -- live token is its worker's proof (sql/00_schema.sql, "Fencing tokens")
+         j.timeout_s, j.claim >> 32 as claim, j.lease_expires_at, j.worker,
+         jobs.redact_job_output(j.progress, j.payload, t.sensitive_paths) as progress,
+         jobs.redact_job_output(j.last_error, j.payload, t.sensitive_paths) as last_error,
+         jobs.redact_job_output(j.result, j.payload, t.sensitive_paths) as result,
+         j.traceparent, j.created_at, j.started_at, j.finished_at,
+         jobs.redact_payload(j.payload, t.sensitive_paths) as payload,
+         j.parent_id, j.parent_step,
+         j.actor  -- version 3: who asked for the job (the caller's word, not authentication)
+    from jobs.job j
+    left join jobs.job_type t on t.name = j.name
+   -- a tenant-bound session sees its tenant's jobs only (sql/15_tenancy.sql); each
+   -- sub-select runs once per query
+   where (select jobs.bound_tenant()) is null or j.tenant = (select jobs.bound_tenant());
+
+-- jobs.list_jobs(filter, after_id, limit): a page of jobs, newest first, redacted.
+-- Filter fields: state, queue, name, tenant, key (a string or an array of strings),
+-- created_after, created_before, finished_after, finished_before (timestamps). Keyset
+-- pagination: pass the last id of a page as p_after_id for the next one.
+create or replace function jobs.list_jobs(
+  p_filter   jsonb default '{}',
+  p_after_id bigint default null,
+  p_limit    integer default 50
+)
+returns setof jobs.job_view
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_states jobs.job_state[];
+  v_times  timestamptz[];
+  v_field  text;
+begin
+  if p_filter is null or pg_catalog.jsonb_typeof(p_filter) <> 'object' then
+    perform jobs.raise_error('invalid_argument', 'filter must be a JSON object');
+  end if;
+  p_filter := jobs.tenant_filter(p_filter);  -- a bound session: its tenant only
+  select k into v_field from pg_catalog.jsonb_object_keys(p_filter) k
+   where k not in ('state', 'queue', 'name', 'tenant', 'key', 'created_after', 'created_before',
+                   'finished_after', 'finished_before')
+   limit 1;
+  if v_field is not null then
+    perform jobs.raise_error('invalid_argument', pg_catalog.format(
+      'unknown filter field %L (fields: state, queue, name, tenant, key, created_after, '
+      'created_before, finished_after, finished_before)', v_field));
+  end if;
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('limit must be between 1 and 1000, got %s', p_limit));
+  end if;
+  begin
+    v_states := jobs.filter_values(p_filter, 'state')::jobs.job_state[];
+  exception when invalid_text_representation then
+    perform jobs.raise_error('invalid_argument', 'filter.state names an unknown state',
+      null, 'states: ready, running, parked, succeeded, failed, dead, cancelled, interrupted');
+  end;
+  begin
+    v_times := array[(p_filter->>'created_after')::timestamptz,
+                     (p_filter->>'created_before')::timestamptz,
+                     (p_filter->>'finished_after')::timestamptz,
+                     (p_filter->>'finished_before')::timestamptz];
+  exception when invalid_datetime_format or datetime_field_overflow then
+    perform jobs.raise_error('invalid_argument', 'filter times must be ISO 8601 timestamps');
+  end;
+  return query
+    select v.id, v.name, v.queue, v.tenant, v.key, v.state, v.priority, v.run_at, v.attempt,
+           v.max_attempts, v.retry_base_s, v.retry_cap_s, v.retry_jitter, v.dead_letter,
+           v.timeout_s, v.claim, v.lease_expires_at, v.worker, v.progress, v.last_error,
+           v.result, v.traceparent, v.created_at, v.started_at, v.finished_at, v.payload,
+           v.parent_id, v.parent_step, v.actor
+      from jobs.job_view v
+     where (p_after_id is null or v.id < p_after_id)
+       and (v_states is null or v.state = any (v_states))
+       and (p_filter->'queue' is null or v.queue = any (jobs.filter_values(p_filter, 'queue')))
+       and (p_filter->'name' is null or v.name = any (jobs.filter_values(p_filter, 'name')))
+       and (p_filter->'tenant' is null or v.tenant = any (jobs.filter_values(p_filter, 'tenant')))
+       and (p_filter->'key' is null or v.key = any (jobs.filter_values(p_filter, 'key')))
+       and (v_times[1] is null or v.created_at >= v_times[1])
+       and (v_times[2] is null or v.created_at < v_times[2])
+       and (v_times[3] is null or v.finished_at >= v_times[3])
+       and (v_times[4] is null or v.finished_at < v_times[4])
+     order by v.id desc
+     limit p_limit;
+end
+$$;
+
 -- === sql/98_roles.sql ===
 
 create or replace function jobs.role_grants()
@@ -3610,10 +4128,12 @@ as $$
       ('sqljobs_producer', 'jobs.stage(text,text,jsonb,jsonb)'),
       ('sqljobs_producer', 'jobs.stage_many(jsonb)'),
       ('sqljobs_producer', 'jobs.emit_event(text,jsonb)'),
+      ('sqljobs_producer', 'jobs.emit_event_v2(text,jsonb,jsonb)'),
       ('sqljobs_producer', 'jobs.watch_outcome(bigint)'),
       ('sqljobs_producer', 'jobs.watch_token(bigint)'),
       -- worker: runs jobs
       ('sqljobs_worker', 'jobs.claim(text[],text,integer,double precision,jsonb)'),
+      ('sqljobs_worker', 'jobs.claim_v2(text[],text,integer,double precision,jsonb)'),
       ('sqljobs_worker', 'jobs.recover(text[],integer)'),
       ('sqljobs_worker', 'jobs.ack(bigint,bigint,jsonb)'),
       ('sqljobs_worker', 'jobs.ack_many(bigint[],bigint[],jsonb[])'),
@@ -3629,6 +4149,7 @@ as $$
       ('sqljobs_worker', 'jobs.step_wait(bigint,bigint,text,jsonb,double precision,double precision)'),
       ('sqljobs_worker', 'jobs.job_steps(bigint)'),
       ('sqljobs_worker', 'jobs.emit_event(text,jsonb)'),
+      ('sqljobs_worker', 'jobs.emit_event_v2(text,jsonb,jsonb)'),
       ('sqljobs_worker', 'jobs.enqueue(text,text,jsonb,jsonb)'),
       ('sqljobs_worker', 'jobs.enqueue_many(jsonb)'),
       ('sqljobs_worker', 'jobs.enqueue_batch(jsonb,text[],jsonb)'),

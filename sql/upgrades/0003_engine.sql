@@ -30,14 +30,22 @@
 --     balanced double-entry postings, one per (ledger, tenant, key).
 --   * The data-subject erase audit (table jobs.subject_audit, sql/87_integrations.sql).
 --   * Stream consumers' cursors (table jobs.consumer, sql/87_integrations.sql).
--- Locks: eight new, empty tables; two nullable columns added to jobs.job and one to
--- jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog change only: milliseconds,
--- after waiting for the transactions that hold the table); job_debounce_idx rebuilt (a
--- SHARE lock on jobs.job while it reads the table: enqueues and settles wait, about a
--- second per million rows); function replacements; no table rewrite.
+--   * The actor, who asked for a job: jobs.job.actor (a spec field: a new nullable
+--     column, no default) and jobs.event.actor; checked by jobs.actor_problem
+--     (invalid_actor, SJ023); inherited by step_invoke's children, hook jobs and
+--     forks; shown by jobs.job_view (a column appended). jobs.claim_v2 answers it
+--     (jobs.claim, version 1's columns, is now a wrapper over it); jobs.emit_event_v2
+--     takes it (jobs.emit_event is a wrapper over it).
+-- Locks: eight new, empty tables; three nullable columns added to jobs.job, one to
+-- jobs.event and one to jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog
+-- change only: milliseconds, after waiting for the transactions that hold the table);
+-- job_debounce_idx rebuilt (a SHARE lock on jobs.job while it reads the table:
+-- enqueues and settles wait, about a second per million rows); function replacements;
+-- no table rewrite.
 -- Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
--- before; upgrade the workers to 0.3 to retry it instead.
+-- before; upgrade the workers to 0.3 to retry it instead. A 0.2 worker keeps calling
+-- jobs.claim (its handlers see no actor); a 0.3 worker calls jobs.claim_v2.
 --
 -- The DDL an upgrade needs (tables, columns, indexes, types) goes here by hand;
 -- the functions, views, triggers and comments are generated below it.
@@ -52,6 +60,8 @@ create unique index job_debounce_idx
   on jobs.job (name, (coalesce(tenant, '')), (coalesce(group_key, '')))
   where debounce_s is not null and state = 'ready' and attempt = 0;
 alter table jobs.job add column hooks jsonb;
+alter table jobs.job add column actor jsonb;
+alter table jobs.event add column actor jsonb;
 
 create table jobs.job_fork (
   job_id      bigint primary key references jobs.job (id) on delete cascade,

@@ -517,22 +517,25 @@ class App(Registry):
     # -- events -----------------------------------------------------------------------
 
     def emit_event(self, name: str, payload: Mapping[str, Any] | None = None, *,
-                   conn: Any = None) -> int:
-        """Emit an event (`jobs.emit_event`): wakes every job waiting for a matching one.
+                   conn: Any = None, actor: str | Mapping[str, Any] | None = None) -> int:
+        """Emit an event (`jobs.emit_event_v2`): wakes every job waiting for a matching one.
 
         With `conn` (psycopg, or a SQLAlchemy Session/Connection) it is emitted inside
-        that transaction and counts only if it commits. Answers the event id.
+        that transaction and counts only if it commits. `actor`: who emitted it, stored
+        with the event (inside a handler, its run's actor unless given;
+        docs/howto-hooks.md). Answers the event id.
         """
         from sqljobs._client.transactions import run_in
 
-        return run_in(self, conn, [queries.emit_event(name, payload)])[0]
+        return run_in(self, conn, [queries.emit_event(name, payload, actor)])[0]
 
     async def emit_event_async(self, name: str, payload: Mapping[str, Any] | None = None, *,
-                               conn: Any = None) -> int:
+                               conn: Any = None,
+                               actor: str | Mapping[str, Any] | None = None) -> int:
         """`emit_event` for asyncio code."""
         from sqljobs._client.transactions import run_in_async
 
-        return (await run_in_async(self, conn, [queries.emit_event(name, payload)]))[0]
+        return (await run_in_async(self, conn, [queries.emit_event(name, payload, actor)]))[0]
 
 
 __all__ = ["App"]

@@ -50,6 +50,14 @@ def _short(value: Any, limit: int = 60) -> str:
     return output.one_line(str(text), limit)
 
 
+def _actor(actor: Any) -> str:
+    """Who asked for a job, on one line: a string as is, an object as compact JSON."""
+    if actor is None:
+        return ""
+    text = actor if isinstance(actor, str) else json.dumps(actor, separators=(",", ":"))
+    return output.one_line(text, 40)
+
+
 def _when(record: JobRecord) -> str:
     moment = record.finished_at or record.run_at
     return moment.strftime("%Y-%m-%d %H:%M:%S") if moment else "never (waits)"
@@ -93,10 +101,10 @@ def jobs_list(state: StateOption = None, queue: QueueOption = None, name: NameOp
                           "next_after_id": cursor})
         return
     table = Listing("id", "name", "queue", "state", "attempt", "run at / finished",
-                    "last error")
+                    "actor", "last error")
     for r in records:
         table.add_row(r.id, r.name, r.queue, r.state.value, f"{r.attempt}/{r.max_attempts}",
-                      _when(r), _short(r.last_error))
+                      _when(r), _actor(r.actor), _short(r.last_error))
     output.show(table)
     if cursor is not None:
         output.say(f"next page: --after-id {cursor}")

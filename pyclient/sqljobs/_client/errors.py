@@ -183,6 +183,11 @@ class TenantPolicyRefused(DatabaseError, sqlstate="SJ022", name="tenant_policy")
     none was given (a bound session always gives its own), or forbids one."""
 
 
+class InvalidActor(DatabaseError, ValueError, sqlstate="SJ023", name="invalid_actor"):
+    """An actor (who asked for a job or an event) is not a non-empty JSON string or
+    object of at most 512 bytes. Nothing was written."""
+
+
 class NotLeader(DatabaseError, sqlstate="SJ030", name="not_leader"):
     """A scheduler fire whose leader token no longer holds the live lease: stop dispatching."""
 
@@ -318,6 +323,7 @@ __all__ = [
     "ConfigurationError",
     "DatabaseError",
     "DuplicateJob",
+    "InvalidActor",
     "InvalidArgument",
     "InvalidJobType",
     "InvalidPayload",

@@ -123,7 +123,7 @@ _LISTED_COLUMNS: LiteralString = (
     "nullif(run_at, 'infinity') as run_at, attempt, "
     "max_attempts, retry_base_s, retry_cap_s, retry_jitter, dead_letter, timeout_s, claim, "
     "lease_expires_at, worker, progress, last_error, result, traceparent, created_at, "
-    "started_at, finished_at, payload, parent_id, parent_step"
+    "started_at, finished_at, payload, parent_id, parent_step, actor"
 )
 
 

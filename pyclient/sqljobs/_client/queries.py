@@ -196,10 +196,11 @@ def enqueue_chunks(specs: Sequence[JobSpec]) -> list[Call[list[Enqueued]]]:
 _CLAIMED_COLUMNS: LiteralString = (
     "id, name, queue, tenant, key, payload::text, priority, attempt, max_attempts, "
     "retry_base_s, retry_cap_s, retry_jitter, claim, lease_expires_at, timeout_s, "
-    "progress::text, traceparent, created_at, started_at, steps::text"
+    "progress::text, traceparent, created_at, started_at, steps::text, actor::text"
 )
 # Where _CLAIMED_COLUMNS has them (and ClaimedJob's fields, in the same order).
-_CLAIMED_JSON: tuple[tuple[str, int], ...] = (("payload", 5), ("progress", 15), ("steps", 19))
+_CLAIMED_JSON: tuple[tuple[str, int], ...] = (
+    ("payload", 5), ("progress", 15), ("steps", 19), ("actor", 20))
 
 
 def claim(
@@ -220,7 +221,8 @@ def claim(
     if version is not None:
         options["version"] = version
     return Call(
-        "select " + _CLAIMED_COLUMNS + " from jobs.claim(%s, %s, %s, %s, %s)",
+        # claim_v2: jobs.claim's columns and the actor (schema version 3)
+        "select " + _CLAIMED_COLUMNS + " from jobs.claim_v2(%s, %s, %s, %s, %s)",
         (list(queues), worker, limit, lease_s, Jsonb(options)),
         _claimed, tuples=True,
     )
@@ -241,10 +243,11 @@ def _claimed(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:
     append = jobs.append
     for row in rows:
         try:
-            progress, steps = row[15], row[19]
+            progress, steps, actor = row[15], row[19], row[20]
             append(make((*row[:5], loads(row[5]), *row[6:15],
                          None if progress is None else loads(progress), *row[16:19],
-                         None if steps is None else loads(steps), None)))
+                         None if steps is None else loads(steps),
+                         None if actor is None else loads(actor), None)))
         except Exception as error:  # whatever it is, it is this row's
             append(_undecodable(row, error))
     return jobs
@@ -435,7 +438,7 @@ _JOB_VIEW_COLUMNS: LiteralString = (
     "nullif(run_at, 'infinity') as run_at, attempt, "
     "max_attempts, retry_base_s, retry_cap_s, retry_jitter, dead_letter, timeout_s, claim, "
     "lease_expires_at, worker, progress, last_error, result, traceparent, created_at, "
-    "started_at, finished_at"
+    "started_at, finished_at, actor"
 )
 
 
@@ -604,10 +607,13 @@ def step_wait(job_id: int, claim: int, name: str, specs: Sequence[Mapping[str, A
     )
 
 
-def emit_event(name: str, payload: Mapping[str, Any] | None = None) -> Call[int]:
+def emit_event(name: str, payload: Mapping[str, Any] | None = None,
+               actor: Any = None) -> Call[int]:
+    """`jobs.emit_event_v2`: actor None names none (inside a run, jobs.fence_run, sent
+    first, makes the run's actor the default)."""
     return Call(
-        "select jobs.emit_event(%s, %s) as id",
-        (name, Jsonb(dict(payload or {}))),
+        "select jobs.emit_event_v2(%s, %s, %s) as id",
+        (name, Jsonb(dict(payload or {})), Jsonb({} if actor is None else {"actor": actor})),
         _one("id"),
     )
 

@@ -80,9 +80,10 @@ class ClaimedJob(NamedTuple):
     created_at: datetime
     started_at: datetime | None = None  # this claim's time, on the database clock
     steps: dict[str, Any] | None = None  # stored durable steps {name: value} (sqljobs.steps)
-    # Set when a jsonb column of the row (payload, progress, steps) could not be decoded
-    # (nested deeper than Python's recursion limit, an integer too long to convert):
-    # which column and why. Those three fields are then None and the job must not run;
+    actor: Any = None  # who asked for the job (a JSON string or object; None: nobody said)
+    # Set when a jsonb column of the row (payload, progress, steps, actor) could not be
+    # decoded (nested deeper than Python's recursion limit, an integer too long to convert):
+    # which column and why. Those four fields are then None and the job must not run;
     # the worker fails it at once (kind "undecodable"). Nothing else of the batch is lost.
     undecodable: str | None = None
 
@@ -188,6 +189,7 @@ class JobRecord(_Record):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    actor: Any = None  # who asked for the job (the caller's word, not authentication)
 
 
 class JobSpec(BaseModel):
@@ -221,6 +223,9 @@ class JobSpec(BaseModel):
     throttle_per_s: float | None = None
     on_conflict: Literal["return", "error"] | None = None
     hooks: dict[str, dict[str, str]] | None = None  # settlement hooks (docs/howto-hooks.md)
+    # who asked for the job: a non-empty string or JSON object of at most 512 bytes
+    # (checked by the SQL: InvalidActor); the caller's word, not authentication
+    actor: Any = None
 
     def to_sql(self) -> dict[str, Any]:
         """The jsonb object the SQL reads; absent fields take the SQL defaults."""

@@ -63,16 +63,21 @@ async def _async_psycopg_of(conn: Any) -> psycopg.AsyncConnection[Any]:
 
 @dataclass(frozen=True, slots=True)
 class RunFence:
-    """The run a handler's writes belong to, and what its refusal raises."""
+    """The run a handler's writes belong to, what its refusal raises, and its job's
+    actor (what the run enqueues, stages and emits names it unless told otherwise)."""
 
     job_id: int
     claim: int
     stopped: Callable[[], Exception]
+    actor: Any = None
 
 
 # Set by the worker while a handler runs (sqljobs._runtime.worker.running): every write
 # run_in makes then goes first through jobs.fence_run, in the same transaction, so a
-# run that was stopped (cancelled, its lease lost, drained) writes nothing.
+# run that was stopped (cancelled, its lease lost, drained) writes nothing. jobs.fence_run
+# also makes the run's actor the default of that transaction's enqueues, stages and
+# events (jobs.run_actor()); JobHandle.spec reads it here too, so a producer hook (the
+# tracing span) sees the actor the job will have.
 RUN_FENCE: ContextVar[RunFence | None] = ContextVar("sqljobs_run_fence", default=None)
 
 
@@ -101,6 +106,12 @@ async def run_in_async(app: ClientSource, conn: Any, calls: list[Call[T]]) -> li
         client = app.async_client
         return [await client.run(calls[0])] if len(calls) == 1 else await client.run_all(calls)
     return await AsyncClient(await _async_psycopg_of(conn)).run_all(calls)
+
+
+def run_actor() -> Any:
+    """The actor of the run this code is inside (None: none, or not inside a run)."""
+    fence = RUN_FENCE.get()
+    return None if fence is None else fence.actor
 
 
 def _fence(fence: RunFence) -> Call[Any]:

@@ -7,6 +7,7 @@ payload that no longer validates fails the job terminally with a coded reason).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import inspect
@@ -24,7 +25,7 @@ from sqljobs._client.errors import ConfigurationError, InvalidPayload, TenantPol
 from sqljobs._client.producing import Sending, installed, producing
 from sqljobs._client.records import Enqueued, Jitter, JobSpec, Staged
 from sqljobs._client.redaction import Redaction
-from sqljobs._client.transactions import ClientSource, run_in, run_in_async
+from sqljobs._client.transactions import ClientSource, run_actor, run_in, run_in_async
 from sqljobs._declare.limits import Rate
 from sqljobs._declare.redaction import payload_json, redaction_of
 
@@ -151,16 +152,37 @@ def _delay_s(delay: float | timedelta | None) -> float | None:
     return delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
 
 
+def _actor_json(actor: Any) -> Any:
+    """An actor as the spec sends it (a mapping as a dict); the SQL checks the rest."""
+    return dict(actor) if isinstance(actor, Mapping) else actor
+
+
 class JobHandle(Generic[P]):
     """What `@app.job` returns: call it to run the handler inline, or enqueue it."""
 
     def __init__(self, app: ClientSource, definition: JobDefinition[P]) -> None:
         self.app = app  # where it enqueues when no connection is given
         self.definition = definition
+        # as_(): on whose behalf it enqueues (None: its caller's run's, if any)
+        self.actor: str | Mapping[str, Any] | None = None
 
     @property
     def name(self) -> str:
         return self.definition.name
+
+    def as_(self, actor: str | Mapping[str, Any]) -> JobHandle[P]:
+        """This handle, enqueuing (and staging) on behalf of `actor`: who asked for the
+        job, a user or service id as a string or a small JSON object (at most 512 bytes
+        as JSON; anything else is refused with `InvalidActor`, nothing written).
+
+            send_report.as_({"user": "42"}).enqueue({"day": "2030-01-02"}, key="r-42")
+
+        The job stores it, its handler reads it as `ctx.actor`, and what its run
+        enqueues, stages, emits or invokes inherits it. The caller's word, like a label:
+        not authentication (docs/howto-hooks.md). An `actor=` option wins over it."""
+        bound = copy.copy(self)
+        bound.actor = actor
+        return bound
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.definition.fn(*args, **kwargs)
@@ -181,6 +203,7 @@ class JobHandle(Generic[P]):
         singleton: bool | None = None,
         debounce: float | timedelta | None = None,
         throttle: tuple[int, float | timedelta] | None = None,
+        actor: str | Mapping[str, Any] | None = None,
     ) -> JobSpec:
         """The JobSpec for one enqueue; validates the payload (raises InvalidPayload).
 
@@ -189,7 +212,10 @@ class JobHandle(Generic[P]):
         singleton job instead of a new one; `debounce=s` collapses enqueues of the
         group within s seconds into one run with the latest payload, s after the last;
         `throttle=(n, s)` starts at most n of the group per s seconds
-        (docs/howto-limits.md)."""
+        (docs/howto-limits.md).
+
+        `actor` says who asked for the job (see `as_`); none given: the handle's
+        (`as_`), else, inside a handler, its run's."""
         d = self.definition
         if d.tenant_policy == "forbidden" and tenant is not None:  # (the SQL refuses it too)
             raise TenantPolicyRefused(f"job type {d.name} forbids a tenant and one was given",
@@ -207,7 +233,9 @@ class JobHandle(Generic[P]):
             on_conflict=on_conflict, traceparent=traceparent, group_key=group,
             singleton=singleton or None, debounce_s=_delay_s(debounce),
             throttle_n=rate and rate.n, throttle_per_s=rate and rate.per_s,
-            hooks=d.hooks,
+            hooks=d.hooks, actor=_actor_json(
+                actor if actor is not None else self.actor if self.actor is not None
+                else run_actor()),
         )
 
     def enqueue(self, payload: P | Mapping[str, Any], *, key: str, conn: Any = None,

@@ -52,6 +52,7 @@ class JobContext:
         make_logger: Callable[[], logging.LoggerAdapter[logging.Logger]] | None = None,
         make_steps: Callable[[JobContext], Steps] | None = None,
         run_call: Callable[[Call[Any]], Awaitable[Any]] | None = None,
+        actor: Any = None,
     ) -> None:
         self.job_id = job_id
         self.name = name
@@ -62,6 +63,10 @@ class JobContext:
         self.max_attempts = max_attempts
         self.claim = claim  # the claim token: a fencing token for resources the job guards
         self.worker_id = worker_id
+        # Who asked for the job (`handle.as_(actor)`, `enqueue(..., actor=...)`): a
+        # string or a JSON object, None when nobody said. The caller's word, not
+        # authentication. What this run enqueues, stages, emits or invokes inherits it.
+        self.actor = actor
         # The progress stored when this attempt was claimed (e.g. where a previous,
         # interrupted run got to); `progress()` writes a new value.
         self.saved_progress = saved_progress

@@ -69,6 +69,15 @@ def as_time(value: Any) -> datetime | None:
         return None
 
 
+def actor(value: Any) -> str:
+    """Who asked for a job: a string actor as is, an object as compact JSON ('' for none).
+    The caller's word, not authentication."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(
+        value, separators=(", ", ": "), sort_keys=True, ensure_ascii=False, default=str)
+
+
 def when(value: Any) -> str:
     """A time as UTC text, to the second."""
     at = as_time(value)

@@ -116,6 +116,7 @@ class Dashboard:
         self.templates.filters["age"] = present.age
         self.templates.filters["rate"] = present.rate
         self.templates.filters["when"] = present.when
+        self.templates.filters["actor"] = present.actor
         self.templates.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True,
                                                                 default=str)
         self.templates.filters["compact"] = lambda v: json.dumps(v, sort_keys=True, default=str,

@@ -32,10 +32,11 @@ class StepsNeedAJob(SqljobsError, RuntimeError):
 
 
 async def perform_async(handle: JobHandle[Any], payload: Any, *, attempt: int = 1,
-                        progress: list[Any] | None = None) -> Any:
+                        progress: list[Any] | None = None, actor: Any = None) -> Any:
     """Run `handle`'s handler on `payload` in this process and answer what it returned
-    (as JSON, the way a worker stores it). `attempt` is what `ctx.attempt` says;
-    progress the handler reports is appended to `progress` when given."""
+    (as JSON, the way a worker stores it). `attempt` is what `ctx.attempt` says, `actor`
+    what `ctx.actor` says; progress the handler reports is appended to `progress` when
+    given."""
     definition = handle.definition
     # validated, stored as JSON and read back: what a claimed job's handler gets
     stored = json.loads(json.dumps(payload_json(definition.parse_payload(payload))))
@@ -56,7 +57,8 @@ async def perform_async(handle: JobHandle[Any], payload: Any, *, attempt: int = 
         job_id=0, name=handle.name, queue=definition.queue or "default", tenant=None,
         key="sqljobs-testing-perform", attempt=attempt, max_attempts=max_attempts, claim=0,
         worker_id="sqljobs-testing-perform", logger=logging.LoggerAdapter(_logger, {}),
-        loop=asyncio.get_running_loop(), report_progress=report, make_steps=no_steps)
+        loop=asyncio.get_running_loop(), report_progress=report, make_steps=no_steps,
+        actor=None if actor is None else json.loads(json.dumps(actor)))
     if definition.is_async:
         returned = await definition.fn(ctx, model)
     else:
@@ -70,9 +72,10 @@ def _as_stored(value: Any) -> Any:
 
 
 def perform(handle: JobHandle[Any], payload: Any, *, attempt: int = 1,
-            progress: list[Any] | None = None) -> Any:
+            progress: list[Any] | None = None, actor: Any = None) -> Any:
     """`perform_async` for sync tests (see its docstring)."""
-    return asyncio.run(perform_async(handle, payload, attempt=attempt, progress=progress))
+    return asyncio.run(perform_async(handle, payload, attempt=attempt, progress=progress,
+                                     actor=actor))
 
 
 __all__ = ["StepsNeedAJob", "perform", "perform_async"]

@@ -2,12 +2,14 @@
 have a name for it (messaging.*), `sqljobs.*` for the rest.
 
 No attribute ever holds a payload value: spans carry ids, names, queues, counts and
-outcomes; an error is its record's kind, type and (redacted) message.
+outcomes, and the actor (who asked for the job: a user or service id); an error is its
+record's kind, type and (redacted) message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqljobs._client.records import JobSpec
@@ -35,6 +37,7 @@ OUTCOME = "sqljobs.run.outcome"
 ERROR_KIND = "sqljobs.error.kind"
 STEP_NAME = "sqljobs.step.name"
 STEP_KIND = "sqljobs.step.kind"
+ACTOR = "sqljobs.actor"  # a string actor as is, an object as compact JSON
 
 # Run outcomes (RunWatch.ended's labels) that are failures of the run: the span's
 # status is ERROR. succeeded, snoozed, interrupted and parked are not.
@@ -43,6 +46,22 @@ FAILED_OUTCOMES = frozenset({"retried", "failed", "dead", "compensated", "lost"}
 
 def queue_of(spec: JobSpec) -> str:
     return spec.queue or DEFAULT_QUEUE
+
+
+def actor_attribute(actor: Any) -> str | None:
+    """An actor as a span attribute: a string as is, an object as compact JSON with
+    its keys sorted (None: no actor)."""
+    if actor is None:
+        return None
+    if isinstance(actor, str):
+        return actor
+    return json.dumps(actor, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def specs_actor(specs: Sequence[JobSpec]) -> str | None:
+    """The actor of a write's specs when they share one (None: none, or several)."""
+    actors = {actor_attribute(spec.actor) for spec in specs}
+    return next(iter(actors)) if len(actors) == 1 else None
 
 
 def step_span_name(kind: str, name: str) -> str:

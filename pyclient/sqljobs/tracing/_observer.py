@@ -112,16 +112,19 @@ class TracingObserver(RunObserver):
 
     def run_begins(self, job: ClaimedJob) -> RunWatch:
         parent, links = producer_context(job.traceparent)
+        attributes: dict[str, str | int] = {
+            c.SYSTEM: c.MESSAGING_SYSTEM, c.OPERATION_TYPE: "process",
+            c.OPERATION_NAME: "process", c.DESTINATION: job.queue,
+            c.MESSAGE_ID: str(job.id), c.JOB_ID: job.id, c.JOB_NAME: job.name,
+            c.ATTEMPT: job.attempt, c.MAX_ATTEMPTS: job.max_attempts,
+            c.CLAIM: job.claim,
+        }
+        actor = c.actor_attribute(job.actor)
+        if actor is not None:
+            attributes[c.ACTOR] = actor
         span = self.tracer.start_span(
             f"process {job.queue}", context=parent, kind=SpanKind.CONSUMER, links=links,
-            attributes={
-                c.SYSTEM: c.MESSAGING_SYSTEM, c.OPERATION_TYPE: "process",
-                c.OPERATION_NAME: "process", c.DESTINATION: job.queue,
-                c.MESSAGE_ID: str(job.id), c.JOB_ID: job.id, c.JOB_NAME: job.name,
-                c.ATTEMPT: job.attempt, c.MAX_ATTEMPTS: job.max_attempts,
-                c.CLAIM: job.claim,
-            },
-            record_exception=False, set_status_on_exception=False)
+            attributes=attributes, record_exception=False, set_status_on_exception=False)
         return TracingWatch(span, self.tracer)
 
 

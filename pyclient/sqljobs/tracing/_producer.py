@@ -62,6 +62,9 @@ class _TracedSending(Sending):
             attributes[c.JOB_NAME] = next(iter(names))
         if len(specs) != 1:
             attributes[c.BATCH_COUNT] = len(specs)
+        actor = c.specs_actor(specs)
+        if actor is not None:
+            attributes[c.ACTOR] = actor
         span = self._tracer.start_span(f"send {queue}", kind=SpanKind.PRODUCER,
                                        attributes=attributes, record_exception=False,
                                        set_status_on_exception=False)

@@ -145,7 +145,7 @@ class Runner:
         job = run.job
         context.run(RUN_FENCE.set, RunFence(job.id, job.claim, lambda: RunCancelled(
             f"job {job.id}: the run was stopped (cancelled, its lease lost, or drained); "
-            f"this write was refused")))
+            f"this write was refused"), job.actor))
         task = asyncio.current_task()
         assert task is not None
         run.runner = task
@@ -182,7 +182,7 @@ class Runner:
             report_progress=lambda value: self._progress(run, value),
             saved_progress=job.progress,
             make_steps=lambda ctx: self._steps(run, ctx),
-            run_call=self._client.run,
+            run_call=self._client.run, actor=job.actor,
         )
         run.ctx = ctx
         if job.steps:  # stored steps: the run may be replaying, or unwinding a saga
