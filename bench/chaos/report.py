@@ -10,7 +10,7 @@ from typing import Any
 from bench.chaos.run import Outcome, Profile, failures
 
 ROWS = [("jobs", "jobs (incl. relayed)"), ("faults", "faults injected"), ("kills", "SIGKILLs"),
-        ("worker_restarts", "workers started again"),
+        ("worker_restarts", "processes started again (exhaust: workers, schedulers, relays)"),
         ("seconds", "run time, s"), ("lost", "lost"), ("settled_twice", "settled twice"),
         ("steps_reexecuted", "steps re-executed after stored"),
         ("duplicate_executions", "duplicate handler runs"),

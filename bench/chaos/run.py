@@ -131,6 +131,19 @@ class Fleet:
         self.relays.append(p)
         return p
 
+    def restart_exited(self) -> int:
+        """As a platform would: start again each worker, scheduler and relay that gave
+        up (one that found no connection within its pool's timeout exits). Answers how
+        many were started. (A relay left dead kept the outbox's jobs from ever existing.)"""
+        started = 0
+        for group, start in ((self.workers, self.worker), (self.schedulers, self.scheduler),
+                             (self.relays, self.relay)):
+            for gone in [p for p in group if p.poll() is not None]:
+                group.remove(gone)
+                start()
+                started += 1
+        return started
+
     def live(self, group: list[subprocess.Popen[bytes]]) -> list[subprocess.Popen[bytes]]:
         return [p for p in group if p.poll() is None]
 
@@ -161,7 +174,7 @@ class Outcome:
     staged: int
     faults: int = 0
     kills: list[Kill] = field(default_factory=list)
-    restarts: int = 0  # workers started again after they exited on their own (exhaust)
+    restarts: int = 0  # processes started again after they exited on their own (exhaust)
     seconds: float = 0.0
     figures: dict[str, Any] = field(default_factory=dict)
 
@@ -397,12 +410,7 @@ def run_scenario(cluster: Cluster, scenario: str, profile: Profile, jobs: int,
                 elif scenario == "leader":
                     _kill_leaders(conn, fleet, outcome)
                 elif scenario == "exhaust":
-                    # as a platform would: start again a worker that gave up (one that
-                    # found no connection within its pool's timeout exits)
-                    for gone in [p for p in fleet.workers if p.poll() is not None]:
-                        fleet.workers.remove(gone)
-                        fleet.worker()
-                        outcome.restarts += 1
+                    outcome.restarts += fleet.restart_exited()
                 time.sleep(pause)
             except psycopg.OperationalError:
                 conn.close()
