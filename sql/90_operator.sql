@@ -536,7 +536,7 @@ comment on function jobs.declared_queues() is
 -- jobs.queue_stats_v2(): one row per queue that has jobs, or that
 -- jobs.declared_queues() names (zeros when it holds none): the set the dashboard and
 -- the metrics list too. It reads only partial indexes: of the live rows (ready,
--- interrupted, running, parked), of the dead ones, and job_finished_idx for the
+-- interrupted, running, parked), of the dead ones, and job_retention_idx for the
 -- succeeded, failed and cancelled rows that finished within the last
 -- jobs.queue_stats_window (a setting; default 24 hours). Its cost follows the backlog
 -- and the recent throughput, not the table's history.

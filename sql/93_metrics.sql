@@ -6,7 +6,8 @@
 -- sql/90_operator.sql also counts the succeeded, failed and cancelled rows of a recent
 -- window, for the `sqljobs queues` table and not for a scrape every few seconds.)
 -- jobs.stats(window_s) reads the finished rows of a recent window through
--- job_finished_idx: its cost follows the throughput times the window.
+-- job_retention_idx, one state at a time: its cost follows the throughput times the
+-- window.
 
 -- ---------------------------------------------------------------------------
 -- jobs.queue_gauges() -> one row per queue that has a live or dead job, or that
@@ -154,7 +155,7 @@ comment on function jobs.limit_gauges() is
 --                   (cancelled while waiting) are left out
 --   run_p50_s, run_p95_s     the last attempt's run: finished_at - started_at, of the
 --                   succeeded, failed and dead jobs
--- Read-only; reads job_finished_idx over the window. Errors: invalid_argument (SJ001)
+-- Read-only; reads job_retention_idx over the window. Errors: invalid_argument (SJ001)
 -- when window_s is not a positive finite number.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.stats(p_window_s double precision default 300)
@@ -194,6 +195,8 @@ begin
            end as run_s
       from jobs.job f
      where f.finished_at is not null
+       -- every state, named: job_retention_idx is read once per state, by age
+       and f.state = any (pg_catalog.enum_range(null::jobs.job_state))
        and f.finished_at > v_now - pg_catalog.make_interval(secs => p_window_s)
        and f.finished_at <= v_now
   )

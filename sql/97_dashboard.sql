@@ -9,7 +9,7 @@
 -- bucket holding the current minute (so it is partly ahead of now). Only the (bucket,
 -- queue) pairs where something finished are returned, oldest first, then by queue;
 -- `bucket` is the bucket's start. Reads the finished rows of the window
--- through job_finished_idx, as jobs.stats() does: its cost follows the throughput
+-- through job_retention_idx, as jobs.stats() does: its cost follows the throughput
 -- times the window. Errors: invalid_argument (SJ001) when minutes is outside 1..1440,
 -- or bucket_minutes is not a divisor of minutes.
 -- ---------------------------------------------------------------------------

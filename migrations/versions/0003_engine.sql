@@ -36,11 +36,15 @@
 --     forks; shown by jobs.job_view (a column appended). jobs.claim_v2 answers it
 --     (jobs.claim, version 1's columns, is now a wrapper over it); jobs.emit_event_v2
 --     takes it (jobs.emit_event is a wrapper over it).
+--   * job_finished_idx (finished_at of finished rows) is dropped: every settle paid an
+--     entry in it (9% of the drain), and job_retention_idx (state, finished_at) serves
+--     the window reads, which now name their states (jobs.stats).
 -- Locks: eight new, empty tables; three nullable columns added to jobs.job, one to
 -- jobs.event and one to jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog
 -- change only: milliseconds, after waiting for the transactions that hold the table);
 -- job_debounce_idx rebuilt (a SHARE lock on jobs.job while it reads the table:
--- enqueues and settles wait, about a second per million rows); function replacements;
+-- enqueues and settles wait, about a second per million rows); job_finished_idx
+-- dropped (an ACCESS EXCLUSIVE lock for a catalog change only); function replacements;
 -- no table rewrite.
 -- Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
@@ -51,6 +55,9 @@
 -- the functions, views, triggers and comments are generated below it.
 
 alter table jobs.job add column code_version text;
+
+-- Settles stop writing an entry for it; job_retention_idx serves its reads.
+drop index jobs.job_finished_idx;
 alter table jobs.job_type add column tenant_policy text;
 
 -- A debounced job is "waiting to start" only until its first claim (attempt 0): one
@@ -4096,6 +4103,79 @@ begin
        and (v_times[4] is null or v.finished_at < v_times[4])
      order by v.id desc
      limit p_limit;
+end
+$$;
+
+-- === sql/93_metrics.sql ===
+
+-- ---------------------------------------------------------------------------
+-- jobs.stats(window_s) -> one row per queue with a job finished in the last window_s
+-- seconds (finished_at in (now - window_s, now]):
+--   succeeded, failed, dead, cancelled   finished in the window, by final state
+--   per_s           all of those per second of the window
+--   wait_p50_s, wait_p95_s   enqueue-to-start: first_started_at - created_at (a delay
+--                   or run_at given at enqueue counts as waiting); jobs never started
+--                   (cancelled while waiting) are left out
+--   run_p50_s, run_p95_s     the last attempt's run: finished_at - started_at, of the
+--                   succeeded, failed and dead jobs
+-- Read-only; reads job_retention_idx over the window. Errors: invalid_argument (SJ001)
+-- when window_s is not a positive finite number.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.stats(p_window_s double precision default 300)
+returns table (
+  queue      text,
+  succeeded  bigint,
+  failed     bigint,
+  dead       bigint,
+  cancelled  bigint,
+  per_s      double precision,
+  wait_p50_s double precision,
+  wait_p95_s double precision,
+  run_p50_s  double precision,
+  run_p95_s  double precision
+)
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_now timestamptz := jobs.now();
+begin
+  perform jobs.fleet_only('jobs.stats');  -- (sql/15_tenancy.sql)
+  -- (PostgreSQL orders NaN above every number, so this refuses it too; bounded so that
+  -- now - window stays a timestamp)
+  if not coalesce(p_window_s > 0 and p_window_s <= 1e9, false) then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('the stats window must be a positive number of seconds, at most 1e9, not %s',
+                        coalesce(p_window_s::text, 'null')));
+  end if;
+  return query
+  with recent as (
+    select f.queue, f.state,
+           extract(epoch from f.first_started_at - f.created_at)::double precision as wait_s,
+           case when f.state in ('succeeded', 'failed', 'dead')
+                then extract(epoch from f.finished_at - f.started_at)::double precision
+           end as run_s
+      from jobs.job f
+     where f.finished_at is not null
+       -- every state, named: job_retention_idx is read once per state, by age
+       and f.state = any (pg_catalog.enum_range(null::jobs.job_state))
+       and f.finished_at > v_now - pg_catalog.make_interval(secs => p_window_s)
+       and f.finished_at <= v_now
+  )
+  select r.queue,
+         pg_catalog.count(*) filter (where r.state = 'succeeded'),
+         pg_catalog.count(*) filter (where r.state = 'failed'),
+         pg_catalog.count(*) filter (where r.state = 'dead'),
+         pg_catalog.count(*) filter (where r.state = 'cancelled'),
+         pg_catalog.count(*) / p_window_s,
+         pg_catalog.percentile_cont(0.5) within group (order by r.wait_s),
+         pg_catalog.percentile_cont(0.95) within group (order by r.wait_s),
+         pg_catalog.percentile_cont(0.5) within group (order by r.run_s),
+         pg_catalog.percentile_cont(0.95) within group (order by r.run_s)
+    from recent r
+   group by r.queue
+   order by r.queue;
 end
 $$;
 

@@ -36,11 +36,15 @@
 --     forks; shown by jobs.job_view (a column appended). jobs.claim_v2 answers it
 --     (jobs.claim, version 1's columns, is now a wrapper over it); jobs.emit_event_v2
 --     takes it (jobs.emit_event is a wrapper over it).
+--   * job_finished_idx (finished_at of finished rows) is dropped: every settle paid an
+--     entry in it (9% of the drain), and job_retention_idx (state, finished_at) serves
+--     the window reads, which now name their states (jobs.stats).
 -- Locks: eight new, empty tables; three nullable columns added to jobs.job, one to
 -- jobs.event and one to jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog
 -- change only: milliseconds, after waiting for the transactions that hold the table);
 -- job_debounce_idx rebuilt (a SHARE lock on jobs.job while it reads the table:
--- enqueues and settles wait, about a second per million rows); function replacements;
+-- enqueues and settles wait, about a second per million rows); job_finished_idx
+-- dropped (an ACCESS EXCLUSIVE lock for a catalog change only); function replacements;
 -- no table rewrite.
 -- Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
@@ -51,6 +55,9 @@
 -- the functions, views, triggers and comments are generated below it.
 
 alter table jobs.job add column code_version text;
+
+-- Settles stop writing an entry for it; job_retention_idx serves its reads.
+drop index jobs.job_finished_idx;
 alter table jobs.job_type add column tenant_policy text;
 
 -- A debounced job is "waiting to start" only until its first claim (attempt 0): one
