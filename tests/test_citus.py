@@ -37,6 +37,7 @@ from pytest_pgtap.plugin.core import report_tap
 
 from sqljobs import App, SchemaError
 from sqljobs._schema import migrate
+from sqljobs._schema.citus import framed
 from sqljobs._schema.resources import revision, revisions
 from tests.harness.citus import CitusUnavailable, LocalCluster, citus_bin_dir, local_cluster
 from tests.harness.pgtap import ensure_pgtap
@@ -182,6 +183,21 @@ def test_an_install_made_before_the_guard_loses_its_copies_on_the_workers(
         assert scalar(conn, "select jobs.schema_version()") == len(revisions())
         assert _distributed_jobs_objects(conn) == 0
     assert not any(_jobs_schema_on(worker) for worker in workers)
+
+
+def test_an_upgrade_leaves_the_applications_own_ddl_propagating(
+        coordinator: psycopg.Connection[Any]) -> None:
+    """Alembic runs a whole upgrade in one transaction: a host application's revision
+    that follows sqljobs' there must still reach every shard."""
+    with coordinator.transaction():
+        coordinator.execute(framed("select 1;"))  # a revision's frame around an empty body
+        assert scalar(coordinator, "show citus.enable_ddl_propagation") == "on"
+        coordinator.execute("alter table app_orders add column note text")
+    try:  # each shard has the column: reading it from every shard succeeds
+        coordinator.execute("insert into app_orders select g, 1 from generate_series(1, 64) g")
+        assert scalar(coordinator, "select count(note) from app_orders") == 0
+    finally:
+        coordinator.execute("alter table app_orders drop column note")
 
 
 # -- the atomic enqueue --------------------------------------------------------------------

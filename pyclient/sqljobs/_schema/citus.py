@@ -9,12 +9,14 @@ does nothing on a server without Citus. With Citus it:
   * refuses a worker node (SJ060 citus_worker_node, naming the coordinator): the tables
     are created where the SQL runs, and a worker node's copy would be a second, separate
     queue that the coordinator's workers never see;
-  * turns Citus's DDL propagation off for this transaction only, so nothing of the
-    schema is sent to the worker nodes, now or when a node is added later;
+  * turns Citus's DDL propagation off, so nothing of the schema is sent to the worker
+    nodes, now or when a node is added later; `RELEASE`, run after the revision's SQL,
+    sets it back to what it was, so the host application's own migrations that follow
+    in the same transaction (Alembic runs a whole upgrade in one) propagate as before;
   * removes the copies an earlier install (before this guard) left on the worker nodes,
     and Citus's record of them, so that a new node does not get them either.
 
-It is plain SQL (one DO block), so `sqljobs migrate --sql` and `alembic upgrade --sql`
+Both are plain SQL (a DO block each), so `sqljobs migrate --sql` and `alembic upgrade --sql`
 render it with the revision, and a revision's own SQL (frozen once released) stays as
 it was.
 """
@@ -33,14 +35,17 @@ begin
   end if;
   execute 'select groupid from pg_catalog.pg_dist_local_group' into v_group;
   if v_group is distinct from 0 then
-    execute $q$select string_agg(nodename || ':' || nodeport, ', ')
+    execute $q$select pg_catalog.string_agg(nodename || ':' || nodeport, ', ')
                  from pg_catalog.pg_dist_node where groupid = 0$q$ into v_coordinator;
     raise exception using
       errcode = 'SJ060',
       message = 'this database is a Citus worker node; sqljobs lives on the coordinator',
-      detail = format('The coordinator is %s.', coalesce(v_coordinator, 'not registered here')),
+      detail = pg_catalog.format('The coordinator is %s.',
+                                 coalesce(v_coordinator, 'not registered here')),
       hint = 'Run sqljobs migrate, and point every sqljobs client, at the coordinator.';
   end if;
+  perform pg_catalog.set_config('sqljobs.citus_ddl_propagation',
+    pg_catalog.current_setting('citus.enable_ddl_propagation'), true);
   perform pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
   if to_regnamespace('jobs') is not null and exists (
        select from pg_catalog.pg_dist_object
@@ -61,3 +66,21 @@ begin
 end
 $citus_guard$;
 """
+
+RELEASE = """\
+-- sqljobs: the Citus guard's end (sqljobs/_schema/citus.py): DDL propagation as it was.
+do $citus_release$
+begin
+  if coalesce(pg_catalog.current_setting('sqljobs.citus_ddl_propagation', true), '') <> '' then
+    perform pg_catalog.set_config('citus.enable_ddl_propagation',
+      pg_catalog.current_setting('sqljobs.citus_ddl_propagation'), true);
+    perform pg_catalog.set_config('sqljobs.citus_ddl_propagation', '', true);
+  end if;
+end
+$citus_release$;
+"""
+
+
+def framed(sql: str) -> str:
+    """`sql` (a revision's) between the guard and its release, as applying it runs."""
+    return GUARD + sql + "\n" + RELEASE

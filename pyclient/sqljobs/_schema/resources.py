@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqljobs._schema.citus import GUARD
+from sqljobs._schema.citus import framed
 
 _PACKAGE = Path(__file__).resolve().parent.parent  # the sqljobs package
 
@@ -49,8 +49,8 @@ class Revision:
         return self.path.read_text(encoding="utf-8")
 
     def script(self) -> str:
-        """What applying the revision runs: the Citus guard, then the revision's SQL."""
-        return GUARD + self.sql()
+        """What applying the revision runs: the revision's SQL inside the Citus guard."""
+        return framed(self.sql())
 
 
 def revisions() -> list[Revision]:
