@@ -9,7 +9,8 @@ What must hold (docs/howto-citus.md):
   Citus's record of distributed objects), a migrate aimed at a worker node is refused
   with SJ060, naming the coordinator, and a client aimed at one stops at its schema check;
 - an install made before the guard (its functions copied to the worker nodes) loses
-  those copies at its next upgrade;
+  those copies at its next upgrade, and the application's own DDL that follows a
+  revision in one transaction still reaches the shards;
 - an enqueue commits and rolls back with a distributed write in one transaction,
   including a write that spans every shard and one that fails on a stopped node;
 - a real `sqljobs worker` drains jobs enqueued that way, and goes on while a worker
