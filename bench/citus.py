@@ -7,7 +7,9 @@ Starts a local cluster (tests/harness/citus.py: a coordinator and two worker nod
 this machine, each a PostgreSQL with `shared_preload_libraries = 'citus'`), then, in
 databases of the coordinator's server, interleaved in every repeat:
 
-beside (the engine as it ships; the engine part's SQL-level workloads, bench/workloads.py)
+beside (the engine as it ships; the engine part's SQL-level workloads, bench/workloads.py,
+        and the side-by-side latency workload: 200 jobs 10 ms apart through the real
+        worker, pickup p50 and p99)
     citus      a database with the extension, the two workers added, a distributed table,
                and sqljobs installed by `sqljobs migrate` (docs/howto-citus.md)
     plain      a database of the same server without the extension
@@ -27,7 +29,9 @@ docs/design/citus.md for what one box can and cannot show.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -45,6 +49,7 @@ BESIDE_WORKLOADS = ("enqueue_single", "enqueue_bulk", "drain")
 BESIDE = ("citus", "plain")
 SHAPE = ("local", "routed", "delegated")
 SHAPE_SQL = Path(__file__).resolve().parent / "adapters" / "citus_shape.sql"
+LATENCY_DRIVER = Path(__file__).resolve().parent / "runtime_drivers" / "sqljobs_driver.py"
 BUCKETS = 32
 TENANTS = 64
 SINGLE_JOBS, BULK_JOBS, BULK_BATCH, DRAIN_JOBS = 2_000, 50_000, 1_000, 20_000
@@ -154,6 +159,17 @@ SHAPE_WORKLOADS: dict[str, Callable[[str], tuple[int, float]]] = {
 }
 
 
+def _latency(dsn: str) -> tuple[float, float]:
+    """Pickup p50 and p99 (ms) of the side-by-side latency workload on `dsn`."""
+    out = subprocess.run(
+        [sys.executable, str(LATENCY_DRIVER), "--workload", "latency", "--dsn", dsn,
+         "--jobs", "200", "--interval-ms", "10", "--concurrency", "10"],
+        capture_output=True, text=True, timeout=300, check=True)
+    result = next(json.loads(line[len("RESULT "):]) for line in out.stdout.splitlines()
+                  if line.startswith("RESULT "))
+    return float(result["p50_ms"]), float(result["p99_ms"])
+
+
 # -- the run -------------------------------------------------------------------------------
 
 def _record(rates: Rates, key: tuple[str, str], jobs: int, seconds: float, line: str) -> None:
@@ -161,8 +177,18 @@ def _record(rates: Rates, key: tuple[str, str], jobs: int, seconds: float, line:
     print(f"{line} {jobs / seconds:10,.0f} jobs/s ({jobs} jobs, {seconds:.2f} s)", flush=True)
 
 
-def run(repeat: int, root: Path) -> tuple[Rates, Rates]:
+def _beside_database(cluster: LocalCluster, placement: str, dbname: str) -> str:
+    dsn = _fresh(cluster, placement == "citus", dbname)
+    if placement == "citus":
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("create table app_orders (id bigint primary key, total numeric); "
+                         "select create_distributed_table('app_orders', 'id')")
+    return dsn
+
+
+def run(repeat: int, root: Path) -> tuple[Rates, Rates, Rates]:
     beside: Rates = {}
+    latency: Rates = {}
     shape: Rates = {}
     adapter = get_adapter("sqljobs")
     with local_cluster(root) as cluster:
@@ -171,15 +197,17 @@ def run(repeat: int, root: Path) -> tuple[Rates, Rates]:
             for name in BESIDE_WORKLOADS:
                 for placement in BESIDE:
                     dbname = f"bench_{placement}_{name}"
-                    dsn = _fresh(cluster, placement == "citus", dbname)
-                    if placement == "citus":
-                        with psycopg.connect(dsn, autocommit=True) as conn:
-                            conn.execute("create table app_orders (id bigint primary key, "
-                                         "total numeric); select "
-                                         "create_distributed_table('app_orders', 'id')")
+                    _beside_database(cluster, placement, dbname)
                     m = workloads.measure(workloads.WORKLOADS[name], adapter, admin, dbname)
                     _record(beside, (name, placement), m.jobs, m.seconds,
                             f"[{rep}/{repeat}] beside {name:15} {placement:9}")
+            for placement in BESIDE:
+                p50, p99 = _latency(_beside_database(cluster, placement,
+                                                     f"bench_{placement}_latency"))
+                latency.setdefault(("p50 ms", placement), []).append(p50)
+                latency.setdefault(("p99 ms", placement), []).append(p99)
+                print(f"[{rep}/{repeat}] beside latency         {placement:9} "
+                      f"p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)
             for name, body in SHAPE_WORKLOADS.items():
                 for placement in SHAPE:
                     dsn = _fresh(cluster, placement != "local", f"shape_{placement}")
@@ -187,13 +215,13 @@ def run(repeat: int, root: Path) -> tuple[Rates, Rates]:
                     jobs, seconds = body(dsn)
                     _record(shape, (name, placement), jobs, seconds,
                             f"[{rep}/{repeat}] shape  {name:15} {placement:9}")
-    return beside, shape
+    return beside, latency, shape
 
 
 def render(rates: Rates, workloads_: tuple[str, ...], placements: tuple[str, ...],
-           title: str) -> str:
-    base = placements[-1] if title == "beside" else placements[0]
-    out = [f"{title}: median jobs/s (min–max); ratio against `{base}`\n",
+           title: str, unit: str = "jobs/s") -> str:
+    base = placements[0] if title == "shape" else placements[-1]
+    out = [f"{title}: median {unit} (min–max); ratio against `{base}`\n",
            "| workload | " + " | ".join(placements) + " |",
            "| --- | " + " | ".join("---" for _ in placements) + " |"]
     for name in workloads_:
@@ -202,7 +230,9 @@ def render(rates: Rates, workloads_: tuple[str, ...], placements: tuple[str, ...
         for placement in placements:
             values = rates[(name, placement)]
             median = statistics.median(values)
-            cells.append(f"{median:,.0f} ({min(values):,.0f}–{max(values):,.0f}) "
+            digits = 2 if unit == "ms" else 0
+            cells.append(f"{median:,.{digits}f} ({min(values):,.{digits}f}–"
+                         f"{max(values):,.{digits}f}) "
                          f"{median / base_median:.2f}×")
         out.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
@@ -214,9 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="sqljobs-citus-bench-") as root:
-        beside, shape = run(args.repeat, Path(root) / "cluster")
+        beside, latency, shape = run(args.repeat, Path(root) / "cluster")
     print(f"\n{args.repeat} repeats, load average {db.load_average()} at the end.\n")
     print(render(beside, BESIDE_WORKLOADS, BESIDE, "beside"))
+    print(render(latency, ("p50 ms", "p99 ms"), BESIDE, "beside latency", "ms"))
     print(render(shape, tuple(SHAPE_WORKLOADS), SHAPE, "shape"))
     return 0
 
