@@ -3,7 +3,9 @@
 `resolve_dsn` finds the DSN (argument, $SQLJOBS_DSN, $DATABASE_URL);
 `check_schema_version` turns `jobs.schema_version()`'s answer (and `jobs.schema_floor()`'s)
 into SchemaError, naming what to run: a schema older than this client needs, or one that
-no longer serves clients this old. Every role (worker, relay, scheduler) checks at start.
+no longer serves clients this old, or, on a Citus worker node, the coordinator to point
+at instead. `check_schema` / `check_schema_async` ask the database and check: every role
+(worker, relay, scheduler), `App.open` and the Django check call them at start.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import os
 
 import psycopg
 
+from sqljobs._client import queries
+from sqljobs._client.connection import AsyncClient, Client
 from sqljobs._client.errors import ConfigurationError, SchemaError
 from sqljobs._version import SCHEMA_VERSION
 
@@ -41,12 +45,46 @@ def needs_floor(installed: int | None) -> bool:
     return installed is not None and installed >= SCHEMA_VERSION
 
 
+def check_schema(client: Client, dsn_hint: str = "<dsn>") -> None:
+    """Read the installed schema's version (and floor) and `check_schema_version` it."""
+    try:
+        installed = client.run(queries.schema_version())
+    except SCHEMA_MISSING:  # no schema at all: SchemaError says how to install it
+        installed = None  # (or, on a Citus worker node, where the coordinator is)
+        coordinator = (client.run(queries.citus_coordinator())
+                       if client.run(queries.citus_installed()) else None)
+        check_schema_version(installed, dsn_hint, citus_coordinator=coordinator)
+    floor = client.run(queries.schema_floor()) if needs_floor(installed) else None
+    check_schema_version(installed, dsn_hint, floor)
+
+
+async def check_schema_async(client: AsyncClient, dsn_hint: str = "<dsn>") -> None:
+    """`check_schema` on an async client."""
+    try:
+        installed = await client.run(queries.schema_version())
+    except SCHEMA_MISSING:
+        installed = None
+        coordinator = (await client.run(queries.citus_coordinator())
+                       if await client.run(queries.citus_installed()) else None)
+        check_schema_version(installed, dsn_hint, citus_coordinator=coordinator)
+    floor = await client.run(queries.schema_floor()) if needs_floor(installed) else None
+    check_schema_version(installed, dsn_hint, floor)
+
+
 def check_schema_version(installed: int | None, dsn_hint: str = "<dsn>",
-                         floor: int | None = None) -> None:
+                         floor: int | None = None, *,
+                         citus_coordinator: str | None = None) -> None:
     """Raise SchemaError, naming the fix, when the schema is missing or older than this
     client needs, or newer than this client can use (its `floor` is above this client's
-    schema version: what the client calls may be gone)."""
+    schema version: what the client calls may be gone). `citus_coordinator`: the
+    database is a Citus worker node, and sqljobs lives on that coordinator."""
     command = f"sqljobs migrate --dsn {dsn_hint}"
+    if installed is None and citus_coordinator is not None:
+        raise SchemaError(
+            f"this database is a Citus worker node, where sqljobs has no schema: sqljobs "
+            f"lives on the coordinator ({citus_coordinator}); point every sqljobs client "
+            f"at it (docs/howto-citus.md)"
+        )
     if installed is None:
         raise SchemaError(
             f"this database has no sqljobs schema (jobs.schema_version() is missing); "

@@ -13,12 +13,10 @@ from typing import Any, Self
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient, Client
 from sqljobs._client.database import (
-    SCHEMA_MISSING,
-    check_schema_version,
-    needs_floor,
+    check_schema,
+    check_schema_async,
     redacted_dsn,
     resolve_dsn,
 )
@@ -53,13 +51,7 @@ class Pools:
                 kwargs=dict(POOL_KWARGS), open=False)
             pool.open(wait=True)
             try:
-                client = Client(pool)
-                try:
-                    installed = client.run(queries.schema_version())
-                except SCHEMA_MISSING:
-                    installed = None
-                floor = client.run(queries.schema_floor()) if needs_floor(installed) else None
-                check_schema_version(installed, redacted_dsn(self.dsn), floor)
+                check_schema(Client(pool), redacted_dsn(self.dsn))
             except BaseException:
                 pool.close()
                 raise
@@ -95,15 +87,7 @@ class Pools:
                 kwargs=dict(POOL_KWARGS), open=False)
             await pool.open(wait=True)
             try:
-                client = AsyncClient(pool)
-                try:
-                    installed = await client.run(queries.schema_version())
-                except SCHEMA_MISSING:
-                    installed = None
-                floor = None
-                if needs_floor(installed):
-                    floor = await client.run(queries.schema_floor())
-                check_schema_version(installed, redacted_dsn(self.dsn), floor)
+                await check_schema_async(AsyncClient(pool), redacted_dsn(self.dsn))
             except BaseException:
                 await pool.close()
                 raise

@@ -103,6 +103,26 @@ def schema_version() -> Call[int | None]:
     )
 
 
+def citus_installed() -> Call[bool]:
+    """Whether this database has the Citus extension (citus_coordinator reads its
+    catalogs, which exist only then)."""
+    return Call("select exists (select from pg_catalog.pg_extension where extname = 'citus')"
+                " as installed", (), _one("installed"))
+
+
+def citus_coordinator() -> Call[str | None]:
+    """Where the Citus coordinator is ('host:port') when this database is a Citus worker
+    node, where sqljobs has no schema (docs/howto-citus.md); None on the coordinator."""
+    return Call(
+        "select pg_catalog.string_agg(n.nodename || ':' || n.nodeport, ', ') as coordinator"
+        "  from pg_catalog.pg_dist_node n"
+        " where n.groupid = 0"
+        "   and (select g.groupid from pg_catalog.pg_dist_local_group g) <> 0",
+        (),
+        _one("coordinator"),
+    )
+
+
 def wake_tokens(queues: Sequence[str]) -> Call[dict[str, str]]:
     """Per queue, the token `jobs_wake` carries when a job of it becomes runnable."""
     return Call("select queue, token from jobs.wake_tokens(%s)", (list(queues),),
@@ -1037,6 +1057,8 @@ __all__ = [
     "backfills",
     "cancel",
     "cancel_where",
+    "citus_coordinator",
+    "citus_installed",
     "claim",
     "database_now",
     "emit_event",

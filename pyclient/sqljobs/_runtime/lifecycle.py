@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient
-from sqljobs._client.database import SCHEMA_MISSING, check_schema_version, needs_floor
+from sqljobs._client.database import check_schema_async
 from sqljobs._client.errors import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:
@@ -151,12 +150,7 @@ class Role:
         background: list[asyncio.Task[None]] = []
         signals: list[signal.Signals] = []
         try:
-            try:
-                installed = await client.run(queries.schema_version())
-            except SCHEMA_MISSING:  # no schema at all: SchemaError says how to install it
-                installed = None
-            floor = await client.run(queries.schema_floor()) if needs_floor(installed) else None
-            check_schema_version(installed, floor=floor)
+            await check_schema_async(client)
             await self._start(client, dsn, background)
             signals = self._install_signals(loop)
             self.log.info("sqljobs %s %s started: %s", self.kind, self.id, self._started(),

@@ -14,9 +14,8 @@ from typing import Any
 
 from django.core import checks
 
-from sqljobs._client import queries
 from sqljobs._client.connection import Client
-from sqljobs._client.database import SCHEMA_MISSING, check_schema_version, needs_floor
+from sqljobs._client.database import check_schema
 from sqljobs._client.errors import SchemaError
 
 
@@ -31,14 +30,8 @@ def schema_check(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
     if not databases or alias not in databases:
         return []
     wrapper = connections[alias]
-    client = Client(_raw(wrapper))
     try:
-        installed: int | None = client.run(queries.schema_version())
-    except SCHEMA_MISSING:
-        installed = None
-    try:
-        floor = client.run(queries.schema_floor()) if needs_floor(installed) else None
-        check_schema_version(installed, floor=floor)
+        check_schema(Client(_raw(wrapper)))
     except SchemaError as error:
         executor = MigrationExecutor(wrapper)
         pending = [m for m, _ in executor.migration_plan(
