@@ -2,9 +2,10 @@
 -- answered by jobs.claim_v2 (jobs.claim keeps version 1's columns), refused with
 -- invalid_actor (SJ023) and nothing written when malformed; inherited by step_invoke's
 -- children, and by what a run enqueues, stages and emits after jobs.fence_run, unless
--- the write names an actor of its own.
+-- the write names an actor of its own. claim_v2 and emit_event_v2 are granted as claim
+-- and emit_event are: logged in as each role that may and may not.
 begin;
-select plan(23);
+select plan(27);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 
@@ -83,6 +84,25 @@ select results_eq($$ select (select spec->'actor' from jobs.outbox where name = 
                             (select actor from jobs.event where name = 'act.ev') $$,
                   $$ values ('"user:9"'::jsonb, '"user:9"'::jsonb) $$,
                   'its staged job and its event carry the run''s actor');
+
+-- GRANTS, logged in as the roles: claim_v2 is a worker's, emit_event_v2 a producer's
+-- and a worker's; a producer cannot claim, a reader can do neither
+create role act_producer login in role sqljobs_producer;
+create role act_worker login in role sqljobs_worker;
+create role act_reader login in role sqljobs_reader;
+reset jobs.fake_now;  -- (the test clock is the owner's: these roles may not set it)
+set local session authorization act_worker;
+select lives_ok($$ select * from jobs.claim_v2('{q_act_none}', 'w-act', 1, 30) $$,
+                'a worker login claims through claim_v2');
+set local session authorization act_producer;
+select throws_ok($$ select * from jobs.claim_v2('{q_act_none}', 'w-act', 1, 30) $$, '42501', null,
+                 'a producer login cannot call claim_v2');
+select lives_ok($$ select jobs.emit_event_v2('act.ev2', '{}', '{"actor": "svc:billing"}') $$,
+                'a producer login emits with an actor');
+set local session authorization act_reader;
+select throws_ok($$ select jobs.emit_event_v2('act.ev2', '{}', '{}') $$, '42501', null,
+                 'a reader login cannot emit');
+reset session authorization;
 
 select * from finish();
 rollback;
