@@ -1,9 +1,9 @@
 -- jobs.fork(id, from_step): a new job whose history is the original's steps before
--- from_step (order and patch markers kept, saga records not), its fields copied, the
--- original untouched, the fork recorded; refusals for a missing job or step, a running
--- original, and a singleton group with a live job.
+-- from_step (order and patch markers kept, saga records not), its fields copied (the
+-- actor too), the original untouched, the fork recorded; refusals for a missing job or
+-- step, a running original, and a singleton group with a live job.
 begin;
-select plan(16);
+select plan(17);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 set local jobs.notify = off;
@@ -11,7 +11,8 @@ do $$
 declare v_id bigint; v_claim bigint;
 begin
   select e.id into v_id from jobs.enqueue('fk.order', 'o-1', '{"order": 7}',
-    '{"queue": "fk", "priority": 3, "max_attempts": 4, "tenant": "acme"}') e;
+    '{"queue": "fk", "priority": 3, "max_attempts": 4, "tenant": "acme",
+      "actor": {"user": "42", "via": "api"}}') e;
   select c.claim into v_claim from jobs.claim('{fk}', 'w1', 1, 30) c;
   perform jobs.step_put(v_id, v_claim, 'reserve', '{"slot": 1}');
   perform jobs.step_put(v_id, v_claim, 'v2', 'true', null, '{"patch": true}');
@@ -41,6 +42,8 @@ select results_eq($$ select name, queue, tenant, payload, priority, max_attempts
                   $$ values ('fk.order', 'fk', 'acme', '{"order": 7}'::jsonb, 3::smallint, 4,
                              'ready', 0, true) $$,
                   'the fork copies name, queue, tenant, payload, priority and policy; ready, attempt 0, a key of its own');
+select is((select actor from jobs.job where id = current_setting('t.fork')::bigint),
+          '{"user": "42", "via": "api"}'::jsonb, 'the fork copies the actor (who asked for the job)');
 select results_eq($$ select name, ordinal, value from jobs.step
                       where job_id = current_setting('t.fork')::bigint order by ordinal $$,
                   $$ values ('reserve', 1, '{"slot": 1}'::jsonb), ('sqljobs.patch:v2', 2, 'true'::jsonb),
