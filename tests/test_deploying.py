@@ -122,43 +122,117 @@ def ship(app: App, *orders: int) -> None:
         app.emit_event("order.shipped", {"order": order})
 
 
+def lifecycle(dsn: str, n: int) -> App:
+    """The order flow with three event waits, so that one job parks between releases:
+    1: reserve, wait "paid", charge, wait "shipped", ship, wait "delivered"
+    2: adds a fraud check after charge, behind ctx.patched("fraud")
+    3: moves charge before reserve (an unsafe change) and deprecates the patch
+    """
+    app = App(dsn)
+
+    @app.job(name="deploy.lifecycle", queue=QUEUE, retry=ONCE)
+    async def order(ctx: JobContext, payload: Order) -> dict[str, Any]:
+        async def wait(step: str) -> None:
+            await ctx.step.wait_for_event_async(step, f"order.{step}", {"order": payload.order})
+
+        async def run(step: str) -> None:
+            await ctx.step.run_async(step, effect(dsn, ctx, step))
+
+        if n == 3:
+            await run("charge")
+        await run("reserve")
+        await wait("paid")
+        if n != 3:
+            await run("charge")
+        fraud = None
+        if n == 2:
+            fraud = await ctx.patched_async("fraud")
+            if fraud:
+                await run("fraud")
+        if n == 3:
+            ctx.deprecate_patch("fraud")
+            await run("fraud")
+        await wait("shipped")
+        await run("ship")
+        await wait("delivered")
+        return {"generation": n, "fraud": fraud}
+
+    return app
+
+
+def history(conn: psycopg.Connection[Any], job_id: int) -> list[tuple[str, Any]]:
+    """The job's stored steps, in the order they were written."""
+    return [(name, value) for name, value in conn.execute(
+        "select name, value from jobs.job_steps(%s)", (job_id,)).fetchall()]
+
+
+def parked_on_wait(conn: psycopg.Connection[Any], job_id: int, wait: str) -> None:
+    """Wait until the job is parked on its event wait `wait` (each wait parks once)."""
+    wait_for(lambda: state(conn, job_id)[0] == "parked" and conn.execute(
+        "select 1 from jobs.event_wait where job_id = %s and step = %s",
+        (job_id, wait)).fetchone(), f"job {job_id} to park on {wait!r}")
+
+
 def test_three_generations_replay_a_parked_job_step_by_step(
         dsn: str, conn: psycopg.Connection[Any]) -> None:
-    old = parked_on(dsn, conn, 1, order=1)        # parked by release 1
-    doomed = parked_on(dsn, conn, 1, order=3)     # parked by release 1, replayed by 3
-    assert effects(conn, old) == {"reserve": 1, "charge": 1}
-
-    # Release 2: the old job replays past the patch point (False: the history went on
-    # without it); a new job takes the patched branch (True). Both answers are stored.
-    second = generation(dsn, 2)
+    """One job, parked between releases, is replayed by release 1 (unchanged code), by
+    release 2 (a patch) and by release 3 (a reordered step, which diverges)."""
+    emit = App(dsn)
     try:
-        new = enqueue(second, 2)
-        with running(second, concurrency=2):
-            until_state(conn, new, "parked")
-            ship(second, 1, 2)
-            _, old_result, _ = until_state(conn, old, "succeeded")
-            _, new_result, _ = until_state(conn, new, "succeeded")
-    finally:
-        second.close()
-    assert old_result == {"generation": 2, "fraud": False}
-    assert new_result == {"generation": 2, "fraud": True}
-    assert effects(conn, old) == {"reserve": 1, "charge": 1, "ship": 1}  # no fraud, nothing twice
-    assert effects(conn, new) == {"reserve": 1, "charge": 1, "fraud": 1, "ship": 1}
-    assert conn.execute("select name, value from jobs.step where job_id = %s and name like "
-                        "'sqljobs.patch:%%'", (old,)).fetchall() == [("sqljobs.patch:fraud", False)]
+        # Release 1 runs the job until it waits for "paid"; paid, it replays reserve
+        # (unchanged code: nothing runs twice), charges, and parks again on "shipped".
+        first = lifecycle(dsn, 1)
+        try:
+            job = first.job_handle("deploy.lifecycle").enqueue({"order": 1}, key=fresh_key()).id
+            with running(first, concurrency=2):
+                parked_on_wait(conn, job, "paid")
+                assert effects(conn, job) == {"reserve": 1}
+                emit.emit_event("order.paid", {"order": 1})
+                parked_on_wait(conn, job, "shipped")
+        finally:
+            first.close()
+        assert effects(conn, job) == {"reserve": 1, "charge": 1}
+        assert [n for n, _ in history(conn, job)] == ["reserve", "paid", "charge"]
 
-    # Release 3 moved charge before reserve: the parked job's replay stops before any
-    # step runs, with the step that differs named.
-    third = generation(dsn, 3)
-    try:
-        with running(third, concurrency=2):
-            ship(third, 3)
-            _, _, error = until_state(conn, doomed, "failed", "dead")
+        # Release 2: the parked job replays past the patch point (False: its history went
+        # on without it) and skips fraud; a new job takes the patched branch (True).
+        second = lifecycle(dsn, 2)
+        try:
+            new = second.job_handle("deploy.lifecycle").enqueue({"order": 2}, key=fresh_key()).id
+            with running(second, concurrency=2):
+                emit.emit_event("order.shipped", {"order": 1})
+                parked_on_wait(conn, job, "delivered")
+                for event, step in (("paid", "paid"), ("shipped", "shipped"),
+                                    ("delivered", "delivered")):
+                    parked_on_wait(conn, new, step)
+                    emit.emit_event(f"order.{event}", {"order": 2})
+                _, new_result, _ = until_state(conn, new, "succeeded")
+        finally:
+            second.close()
+        assert effects(conn, job) == {"reserve": 1, "charge": 1, "ship": 1}  # no fraud, none twice
+        assert [n for n, _ in history(conn, job)] == [
+            "reserve", "paid", "charge", "sqljobs.patch:fraud", "shipped", "ship"]
+        assert ("sqljobs.patch:fraud", False) in history(conn, job)
+        assert new_result == {"generation": 2, "fraud": True}
+        assert effects(conn, new) == {"reserve": 1, "charge": 1, "fraud": 1, "ship": 1}
+        assert ("sqljobs.patch:fraud", True) in history(conn, new)
+
+        # Release 3 moved charge before reserve: the parked job's replay stops before any
+        # step runs, with the step that differs named.
+        stored = history(conn, job)
+        third = lifecycle(dsn, 3)
+        try:
+            with running(third, concurrency=2):
+                emit.emit_event("order.delivered", {"order": 1})
+                _, _, error = until_state(conn, job, "failed", "dead")
+        finally:
+            third.close()
     finally:
-        third.close()
+        emit.close()
     assert error["type"] == "sqljobs.ReplayDiverged"
     assert "'charge' before stored step 'reserve'" in error["message"]
-    assert effects(conn, doomed) == {"reserve": 1, "charge": 1}  # nothing of the new branch
+    assert effects(conn, job) == {"reserve": 1, "charge": 1, "ship": 1}  # nothing new ran
+    assert history(conn, job) == stored                                  # nothing stored
 
 
 def test_a_deprecated_patch_refuses_a_history_that_took_the_old_branch(
