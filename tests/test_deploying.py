@@ -272,15 +272,22 @@ def test_a_deprecated_patch_refuses_a_history_that_took_the_old_branch(
 
 def test_safe_changes_replay_and_unsafe_ones_stop_before_running(
         dsn: str, conn: psycopg.Connection[Any]) -> None:
-    """A changed step body and a step added after the last stored one replay; a removed,
-    renamed or inserted step raises ReplayDiverged and runs nothing new."""
+    """Every change docs/howto-deploying.md lists, over a job release 1 parked after
+    reserve and charge on its wait for "shipped": a changed step body, code between
+    steps that stores nothing and a step added after the last stored one replay; a
+    removed, renamed, moved or inserted step raises ReplayDiverged and runs nothing new."""
+    # "shipped": the event wait; "+name": the step with a new body (another function,
+    # another value); "~between": code between steps that stores nothing
     variants: dict[str, list[str]] = {
-        "body changed": ["reserve", "charge"],                   # same names, same order
+        "body changed": ["+reserve", "+charge", "shipped", "+notify"],
+        "code between steps": ["reserve", "~between", "charge", "~between", "shipped"],
         "step appended": ["reserve", "charge", "shipped", "notify"],
-        "step removed": ["charge"],
-        "step renamed": ["reserve", "bill"],
-        "step inserted": ["reserve", "audit", "charge"],
+        "step removed": ["charge", "shipped"],
+        "step renamed": ["reserve", "bill", "shipped"],
+        "step moved": ["charge", "reserve", "shipped"],
+        "step inserted": ["reserve", "audit", "charge", "shipped"],
     }
+    safe = {"body changed", "code between steps", "step appended"}
     parked = {label: parked_on(dsn, conn, 1, order=100 + i) for i, label in enumerate(variants)}
     for i, (label, steps) in enumerate(variants.items()):
         app = App(dsn)
@@ -288,31 +295,72 @@ def test_safe_changes_replay_and_unsafe_ones_stop_before_running(
         try:
             with running(app, concurrency=1):
                 ship(app, 100 + i)
-                final, _, error = until_state(conn, parked[label], "succeeded", "failed", "dead")
+                final, result, error = until_state(conn, parked[label], "succeeded", "failed",
+                                                   "dead")
         finally:
             app.close()
-        safe = label in ("body changed", "step appended")
-        assert (final == "succeeded") is safe, (label, error)
+        assert (final == "succeeded") is (label in safe), (label, error)
         ran = effects(conn, parked[label])
-        assert ran["reserve"] == 1 and ran["charge"] == 1, (label, ran)  # never run twice
-        if safe:
-            assert ran.get("notify", 0) == (1 if label == "step appended" else 0)
+        if label == "body changed":     # the stored values; only the new step's new body ran
+            assert result == ["reserve", "charge", "shipped", "notify v2"]
+            assert ran == {"reserve": 1, "charge": 1, "notify v2": 1}
+        elif label == "code between steps":  # runs on every replay (at two places here)
+            assert result == ["reserve", "charge", "shipped"]
+            assert ran == {"reserve": 1, "charge": 1, "between": 2}
+        elif label == "step appended":
+            assert result == ["reserve", "charge", "shipped", "notify"]
+            assert ran == {"reserve": 1, "charge": 1, "notify": 1}
         else:
             assert error["type"] == "sqljobs.ReplayDiverged", (label, error)
-            assert set(ran) == {"reserve", "charge"}, (label, ran)  # nothing new ran
+            assert ran == {"reserve": 1, "charge": 1}, (label, ran)  # nothing new ran
 
 
-def release(dsn: str, steps: list[str]) -> Callable[[JobContext, Order], Awaitable[str]]:
-    """A handler that asks for these steps in order ("shipped": the event wait)."""
-    async def order(ctx: JobContext, payload: Order) -> str:
+def release(dsn: str, steps: list[str]) -> Callable[[JobContext, Order], Awaitable[list[str]]]:
+    """A handler that asks for these steps in order and answers their values: "shipped"
+    is the event wait, "+name" the step `name` with a new body (it records and answers
+    "name v2"), "~name" code that records `name` and stores nothing."""
+    async def order(ctx: JobContext, payload: Order) -> list[str]:
+        values = []
         for step in steps:
             if step == "shipped":
                 await ctx.step.wait_for_event_async("shipped", "order.shipped",
                                                     {"order": payload.order})
+                values.append(step)
+            elif step.startswith("~"):
+                await effect(dsn, ctx, step[1:])()
+            elif step.startswith("+"):
+                values.append(await ctx.step.run_async(
+                    step[1:], effect(dsn, ctx, f"{step[1:]} v2")))
             else:
-                await ctx.step.run_async(step, effect(dsn, ctx, step))
-        return "done"
+                values.append(await ctx.step.run_async(step, effect(dsn, ctx, step)))
+        return values
     return order
+
+
+def test_removing_trailing_stored_steps_is_not_detected_and_runs_nothing_new(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """As docs/howto-deploying.md says: removing stored steps at the end of the history,
+    with no step asked for after them, is not detected (there is no end-of-run check):
+    the job ends and nothing new runs. Asking for a new step after them diverges."""
+    dropped = parked_on(dsn, conn, 1, order=200)    # history: reserve, charge, (shipped)
+    replaced = parked_on(dsn, conn, 1, order=201)
+    cases = [(dropped, ["reserve"]), (replaced, ["reserve", "notify"])]
+    outcomes = []
+    for job_id, steps in cases:
+        app = App(dsn)
+        app.job(name="deploy.order", queue=QUEUE, retry=ONCE)(release(dsn, steps))
+        try:
+            with running(app, concurrency=1):
+                app.client.run(queries.promote(job_id))
+                outcomes.append(until_state(conn, job_id, "succeeded", "failed", "dead"))
+        finally:
+            app.close()
+    assert outcomes[0][:2] == ("succeeded", ["reserve"])
+    assert effects(conn, dropped) == {"reserve": 1, "charge": 1}   # charge not run again
+    final, _, error = outcomes[1]
+    assert final in ("failed", "dead") and error["type"] == "sqljobs.ReplayDiverged"
+    assert "new step 'notify' before stored step 'charge'" in error["message"]
+    assert effects(conn, replaced) == {"reserve": 1, "charge": 1}  # notify never ran
 
 
 def test_steps_started_together_replay_in_any_order(
