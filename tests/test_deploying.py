@@ -363,6 +363,65 @@ def test_removing_trailing_stored_steps_is_not_detected_and_runs_nothing_new(
     assert effects(conn, replaced) == {"reserve": 1, "charge": 1}  # notify never ran
 
 
+def test_a_diverged_attempt_follows_the_retry_policy_like_any_handler_error(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """max_attempts=2: the first diverged attempt sends the job back to wait for its
+    retry with the error recorded, the second ends it, exactly as a handler that raises
+    at the same point; neither attempt runs a side effect of the new branch."""
+    policy = RetryPolicy(max_attempts=2, base_s=3600, cap_s=3600)  # the retry waits: observed
+    parking = App(dsn)
+    parking.job(name="deploy.retried", queue=QUEUE, retry=policy)(
+        release(dsn, ["reserve", "charge", "shipped", "ship"]))
+    try:
+        diverging, raising = (parking.job_handle("deploy.retried").enqueue(
+            {"order": order}, key=fresh_key()).id for order in (300, 301))
+        with running(parking, concurrency=2):
+            for job_id in (diverging, raising):
+                until_state(conn, job_id, "parked")
+    finally:
+        parking.close()
+
+    moved = release(dsn, ["charge", "reserve", "shipped", "ship"])
+    deployed = App(dsn)
+
+    @deployed.job(name="deploy.retried", queue=QUEUE, retry=policy)
+    async def retried(ctx: JobContext, payload: Order) -> list[str]:
+        if payload.order == 301:  # the control: replays as stored, then raises
+            await ctx.step.run_async("reserve", effect(dsn, ctx, "reserve"))
+            await ctx.step.run_async("charge", effect(dsn, ctx, "charge"))
+            raise RuntimeError("a plain handler error")
+        return await moved(ctx, payload)
+
+    def attempt(job_id: int, done: int) -> tuple[str, int, bool, str]:
+        """The job once its attempt `done` ended: state, attempts, waiting for a retry?,
+        the error recorded."""
+        def ended() -> tuple[str, int, bool, str] | None:
+            found = conn.execute(
+                "select state::text, attempt, run_at > now(), last_error->>'type' "
+                "from jobs.job where id = %s", (job_id,)).fetchone()
+            # the woken job waiting for its claim is ready too, but without an error
+            return (found if found and found[1] == done and found[0] != "running"
+                    and found[3] is not None else None)
+        return wait_for(ended, f"job {job_id} to end attempt {done}")
+
+    try:
+        with running(deployed, concurrency=2):
+            ship(deployed, 300, 301)
+            first = {job_id: attempt(job_id, 1) for job_id in (diverging, raising)}
+            for job_id in (diverging, raising):
+                deployed.client.run(queries.promote(job_id))  # run the retry now
+            second = {job_id: attempt(job_id, 2) for job_id in (diverging, raising)}
+    finally:
+        deployed.close()
+    assert first[diverging] == ("ready", 1, True, "sqljobs.ReplayDiverged")
+    assert first[raising][:3] == first[diverging][:3]
+    assert second[diverging][:3] in (("dead", 2, False), ("failed", 2, False)), second
+    assert second[raising][:3] == second[diverging][:3]
+    assert second[diverging][3] == "sqljobs.ReplayDiverged"
+    assert effects(conn, diverging) == {"reserve": 1, "charge": 1}  # ship never ran
+    assert effects(conn, raising) == {"reserve": 1, "charge": 1}
+
+
 def test_steps_started_together_replay_in_any_order(
         dsn: str, conn: psycopg.Connection[Any]) -> None:
     app = App(dsn)
