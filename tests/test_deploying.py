@@ -235,6 +235,99 @@ def test_three_generations_replay_a_parked_job_step_by_step(
     assert history(conn, job) == stored                                  # nothing stored
 
 
+def patch_release(dsn: str, patched: bool, answers: dict[int, list[bool]]) -> App:
+    """The same flow as a sync and an async handler: reserve, (ctx.patched("fraud") when
+    `patched`, its answers kept in `answers`), wait for "shipped", ship."""
+    app = App(dsn)
+
+    def record(ctx: JobContext, step: str) -> Callable[[], str]:
+        def fn() -> str:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                c.execute("insert into deploy_effect (job_id, step) values (%s, %s)",
+                          (ctx.job_id, step))
+            return step
+        return fn
+
+    @app.job(name="deploy.patch.sync", queue=QUEUE, retry=ONCE)
+    def sync_form(ctx: JobContext, payload: Order) -> bool | None:
+        ctx.step.run("reserve", record(ctx, "reserve"))
+        answer = None
+        if patched:
+            answer = ctx.patched("fraud")
+            answers.setdefault(ctx.job_id, []).append(answer)
+        ctx.step.wait_for_event("shipped", "order.shipped", {"order": payload.order})
+        ctx.step.run("ship", record(ctx, "ship"))
+        return answer
+
+    @app.job(name="deploy.patch.async", queue=QUEUE, retry=ONCE)
+    async def async_form(ctx: JobContext, payload: Order) -> bool | None:
+        await ctx.step.run_async("reserve", effect(dsn, ctx, "reserve"))
+        answer = None
+        if patched:
+            answer = await ctx.patched_async("fraud")
+            answers.setdefault(ctx.job_id, []).append(answer)
+        await ctx.step.wait_for_event_async("shipped", "order.shipped", {"order": payload.order})
+        await ctx.step.run_async("ship", effect(dsn, ctx, "ship"))
+        return answer
+
+    return app
+
+
+def test_the_sync_patched_answers_as_the_async_one_and_a_replay_reuses_the_answer(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """ctx.patched (sync handler) and ctx.patched_async: False for a job parked before the
+    patch, True for a new one; a second replay by the same release answers from the
+    stored marker (no new step row), and so does the run that completes the job."""
+    answers: dict[int, list[bool]] = {}
+    forms = ("sync", "async")
+    old = patch_release(dsn, False, answers)
+    try:
+        parked = {form: old.job_handle(f"deploy.patch.{form}").enqueue(
+            {"order": 400 + i}, key=fresh_key()).id for i, form in enumerate(forms)}
+        with running(old, concurrency=2):
+            for job_id in parked.values():
+                until_state(conn, job_id, "parked")
+    finally:
+        old.close()
+
+    def rows(job_id: int) -> int:
+        return conn.execute("select count(*)::int from jobs.step where job_id = %s",
+                            (job_id,)).fetchone()[0]  # type: ignore[index]
+
+    def replayed(job_id: int, times: int) -> None:
+        wait_for(lambda: len(answers.get(job_id, [])) == times
+                 and state(conn, job_id)[0] == "parked", f"job {job_id} to replay {times}x")
+
+    new = patch_release(dsn, True, answers)
+    stored: dict[str, list[int]] = {}
+    try:
+        fresh = {form: new.job_handle(f"deploy.patch.{form}").enqueue(
+            {"order": 410 + i}, key=fresh_key()).id for i, form in enumerate(forms)}
+        with running(new, concurrency=2):
+            for form in forms:
+                replayed(fresh[form], 1)
+                for times in (1, 2):  # woken twice: two replays past the patch point
+                    new.client.run(queries.promote(parked[form]))
+                    replayed(parked[form], times)
+                    stored.setdefault(form, []).append(rows(parked[form]))
+            ship(new, 400, 401, 410, 411)
+            results = {form: (until_state(conn, parked[form], "succeeded")[1],
+                              until_state(conn, fresh[form], "succeeded")[1]) for form in forms}
+    finally:
+        new.close()
+    for form in forms:
+        assert answers[parked[form]] == [False, False, False], form  # 2 wakes, then shipped
+        assert answers[fresh[form]] == [True, True], form             # first run, then shipped
+        assert results[form] == (False, True), form
+        assert stored[form][0] == stored[form][1], form  # the second replay stored nothing
+        for job_id in (parked[form], fresh[form]):
+            assert conn.execute("select count(*)::int from jobs.step where job_id = %s and "
+                                "name = 'sqljobs.patch:fraud'", (job_id,)).fetchone() == (1,)
+            assert effects(conn, job_id) == {"reserve": 1, "ship": 1}
+    assert answers[parked["sync"]] == answers[parked["async"]]
+    assert answers[fresh["sync"]] == answers[fresh["async"]]
+
+
 def test_a_deprecated_patch_refuses_a_history_that_took_the_old_branch(
         dsn: str, conn: psycopg.Connection[Any]) -> None:
     # A job parked by release 1, woken and replayed by release 2 past the patch point
