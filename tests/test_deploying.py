@@ -23,7 +23,9 @@ from typer.testing import CliRunner
 from sqljobs import App, JobContext, ReplayDiverged, RetryPolicy, StepNotFound, fresh_key
 from sqljobs._cli import app as cli
 from sqljobs._client import queries
+from sqljobs._client.connection import Client
 from sqljobs._runtime.replay import History
+from tests.cli_helpers import one_line
 from tests.processes import wait_for
 from tests.worker_helpers import running
 
@@ -291,8 +293,10 @@ def test_the_sync_patched_answers_as_the_async_one_and_a_replay_reuses_the_answe
         old.close()
 
     def rows(job_id: int) -> int:
-        return conn.execute("select count(*)::int from jobs.step where job_id = %s",
-                            (job_id,)).fetchone()[0]  # type: ignore[index]
+        found = conn.execute("select count(*)::int from jobs.step where job_id = %s",
+                             (job_id,)).fetchone()
+        assert found is not None
+        return int(found[0])
 
     def replayed(job_id: int, times: int) -> None:
         wait_for(lambda: len(answers.get(job_id, [])) == times
@@ -580,6 +584,33 @@ def test_a_failed_job_is_forked_from_a_step_and_the_fork_completes(
     assert state(conn, job_id)[0] in ("failed", "dead")            # left as it was
     assert conn.execute("select forked_from, from_step from jobs.job_forked_from(%s)",
                         (fork,)).fetchone() == (job_id, "shipped")
+
+
+def test_the_cli_refuses_a_fork_in_one_line_naming_the_error_code(
+        conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    """`sqljobs jobs fork` refused: a step the history does not have (StepNotFound,
+    SJ021) and a running original (JobRunning, SJ009) exit 1 with an `error:` line naming
+    the code, no traceback, and no fork made."""
+    client = Client(conn)
+    finished = client.run(queries.enqueue("deploy.cli", fresh_key(), {}, {"queue": "cli"})).id
+    held = client.run(queries.claim(["cli"], "w", 1, 30))[0]
+    client.run(queries.step_put(held.id, held.claim, "reserve", {"slot": 1}))
+    client.run(queries.nack(held.id, held.claim, {"message": "no"}, "fail"))
+    running_job = client.run(queries.enqueue("deploy.cli", fresh_key(), {}, {"queue": "cli"})).id
+    runner = client.run(queries.claim(["cli"], "w", 1, 30))[0]
+    assert runner.id == running_job
+    client.run(queries.step_put(runner.id, runner.claim, "reserve", {"slot": 2}))
+
+    for job_id, step, code, named in ((finished, "missing", "SJ021 step_not_found", "missing"),
+                                      (running_job, "reserve", "SJ009 job_running", "")):
+        result = CliRunner().invoke(cli, ["jobs", "fork", str(job_id), "--from-step", step,
+                                          "--dsn", db_dsn])
+        assert result.exit_code == 1, result.output
+        assert isinstance(result.exception, SystemExit), result.exception  # not a crash
+        assert "Traceback" not in result.output, result.output
+        line = one_line(result, code)
+        assert line.startswith(f"error: {code}: ") and named in line, line
+    assert conn.execute("select count(*)::int from jobs.job_fork").fetchone() == (0,)
 
 
 def test_the_history_check_rules() -> None:
