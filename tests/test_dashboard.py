@@ -629,6 +629,26 @@ def test_fork_a_finished_job_from_a_step(conn: psycopg.Connection[Any], web: Tes
     assert missing.status_code == 409 and "nope" in missing.text
 
 
+def test_fork_is_absent_and_refused_with_actions_off(conn: psycopg.Connection[Any],
+                                                     db_dsn: str) -> None:
+    client = Client(conn)
+    job = client.run(queries.enqueue("flow.order", fresh_key(), {}, {"queue": "forks"}))
+    held = take(client, "forks")
+    for name in ("reserve", "charge"):
+        client.run(queries.step_put(held.id, held.claim, name, {"step": name}))
+    client.run(queries.nack(held.id, held.claim, {"message": "no"}, "fail"))
+    with mounted(db_dsn) as web:
+        page = web.get(f"{PREFIX}/jobs/{job.id}").text
+        assert "reserve" in page and "Fork from here" not in page
+        assert f"/jobs/{job.id}/fork" not in page
+        web.get(PREFIX + "/")
+        cookie = web.cookies.get("sqljobs_csrf")
+        refused = web.post(f"{PREFIX}/jobs/{job.id}/fork",
+                           data={"csrf": cookie or "", "step": "charge"})
+        assert refused.status_code == 403 and "read-only" in refused.text
+    assert conn.execute("select count(*)::int from jobs.job_fork").fetchone() == (0,)
+
+
 def test_pause_and_resume_a_queue(conn: psycopg.Connection[Any], jobs_db: dict[str, int],
                                   web: TestClient) -> None:
     assert post(web, "/queues/mail/pause").status_code == 303
