@@ -2,7 +2,8 @@
 divergence, fork from a step.
 
 One order flow is deployed as three generations of handler code, each its own App (the
-same job name, as after a deploy), over jobs parked mid-history on an event wait. Every
+same job name, as after a deploy), over jobs parked mid-history on an event wait; in the
+three-generation test one job parks on a wait of its own before each release. Every
 step function records its real runs in the table `deploy_effect`, so each test proves
 what ran once, what was replayed from storage, and what never ran.
 """
