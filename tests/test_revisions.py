@@ -2,6 +2,9 @@
 
 - The unreleased revision is exactly what `make revision` writes from `sql/` and its
   preamble, and upgrading the previous version with it installs what `sql/` installs.
+- `make revision NAME=<slug>` starts the next revision (on a copy of the tree): its
+  preamble stub, its Alembic script and the version bumps, and it leaves out a function
+  that differs from the previous schema only by SECURITY DEFINER.
 - `sql/catalog.snapshot` is what `sql/` installs (`make snapshot`).
 - Every function identity of every released revision (its arguments and its result,
   columns included) exists unchanged at head, unless `migrations/versions/RETIRED`
@@ -10,6 +13,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +47,58 @@ def test_the_unreleased_revision_is_what_make_revision_writes(pg_admin_dsn: str,
 
 def test_only_the_newest_revision_may_be_unreleased() -> None:
     assert [r.version for r in unreleased()] in ([], [tool.revisions()[-1].version])
+
+
+def test_make_revision_name_starts_the_next_revision_from_sql(pg_admin_dsn: str,
+                                                              tmp_path: Path) -> None:
+    # a copy of what the tool reads and writes, with the newest revision released
+    for part in ("sql", "migrations/versions"):
+        shutil.copytree(ROOT / part, tmp_path / part,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / tool.VERSION_FILE).parent.mkdir(parents=True)
+    shutil.copy(ROOT / tool.VERSION_FILE, tmp_path / tool.VERSION_FILE)
+    newest = tool.revisions()[-1]
+    if newest.path.name not in tool.released():
+        with (tmp_path / tool.RELEASED).open("a", encoding="utf-8") as released:
+            released.write(f"{newest.path.name}  (sha256)  9.9.9\n")
+    # only an attribute install_roles() sets anyway: not a change a revision repeats
+    schema = tmp_path / tool.SCHEMA_FILE
+    floor = "create or replace function jobs.schema_floor()\nreturns integer\n"
+    assert schema.read_text().count(floor) == 1
+    schema.write_text(schema.read_text().replace(floor, floor + "security definer\n"))
+    ours = {path: (ROOT / path).read_bytes() for path in (tool.VERSION_FILE, tool.SCHEMA_FILE)}
+
+    out = subprocess.run([sys.executable, "-m", "tools.revision", "--dsn", pg_admin_dsn,
+                          "--root", str(tmp_path), "--name", "next_step"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+    assert out.returncode == 0, out.stdout + out.stderr
+    new = tool.Revision(newest.version + 1, "next_step", tmp_path)
+    assert tool.revisions(tmp_path)[-1] == new
+    number = f"{new.version:04d}"
+    assert new.preamble.read_text().startswith(
+        f"-- sqljobs schema version {new.version} (next step): upgrades version "
+        f"{newest.version} in place.\n-- Revision sqljobs_{number}.")
+    text = new.path.read_text()
+    preamble, generated = text.split(tool.GENERATED_BANNER)
+    assert preamble == new.preamble.read_text()
+    # the version bump is the one function that changed: its sql/ text, contract comment
+    # and all; the function that only gained SECURITY DEFINER is not repeated
+    assert "-- Version. Bump with each schema change" in generated
+    assert f"as $$ select {new.version} $$;" in generated
+    assert "jobs.schema_floor" not in generated
+    assert generated.rstrip().endswith("select jobs.install_roles();")
+    script = new.path.with_suffix(".py").read_text()
+    assert f'revision = "sqljobs_{number}"' in script
+    assert f'down_revision = "sqljobs_{newest.version:04d}"' in script
+    assert f"apply(op, {new.version})" in script
+    version_file = (tmp_path / tool.VERSION_FILE).read_text()
+    assert f"SCHEMA_VERSION = {new.version}\n" in version_file
+    assert f'SCHEMA_REVISION = "sqljobs_{number}"' in version_file
+    schema_text = schema.read_text()
+    assert f"immutable\nset search_path = ''\nas $$ select {new.version} $$;" in schema_text
+    assert "as $$ select 1 $$;" in schema_text  # the floor is not a version to bump
+    assert {path: (ROOT / path).read_bytes() for path in ours} == ours  # this tree untouched
 
 
 def test_the_catalog_snapshot_is_what_sql_installs(pg_admin_dsn: str) -> None:
