@@ -8,7 +8,10 @@
 - `sql/catalog.snapshot` is what `sql/` installs (`make snapshot`).
 - Every function identity of every released revision (its arguments and its result,
   columns included) exists unchanged at head, unless `migrations/versions/RETIRED`
-  retires it with the release that announced it.
+  retires it with the release that announced it. The result columns are the OUT /
+  RETURNS TABLE parameters, or the attributes of the composite type (a table's or view's
+  row, `setof jobs.job_view`) it returns: a released column may not disappear, move or
+  change type; new ones may be appended.
 """
 
 from __future__ import annotations
@@ -26,8 +29,41 @@ from tools.snapshot import SNAPSHOT, snapshot
 from tools.sqlsource import ROOT
 
 RETIRED = ROOT / "migrations" / "versions" / "RETIRED"
-IDENTITIES = ("select p.oid::regprocedure::text, pg_catalog.pg_get_function_result(p.oid) "
-              "from pg_catalog.pg_proc p where p.pronamespace = 'jobs'::regnamespace")
+# signature -> (result type, result columns "name type", in order)
+IDENTITIES = """
+select p.oid::pg_catalog.regprocedure::text,
+       case when p.proretset then 'SETOF ' else '' end
+         || pg_catalog.format_type(p.prorettype, null),
+       coalesce(
+         (select pg_catalog.array_agg(a.name || ' ' || pg_catalog.format_type(a.type, null)
+                                      order by a.n)
+            from unnest(p.proargnames, p.proallargtypes, p.proargmodes)
+                 with ordinality a(name, type, mode, n)
+           where a.mode in ('o', 'b', 't')),
+         (select pg_catalog.array_agg(c.attname || ' '
+                                      || pg_catalog.format_type(c.atttypid, c.atttypmod)
+                                      order by c.attnum)
+            from pg_catalog.pg_type t
+            join pg_catalog.pg_attribute c on c.attrelid = t.typrelid
+           where t.oid = p.prorettype and t.typrelid <> 0
+             and c.attnum > 0 and not c.attisdropped),
+         '{}')
+  from pg_catalog.pg_proc p
+ where p.pronamespace = 'jobs'::pg_catalog.regnamespace
+"""
+Identity = tuple[str, list[str]]
+
+
+def identities(dsn: str) -> dict[str, Identity]:
+    with psycopg.connect(dsn) as conn:
+        return {signature: (result, columns)
+                for signature, result, columns in conn.execute(IDENTITIES).fetchall()}
+
+
+def kept(then: Identity, now: Identity | None) -> bool:
+    """`now` still serves a caller of `then`: the same result type, and the same columns
+    first (a caller never sees a column go, move or change type; one appended is new)."""
+    return now is not None and now[0] == then[0] and now[1][:len(then[1])] == then[1]
 
 
 def unreleased() -> list[tool.Revision]:
@@ -117,34 +153,51 @@ def retired() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def head_identities(pg_admin_dsn: str) -> Iterator[dict[str, str]]:
+def head_identities(pg_admin_dsn: str) -> Iterator[dict[str, Identity]]:
     with tool.scratch(pg_admin_dsn, "head") as dsn:
         tool.install_chain(dsn, len(tool.revisions()))
-        with psycopg.connect(dsn) as conn:
-            yield dict(conn.execute(IDENTITIES).fetchall())
+        yield identities(dsn)
 
 
 @pytest.mark.parametrize("revision", [r for r in tool.revisions()
                                       if r.path.name in tool.released()], ids=lambda r: r.stem)
 def test_a_released_surface_exists_unchanged_at_head(pg_admin_dsn: str, revision: tool.Revision,
-                                                     head_identities: dict[str, str]) -> None:
+                                                     head_identities: dict[str, Identity]
+                                                     ) -> None:
     with tool.scratch(pg_admin_dsn, "released") as dsn:
         tool.install_chain(dsn, revision.version)
-        with psycopg.connect(dsn) as conn:
-            then = dict(conn.execute(IDENTITIES).fetchall())
+        then = identities(dsn)
     gone = retired()
     broken = [f"{signature}: {result} -> {head_identities.get(signature, 'missing')}"
               for signature, result in sorted(then.items())
-              if head_identities.get(signature) != result and signature not in gone]
+              if not kept(result, head_identities.get(signature)) and signature not in gone]
     assert not broken, (f"released in {revision.path.name}, changed or dropped at head "
                         "(a new signature gets a new name; retire the old one in RETIRED, "
                         "with the release announcing it, before dropping it):\n"
                         + "\n".join(broken))
 
 
-def test_retired_functions_name_a_release(head_identities: dict[str, str]) -> None:
+def test_retired_functions_name_a_release(head_identities: dict[str, Identity]) -> None:
     for signature, release in retired().items():
         assert release.count(".") == 2, (signature, release)
+
+
+def test_result_columns_are_part_of_the_identity(head_identities: dict[str, Identity]
+                                                 ) -> None:
+    """OUT parameters, RETURNS TABLE and a returned row type all show their columns."""
+    by_name = {signature.split("(")[0]: identity
+               for signature, identity in head_identities.items()}
+    for name in ("jobs.event_locks", "jobs.backfill_row"):
+        assert by_name[name][1], f"{name}: no result columns read"
+    views = [identity for identity in head_identities.values()
+             if identity[0] == "SETOF jobs.job_view"]
+    assert views and all(columns and columns[0].startswith("id ") for _, columns in views)
+    then = ("SETOF record", ["id bigint", "state text"])
+    assert kept(then, ("SETOF record", ["id bigint", "state text", "extra integer"]))
+    assert not kept(then, ("SETOF record", ["id bigint"]))
+    assert not kept(then, ("SETOF record", ["id bigint", "state integer"]))
+    assert not kept(then, ("SETOF record", ["state text", "id bigint"]))
+    assert not kept(then, ("record", ["id bigint", "state text"]))
 
 
 def test_the_revision_tool_splits_sql_like_postgresql(tmp_path: Path) -> None:
