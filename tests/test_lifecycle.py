@@ -2,6 +2,8 @@
 
 - `Backoff`: `first` seconds, doubling per consecutive failure, at most `cap`; `reset`
   starts over.
+- `Steps.conclude`, the saga's settle decision, in the branches that decide without
+  writing.
 - `Role.run_async`, with a minimal role on a real database: checks the schema, starts
   (its background tasks beside the loop), serves until a stop is asked for, drains, then
   finishes with its pool still open, cancels its background tasks and closes the pool;
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from typing import Any
 
 import psycopg
 import pytest
@@ -23,7 +27,10 @@ import pytest
 import sqljobs
 from sqljobs import queries
 from sqljobs._client.connection import AsyncClient
+from sqljobs._client.records import JobState
 from sqljobs._runtime.lifecycle import Backoff, Role, failed
+from sqljobs._runtime.steps import UNWIND_STEP, SagaEnd, Steps
+from sqljobs._runtime.stopping import StopReason
 
 SAFETY_S = 60.0
 
@@ -210,3 +217,71 @@ def test_the_three_roles_are_the_skeleton() -> None:
         assert "run_async" not in vars(role), f"{role.__name__} runs its own skeleton"
 
 
+
+
+# -- the saga's settle decision, decided whole in Steps.conclude --------------------------
+# The branches below decide without the engine: the run's engine call fails the test if
+# it is reached. The branches that write (the unwind itself, `compensated`) are the saga
+# tests' (tests/test_steps.py, tests/test_steps_processes.py), on a real job.
+
+
+def saga_steps(loop: asyncio.AbstractEventLoop, stored: dict[str, object]) -> Steps:
+    async def no_engine(call: Any) -> Any:
+        raise AssertionError(f"conclude reached the engine: {call}")
+
+    return Steps(job_id=1, claim=1, stored=stored, started_at=None, lease_s=None,
+                 run=no_engine, cancelled=threading.Event(), lost=lambda: None, loop=loop)
+
+
+async def conclude(steps: Steps, *, succeeded: bool, stop_reason: StopReason | None = None,
+                   state: JobState | None = JobState.FAILED) -> tuple[SagaEnd, int]:
+    asked = []
+
+    async def fail_attempt() -> JobState | None:
+        asked.append(state)
+        return state
+
+    end = await steps.conclude(succeeded=succeeded, stop_reason=stop_reason,
+                               fail_attempt=fail_attempt)
+    return end, len(asked)
+
+
+async def with_a_compensation() -> Steps:
+    steps = saga_steps(asyncio.get_running_loop(), {"reserve": 5})
+    assert await steps.run_async("reserve", lambda: 0, compensate=lambda value: None) == 5
+    assert steps.has_compensations  # (replayed from the stored value: no engine call)
+    return steps
+
+
+def test_conclude_settles_a_run_without_compensations_as_any_run() -> None:
+    async def scenario() -> None:
+        for succeeded in (True, False):
+            steps = saga_steps(asyncio.get_running_loop(), {})
+            assert await conclude(steps, succeeded=succeeded) == (SagaEnd("settle"), 0)
+
+    asyncio.run(scenario())
+
+
+def test_conclude_settles_a_saga_that_succeeded_or_was_stopped_by_lease_or_drain() -> None:
+    async def scenario() -> None:
+        assert await conclude(await with_a_compensation(), succeeded=True) == (
+            SagaEnd("settle"), 0)
+        for reason in ("lease_lost", "interrupt"):
+            assert await conclude(await with_a_compensation(), succeeded=False,
+                                  stop_reason=reason) == (SagaEnd("settle"), 0)
+            unwinding = saga_steps(asyncio.get_running_loop(), {UNWIND_STEP: None})
+            assert await conclude(unwinding, succeeded=False, stop_reason=reason) == (
+                SagaEnd("settle"), 0)
+
+    asyncio.run(scenario())
+
+
+def test_conclude_fails_the_attempt_of_a_failed_saga_and_follows_the_engine() -> None:
+    async def scenario() -> None:
+        # not final: the engine settled it for a retry; the lease was lost: nothing more
+        assert await conclude(await with_a_compensation(), succeeded=False,
+                              state=JobState.READY) == (SagaEnd("settled"), 1)
+        assert await conclude(await with_a_compensation(), succeeded=False,
+                              stop_reason="timeout", state=None) == (SagaEnd("lost"), 1)
+
+    asyncio.run(scenario())
