@@ -1,5 +1,6 @@
 """The documentation site stays whole: every page is in the nav, the CLI reference
-matches the commands, and the README and docs name only commands that exist.
+matches the commands, the README and docs name only commands that exist, and what a user
+reads names only public modules.
 
 The site itself is built by `make docs` (mkdocs build --strict, in CI after the tests),
 which fails on any warning: a broken link or anchor, a page missing from the nav, a
@@ -114,6 +115,36 @@ def test_docs_and_readme_name_only_commands_that_exist() -> None:
                 continue
             unknown.append(f"{path.relative_to(ROOT)}: {line}")
     assert not unknown, f"these name commands that do not exist: {unknown}"
+
+
+# `sqljobs._x`, also below a public package (`sqljobs.metrics._gauges`)
+_PRIVATE_MODULE = re.compile(r"\bsqljobs(?:\.[A-Za-z]\w*)*\._\w")
+
+
+def test_what_a_user_reads_names_no_private_module() -> None:
+    """A private module's path may change in any release (docs/design/package-layers.md),
+    so the README, the pages and the examples name only what `sqljobs` and its public
+    modules export. docs/design/ is left out: its pages are the architecture records,
+    written for contributors, and naming the private layers is what they are for."""
+    files = [ROOT / "README.md",
+             *sorted(p for p in DOCS.rglob("*") if p.is_file()
+                     and p.suffix in (".md", ".py", ".yml", ".toml", ".sql")
+                     and "design" not in p.relative_to(DOCS).parts),
+             *sorted(p for p in (ROOT / "examples").rglob("*") if p.is_file()
+                     and p.suffix in (".md", ".py", ".txt", ".toml", ".cfg", ".ini")
+                     and "__pycache__" not in p.parts)]
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for path in files
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if _PRIVATE_MODULE.search(line)]
+    assert not found, f"these name a private module; export what they need: {found}"
+
+
+def test_the_private_module_pattern() -> None:
+    assert _PRIVATE_MODULE.search("from sqljobs._schema.migrate import x")
+    assert _PRIVATE_MODULE.search("`sqljobs.metrics._gauges`")
+    assert not _PRIVATE_MODULE.search("from sqljobs.alembic import sqlalchemy_url")
+    assert not _PRIVATE_MODULE.search("sqljobs:_migrations/versions")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 import sqljobs
-from sqljobs._schema.migrate import sqlalchemy_url
+from sqljobs.alembic import sqlalchemy_url
 
 
 class Email(BaseModel):

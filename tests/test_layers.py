@@ -52,6 +52,7 @@ PUBLIC = {
     "LedgerError", "LedgerHandle", "LedgerPostingConflict", "LedgerUnbalanced",  # ledger
     "ConsumerBatch", "ConsumerFenced", "ConsumerHandle", "ConsumerSelfEnqueue", "Source",
     "TableSource",  # consumers
+    "SCHEMA_VERSION", "redact",  # what the docs and examples needed of private modules
 }
 
 

@@ -29,6 +29,7 @@ import pytest
 from tools.catalog import catalog_snapshot
 from typer.testing import CliRunner
 
+import sqljobs.alembic
 from sqljobs._cli import app as cli_app
 from sqljobs._schema import migrate
 from sqljobs._version import SCHEMA_REVISION, SCHEMA_VERSION
@@ -218,7 +219,7 @@ def make_host_project(root: Path, dsn: str, *, version_locations: str | None,
     )
     (root / "migrations" / "versions" / "host_0001_orders.py").write_text(revision,
                                                                            encoding="utf-8")
-    url = migrate.sqlalchemy_url(dsn).replace("%", "%%")
+    url = sqljobs.alembic.sqlalchemy_url(dsn).replace("%", "%%")
     ini = ["[alembic]", "script_location = %(here)s/migrations"]
     if version_locations is not None:
         # `path_separator = os` would split `sqljobs:_migrations/versions` at its colon.

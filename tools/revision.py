@@ -1,6 +1,6 @@
 """`make revision [NAME=<slug>]`: write the unreleased schema revision from `sql/`.
 
-    python -m tools.revision [--name SLUG] [--dsn ADMIN_DSN] [--check]
+    python -m tools.revision [--name SLUG] [--dsn ADMIN_DSN] [--check] [--root DIR]
 
 A revision (`migrations/versions/NNNN_<slug>.sql`) is two parts:
 
@@ -20,6 +20,8 @@ revision N+1 is started: its preamble stub, its Alembic script, and the version 
 the result is checked: the chain of revisions installs exactly what `sql/` installs,
 and what is missing (DDL for the preamble) is printed. --check writes nothing and
 fails when the revision on disk is not what this would write (`make verify`, CI).
+--root works on another copy of the tree (`sql/`, `migrations/versions/`,
+`pyclient/sqljobs/_version.py`) than this checkout: how the tool's own test runs it.
 
 Each statement of `sql/` is run in a transaction of its own on a scratch database, and
 the catalog rows it wrote (by their xmin) say which objects it defines: that is how a
@@ -44,11 +46,12 @@ from psycopg import sql
 from tools.catalog import catalog_snapshot, run_script
 from tools.sqlsource import ROOT, Statement, source_statements
 
-VERSIONS = ROOT / "migrations" / "versions"
-UPGRADES = ROOT / "sql" / "upgrades"
+# Where each part lives, below a tree's root (this checkout's, unless --root).
+VERSIONS = Path("migrations", "versions")
+UPGRADES = Path("sql", "upgrades")
 RELEASED = VERSIONS / "RELEASED"
-VERSION_FILE = ROOT / "pyclient" / "sqljobs" / "_version.py"
-SCHEMA_FILE = ROOT / "sql" / "00_schema.sql"
+VERSION_FILE = Path("pyclient", "sqljobs", "_version.py")
+SCHEMA_FILE = Path("sql", "00_schema.sql")
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 GENERATED_BANNER = """
 -- ===========================================================================
@@ -83,6 +86,7 @@ select 'comment ' || pg_catalog.pg_describe_object(d.classoid, d.objoid, d.objsu
 class Revision:
     version: int
     slug: str
+    root: Path = ROOT
 
     @property
     def stem(self) -> str:
@@ -90,22 +94,22 @@ class Revision:
 
     @property
     def path(self) -> Path:
-        return VERSIONS / f"{self.stem}.sql"
+        return self.root / VERSIONS / f"{self.stem}.sql"
 
     @property
     def preamble(self) -> Path:
-        return UPGRADES / f"{self.stem}.sql"
+        return self.root / UPGRADES / f"{self.stem}.sql"
 
 
-def revisions() -> list[Revision]:
+def revisions(root: Path = ROOT) -> list[Revision]:
     found = []
-    for path in sorted(VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.sql")):
-        found.append(Revision(int(path.name[:4]), path.stem[5:]))
+    for path in sorted((root / VERSIONS).glob("[0-9][0-9][0-9][0-9]_*.sql")):
+        found.append(Revision(int(path.name[:4]), path.stem[5:], root))
     return found
 
 
-def released() -> set[str]:
-    return {line.split()[0] for line in RELEASED.read_text().splitlines()
+def released(root: Path = ROOT) -> set[str]:
+    return {line.split()[0] for line in (root / RELEASED).read_text().splitlines()
             if line.strip() and not line.startswith("#")}
 
 
@@ -125,18 +129,18 @@ def scratch(admin_dsn: str, label: str) -> Iterator[str]:
                 sql.Identifier(name)))
 
 
-def install_chain(dsn: str, upto: int) -> None:
+def install_chain(dsn: str, upto: int, root: Path = ROOT) -> None:
     """Revisions 1..upto, in turn (each is static SQL)."""
-    for revision in revisions()[:upto]:
+    for revision in revisions(root)[:upto]:
         run_script(dsn, revision.path)
 
 
-def install_source(dsn: str) -> list[tuple[Statement, set[str]]]:
+def install_source(dsn: str, root: Path = ROOT) -> list[tuple[Statement, set[str]]]:
     """Run sql/ statement by statement; answer each with the objects it first defined."""
     seen: set[str] = set()
     traced: list[tuple[Statement, set[str]]] = []
     with psycopg.connect(dsn) as conn:
-        for statement in source_statements():
+        for statement in source_statements(root):
             conn.execute(statement.text.encode())  # (bytes: no placeholder parsing)
             touched = {row[0] for row in conn.execute(_TOUCHED)}
             conn.commit()
@@ -160,7 +164,8 @@ def object_facts(snapshot: dict[str, list[tuple[object, ...]]]) -> dict[str, obj
     return facts
 
 
-def generated_part(traced: list[tuple[Statement, set[str]]], changed: set[str]) -> str:
+def generated_part(traced: list[tuple[Statement, set[str]]], changed: set[str],
+                   root: Path = ROOT) -> str:
     """The statements that define a changed object, in load order, under file banners."""
     chosen: list[Statement] = []
     for i, (statement, defines) in enumerate(traced):
@@ -177,7 +182,7 @@ def generated_part(traced: list[tuple[Statement, set[str]]], changed: set[str]) 
     for statement in chosen:
         if statement.path != current:
             current = statement.path
-            parts.append(f"\n-- {'=' * 3} {current.relative_to(ROOT)} {'=' * 3}\n")
+            parts.append(f"\n-- {'=' * 3} {current.relative_to(root)} {'=' * 3}\n")
         parts.append("\n" + statement.source + "\n")
     return "".join(parts)
 
@@ -196,19 +201,20 @@ def differences(want: dict[str, list[tuple[object, ...]]],
 
 def build(revision: Revision, admin_dsn: str) -> tuple[str, list[str]]:
     """The revision's text, and what its upgrade still lacks (empty: it is complete)."""
+    root = revision.root
     if not revision.preamble.exists():
-        raise SystemExit(f"{revision.preamble.relative_to(ROOT)} is missing: a revision's "
+        raise SystemExit(f"{revision.preamble.relative_to(root)} is missing: a revision's "
                          "preamble (its header and DDL) is written by hand")
     with scratch(admin_dsn, "chain") as chain_dsn, scratch(admin_dsn, "source") as source_dsn:
-        install_chain(chain_dsn, revision.version - 1)
-        traced = install_source(source_dsn)
+        install_chain(chain_dsn, revision.version - 1, root)
+        traced = install_source(source_dsn, root)
         before, after = catalog_snapshot(chain_dsn), catalog_snapshot(source_dsn)
     old, new = object_facts(before), object_facts(after)
     changed = {key for key, fact in new.items() if old.get(key) != fact}
     text = revision.preamble.read_text(encoding="utf-8").rstrip("\n") + "\n" + \
-        generated_part(traced, changed)
+        generated_part(traced, changed, root)
     with scratch(admin_dsn, "upgraded") as upgraded_dsn:
-        install_chain(upgraded_dsn, revision.version - 1)
+        install_chain(upgraded_dsn, revision.version - 1, root)
         with psycopg.connect(upgraded_dsn, autocommit=True) as conn:
             try:
                 conn.execute(text.encode())
@@ -218,13 +224,13 @@ def build(revision: Revision, admin_dsn: str) -> tuple[str, list[str]]:
     return text, lacking
 
 
-def start_revision(slug: str) -> Revision:
+def start_revision(slug: str, root: Path = ROOT) -> Revision:
     """Revision N+1: its preamble stub and Alembic script, and the version bumps."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", slug):
         raise SystemExit(f"NAME must be a lower-case slug (letters, digits, _), got {slug!r}")
-    previous = revisions()[-1]
-    revision = Revision(previous.version + 1, slug)
-    UPGRADES.mkdir(parents=True, exist_ok=True)
+    previous = revisions(root)[-1]
+    revision = Revision(previous.version + 1, slug, root)
+    revision.preamble.parent.mkdir(parents=True, exist_ok=True)
     revision.preamble.write_text(
         f"-- sqljobs schema version {revision.version} ({slug.replace('_', ' ')}): upgrades "
         f"version {previous.version} in place.\n"
@@ -234,7 +240,7 @@ def start_revision(slug: str) -> Revision:
         "-- The DDL an upgrade needs (tables, columns, indexes, types) goes here by hand;\n"
         "-- the functions, views, triggers and comments are generated below it.\n",
         encoding="utf-8")
-    script = (VERSIONS / f"{previous.stem}.py").read_text(encoding="utf-8")
+    script = previous.path.with_suffix(".py").read_text(encoding="utf-8")
     script = re.sub(r'^revision = "sqljobs_\d+"', f'revision = "sqljobs_{revision.version:04d}"',
                     script, flags=re.M)
     script = re.sub(r'^down_revision = "sqljobs_\d+"',
@@ -244,23 +250,23 @@ def start_revision(slug: str) -> Revision:
                     f'{slug.replace("_", " ")}.\n\nRevision ID: sqljobs_{revision.version:04d}'
                     f'\nRevises: sqljobs_{previous.version:04d}\n\nWhat it does, its locks and '
                     'whether workers drain: its SQL\'s header.\n"""', script, count=1)
-    (VERSIONS / f"{revision.stem}.py").write_text(script, encoding="utf-8")
-    _bump(VERSION_FILE, r"SCHEMA_VERSION = \d+", f"SCHEMA_VERSION = {revision.version}")
-    _bump(VERSION_FILE, r'SCHEMA_REVISION = "sqljobs_\d+"',
+    revision.path.with_suffix(".py").write_text(script, encoding="utf-8")
+    _bump(root, VERSION_FILE, r"SCHEMA_VERSION = \d+", f"SCHEMA_VERSION = {revision.version}")
+    _bump(root, VERSION_FILE, r'SCHEMA_REVISION = "sqljobs_\d+"',
           f'SCHEMA_REVISION = "sqljobs_{revision.version:04d}"')
     # (jobs.schema_floor() is written the same way: bump only jobs.schema_version())
-    _bump(SCHEMA_FILE,
+    _bump(root, SCHEMA_FILE,
           r"(create or replace function jobs\.schema_version\(\)[^$]*as \$\$ select )\d+( \$\$;)",
           rf"\g<1>{revision.version}\g<2>")
     return revision
 
 
-def _bump(path: Path, pattern: str, replacement: str) -> None:
-    text = path.read_text(encoding="utf-8")
+def _bump(root: Path, path: Path, pattern: str, replacement: str) -> None:
+    text = (root / path).read_text(encoding="utf-8")
     new, count = re.subn(pattern, replacement, text)
     if count != 1:
-        raise SystemExit(f"{path.relative_to(ROOT)}: expected one match of {pattern!r}")
-    path.write_text(new, encoding="utf-8")
+        raise SystemExit(f"{path}: expected one match of {pattern!r}")
+    (root / path).write_text(new, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,16 +277,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dsn", default=DEFAULT_DSN, help="an admin DSN for scratch databases")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; fail when the revision on disk is stale")
+    parser.add_argument("--root", type=Path, default=ROOT,
+                        help="the tree to work on (default: this checkout)")
     args = parser.parse_args(argv)
-    newest = revisions()[-1]
-    is_released = newest.path.name in released()
+    root = args.root.resolve()
+    newest = revisions(root)[-1]
+    is_released = newest.path.name in released(root)
     if args.name and not args.check:
         if not is_released:
             if args.name != newest.slug:
                 raise SystemExit(f"{newest.path.name} is not released yet: regenerate it "
                                  "(no NAME), or release it first")
         else:
-            newest = start_revision(args.name)
+            newest = start_revision(args.name, root)
             is_released = False
     if is_released:
         if args.check:
@@ -291,17 +300,17 @@ def main(argv: list[str] | None = None) -> int:
     text, lacking = build(newest, args.dsn)
     if args.check:
         if not newest.path.exists() or newest.path.read_text(encoding="utf-8") != text:
-            print(f"{newest.path.relative_to(ROOT)} is stale: run `make revision`",
+            print(f"{newest.path.relative_to(root)} is stale: run `make revision`",
                   file=sys.stderr)
             return 1
     else:
         newest.path.write_text(text, encoding="utf-8")
-        print(f"wrote {newest.path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+        print(f"wrote {newest.path.relative_to(root)} ({text.count(chr(10))} lines)")
     for line in lacking:
         print(line, file=sys.stderr)
     if lacking:
         print(f"the upgrade lacks the above: add its DDL to "
-              f"{newest.preamble.relative_to(ROOT)}", file=sys.stderr)
+              f"{newest.preamble.relative_to(root)}", file=sys.stderr)
         return 1
     return 0
 

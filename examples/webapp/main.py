@@ -27,7 +27,7 @@ from sqlalchemy import String, create_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from examples.webapp.jobs import Welcome, send_welcome
-from sqljobs._schema.migrate import sqlalchemy_url
+from sqljobs.alembic import sqlalchemy_url
 
 
 class Base(DeclarativeBase):

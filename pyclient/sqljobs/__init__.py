@@ -124,7 +124,8 @@ from sqljobs._client.results import (
 from sqljobs._declare.control import Retry, Snooze
 from sqljobs._declare.jobs import JobHandle, RetryPolicy
 from sqljobs._declare.limits import key
-from sqljobs._declare.redaction import PersonalData, Sensitive
+from sqljobs._declare.redaction import PersonalData, Sensitive, redact
+from sqljobs._version import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from sqljobs._runtime.context import JobContext
@@ -176,6 +177,7 @@ def fresh_key() -> str:
 
 
 __all__ = [
+    "SCHEMA_VERSION",
     "App",
     "AsyncClient",
     "AsyncLock",
@@ -290,4 +292,5 @@ __all__ = [
     "key",
     "queries",
     "records",
+    "redact",
 ]

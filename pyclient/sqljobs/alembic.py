@@ -29,12 +29,25 @@ from __future__ import annotations
 from typing import Protocol
 
 import sqlalchemy as sa
+from psycopg.conninfo import conninfo_to_dict
 
 from sqljobs._schema.resources import revision, revisions, versions_dir
 
 
 class _Operations(Protocol):
     def execute(self, sqltext: sa.TextClause) -> object: ...
+
+
+def sqlalchemy_url(dsn: str) -> str:
+    """A libpq DSN (URL or key=value form) as a SQLAlchemy URL on the psycopg 3 driver,
+    `postgresql+psycopg://`, the driver `conn=` needs of a SQLAlchemy session.
+
+    Every connection parameter travels in the query string, which the psycopg dialect
+    hands to libpq as is: socket directories and options survive the trip.
+    """
+    params = {key: str(value) for key, value in conninfo_to_dict(dsn).items()}
+    return sa.engine.URL.create("postgresql+psycopg", query=params).render_as_string(
+        hide_password=False)
 
 
 def statement(sql: str) -> sa.TextClause:

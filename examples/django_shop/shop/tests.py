@@ -17,7 +17,7 @@ from psycopg.conninfo import make_conninfo
 import sqljobs.contrib.django
 from shop.jobs import Ship, app, ship_order
 from shop.models import Order
-from sqljobs._version import SCHEMA_VERSION
+from sqljobs import SCHEMA_VERSION
 from sqljobs.testing import assert_enqueued, enqueued, refute_enqueued
 
 PROJECT = Path(__file__).resolve().parents[1]

@@ -149,13 +149,14 @@ def payload_json(model: BaseModel) -> Any:
 
 
 def redact(job: Redacts | Redaction, value: Any, *, payload: Any = None) -> Any:
-    """THE redaction call for the client and runtime layers.
+    """A payload, or a text or JSON value, with its job's sensitive values hidden: the
+    one call sqljobs itself redacts with, for your own logs and exports.
 
     `redact(definition, payload)`: the payload with its sensitive fields "[redacted]".
     `redact(definition, text_or_json, payload=payload)`: an error text, log message,
     error record or result with every sensitive value of that payload replaced.
-    `job` is a JobDefinition (`app.job_handle(name).definition`) or a Redaction (from
-    `jobs.job_type` rows: sqljobs._client.redaction)."""
+    `job` is a job's definition (`app.job_handle(name).definition`).
+    """
     redaction = job if isinstance(job, Redaction) else job.redaction
     if payload is None:
         return redaction.payload(value)

@@ -173,7 +173,7 @@ class Registry:
         IANA name). `catch_up` says what the scheduler fires after downtime: "all" the
         missed occurrences, the "latest" one only, or "none". A bad cron expression, time
         zone, policy or payload is refused here (ConfigurationError / InvalidPayload).
-        The other arguments are `app.job`'s; see `sqljobs._declare.tasks`.
+        The other arguments are `app.job`'s.
         """
         from sqljobs._declare.cron import Cron
         from sqljobs._declare.tasks import adapt_handler, check_catch_up

@@ -137,7 +137,7 @@ class JobContext:
         return self._run_call is not None
 
     async def engine_call(self, call: Call[T]) -> T:
-        """Run one engine call (sqljobs._client.queries) on the worker's own pool: how the
+        """Run one engine call (`sqljobs.queries`) on the worker's own pool: how the
         factories make their fenced calls (`jobs.webhook_attempt_put` under this run's
         claim) without a connection of their own."""
         if self._run_call is None:

@@ -7,21 +7,9 @@ from typing import TextIO
 
 from alembic import command
 from alembic.config import Config
-from psycopg.conninfo import conninfo_to_dict
-from sqlalchemy.engine import URL
 
 from sqljobs._schema.resources import migrations_dir
-
-
-def sqlalchemy_url(dsn: str) -> str:
-    """A libpq DSN (URL or key=value form) as a SQLAlchemy URL on the psycopg 3 driver.
-
-    Every connection parameter travels in the query string, which the psycopg dialect
-    hands to libpq as is: socket directories and options survive the trip.
-    """
-    params = {key: str(value) for key, value in conninfo_to_dict(dsn).items()}
-    url = URL.create("postgresql+psycopg", query=params)
-    return url.render_as_string(hide_password=False)
+from sqljobs.alembic import sqlalchemy_url
 
 
 def alembic_config(dsn: str, output: TextIO | None = None) -> Config:
