@@ -91,7 +91,7 @@ def test_a_lost_lease_fails_the_next_check_and_the_exit(app: App,
     with pytest.raises(LockLost, match=r"'report' .* was lost"), \
             app.lock("report", ttl=1.5) as lock:
         take_over(conn, "report")
-        wait_for(lambda: lock.lost, "the renewer to notice", timeout=3)
+        wait_for(lambda: lock.lost, "the renewer to notice")
         with pytest.raises(LockLost):
             lock.check()
         # the block finishing without looking does not hide it: the exit raises
