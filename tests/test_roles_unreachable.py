@@ -16,8 +16,10 @@ import socket
 import subprocess
 import sys
 
+import psycopg
 import pytest
 
+from sqljobs._runtime.lifecycle import reason_of, where_of
 from tests.processes import REPO
 
 pytestmark = pytest.mark.slow
@@ -53,3 +55,30 @@ def test_a_role_whose_database_refuses_the_connection_stops_with_one_line(
     assert len(lines) == 1, result.stderr
     assert re.fullmatch(rf"sqljobs {args[0]}: cannot connect to the database at "
                         rf"127\.0\.0\.1:{port}: Connection refused", lines[0]), lines[0]
+
+
+@pytest.mark.parametrize(("dsn", "where"), [
+    ("postgresql://u:pw@db.internal:6543/app", "db.internal:6543"),
+    ("host=10.0.0.5 user=u password=pw dbname=app", "10.0.0.5:5432"),
+    ("postgresql://u:pw@/app?host=/run/postgresql&port=5433", "/run/postgresql:5433"),
+])
+def test_the_line_names_host_and_port_never_the_password(
+        dsn: str, where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGHOST", raising=False)
+    monkeypatch.delenv("PGPORT", raising=False)
+    assert where_of(dsn) == where
+
+
+@pytest.mark.parametrize(("message", "reason"), [
+    ('connection failed: connection to server at "127.0.0.1", port 1 failed: Connection '
+     'refused\n\tIs the server running on that host and accepting TCP/IP connections?',
+     "Connection refused"),
+    ('connection failed: connection to server at "db" (10.0.0.5), port 5432 failed: FATAL:  '
+     'password authentication failed for user "app"',
+     'FATAL: password authentication failed for user "app"'),
+    ('connection failed: connection to server on socket "/run/postgresql/.s.PGSQL.5432" '
+     'failed: FATAL:  the database system is starting up',
+     "FATAL: the database system is starting up"),
+])
+def test_the_reason_is_what_libpq_says_after_where(message: str, reason: str) -> None:
+    assert reason_of(psycopg.OperationalError(message)) == reason
