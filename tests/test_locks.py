@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,16 +61,29 @@ def test_one_holder_at_a_time_and_the_token_moves_up(app: App) -> None:
 
 def test_a_waiting_lock_takes_over_when_the_holder_releases(app: App) -> None:
     first = app.lock("turn", ttl=5).__enter__()
-    released = threading.Event()
+    waiting = threading.Event()  # the second lock's acquire was refused: it waits
+    releasing = threading.Event()
+    second = app.lock("turn", ttl=5, timeout=60)
+    run = second._run
 
-    def release_soon() -> None:
-        time.sleep(0.4)  # let the second lock start waiting
+    def observed(call: Any) -> Any:
+        answer = run(call)
+        if answer is None:  # an acquire the holder refused
+            waiting.set()
+        return answer
+
+    second._run = observed
+
+    def release_once_it_waits() -> None:
+        assert waiting.wait(60), "the second lock never tried"
+        releasing.set()
         first.__exit__(None, None, None)
-        released.set()
 
-    threading.Thread(target=release_soon).start()
-    with app.lock("turn", ttl=5, timeout=10) as second:
-        assert released.is_set() and second.token > first.token
+    releaser = threading.Thread(target=release_once_it_waits)
+    releaser.start()
+    with second:
+        assert releasing.is_set() and second.token > first.token
+    releaser.join(60)
 
 
 def test_a_lost_lease_fails_the_next_check_and_the_exit(app: App,
@@ -79,7 +91,7 @@ def test_a_lost_lease_fails_the_next_check_and_the_exit(app: App,
     with pytest.raises(LockLost, match=r"'report' .* was lost"), \
             app.lock("report", ttl=1.5) as lock:
         take_over(conn, "report")
-        wait_for(lambda: lock.lost, "the renewer to notice", timeout=3)
+        wait_for(lambda: lock.lost, "the renewer to notice")
         with pytest.raises(LockLost):
             lock.check()
         # the block finishing without looking does not hide it: the exit raises

@@ -75,24 +75,36 @@ def test_two_relays_publish_10000_staged_rows_each_exactly_once(
 
 
 def test_a_relay_killed_mid_batch_is_finished_by_another_after_its_lease(
-        conn: psycopg.Connection[Any], spawn: Callable[..., CliProcess]) -> None:
+        conn: psycopg.Connection[Any], db_dsn: str, spawn: Callable[..., CliProcess]) -> None:
     stage(conn, 10_000, "kill")
-    first = spawn("--batch", "100", "--relay-id", "first")
-    wait_for(lambda: scalar(conn, "select count(*) > 0 from jobs.outbox "
-                                  "where claimed_by = 'first' and published_at is not null"),
-             "the first relay to publish")
-    first.proc.send_signal(signal.SIGSTOP)  # frozen mid-batch: it holds a claimed batch
-    first.proc.kill()  # SIGKILL ends a stopped process without letting it run again
-    first.proc.wait(10)
-    first.kill()
-    # A call it had already sent still runs to its commit on the server: wait until its
-    # sessions are gone, so what it holds now is what it will never publish.
-    wait_for(lambda: scalar(conn, "select count(*) = 0 from pg_stat_activity "
-                                  "where application_name = 'sqljobs-relay first'"),
-             "the killed relay's sessions to end")
+    # Pin the first relay mid-batch at any machine speed: an open transaction enqueues a
+    # job under the key of the first staged row, so publishing the batch that holds that
+    # row waits on this transaction (the key's unique index). The batch was claimed, and
+    # committed, by the call before: while it waits, the relay holds it.
+    blocker = psycopg.connect(db_dsn)
+    try:
+        blocker.execute("select jobs.enqueue('roles.note', 'kill0', '{}', "
+                        "'{\"queue\": \"roles\"}')")
+        first = spawn("--batch", "100", "--relay-id", "first")
+        wait_for(lambda: scalar(conn, "select count(*) > 0 from pg_stat_activity "
+                                      "where application_name = 'sqljobs-relay first' "
+                                      "and wait_event_type = 'Lock'"),
+                 "the first relay to wait on the staged row's key, holding its batch")
+        first.kill()  # SIGKILL
+        # Its call in flight would publish once the blocker ends: end it on the server
+        # first, so what it holds now is what it will never publish.
+        conn.execute("select pg_terminate_backend(pid) from pg_stat_activity "
+                     "where application_name = 'sqljobs-relay first'")
+        wait_for(lambda: scalar(conn, "select count(*) = 0 from pg_stat_activity "
+                                      "where application_name = 'sqljobs-relay first'"),
+                 "the killed relay's sessions to end")
+    finally:
+        blocker.rollback()
+        blocker.close()
     held = [r[0] for r in conn.execute(
         "select id from jobs.outbox where claimed_by = 'first' and published_at is null")]
     assert held, "the first relay must hold a batch when it is killed"
+    assert scalar(conn, "select count(*) from jobs.outbox where published_at is not null") == 0
 
     second = spawn("--batch", "100", "--relay-id", "second")
     wait_for(lambda: scalar(conn, "select pending = 0 from jobs.outbox_stats()"),

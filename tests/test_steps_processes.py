@@ -37,9 +37,26 @@ create table if not exists public.step_effects (
 """
 
 
+# A handler's step (or compensation) number `gate` waits, once it has recorded its
+# effect, until the test opens this job's gate: the test kills the worker while it is
+# known to be there, at any machine speed, and opens the gate for the next worker.
+GATE = "create table if not exists public.step_gate (job_id bigint primary key)"
+
+
 class Steps(BaseModel):
     n: int
     pause_s: float = 0.05
+    gate: int | None = None
+
+
+async def gate(conn: psycopg.AsyncConnection[Any], job_id: int) -> None:
+    """Wait until the test opens this job's gate (a row in public.step_gate)."""
+    while True:
+        found = await (await conn.execute(
+            "select count(*) from public.step_gate where job_id = %s", (job_id,))).fetchone()
+        if found and found[0]:
+            return
+        await asyncio.sleep(0.05)
 
 
 app = App()
@@ -51,6 +68,8 @@ async def many(ctx: JobContext, payload: Steps) -> dict[str, Any]:
         async def step(i: int) -> int:
             await conn.execute("insert into public.step_effects values (%s, %s, %s)",
                                (ctx.job_id, i, os.getpid()))
+            if i == payload.gate:
+                await gate(conn, ctx.job_id)
             await asyncio.sleep(payload.pause_s)
             return i * i
 
@@ -81,6 +100,8 @@ async def saga(ctx: JobContext, payload: Steps) -> None:
         async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
             await conn.execute("insert into public.saga_effects (job_id, undo, pid) "
                                "values (%s, %s, %s)", (ctx.job_id, i, os.getpid()))
+            if i == payload.gate:
+                await gate(conn, ctx.job_id)
         await asyncio.sleep(payload.pause_s)
         return i
 
@@ -119,9 +140,10 @@ def test_sigkill_mid_job_resumes_without_rerunning_a_stored_step(
         db_dsn: str, conn: psycopg.Connection[Any],
         workers: Callable[[], subprocess.Popen[bytes]]) -> None:
     conn.execute(EFFECTS)
-    conn.execute("truncate public.step_effects")
+    conn.execute(GATE)
+    conn.execute("truncate public.step_effects, public.step_gate")
     enqueued = conn.execute(
-        "select id from jobs.enqueue('steps_proc.many', %s, '{\"n\": 50}', %s)",
+        "select id from jobs.enqueue('steps_proc.many', %s, '{\"n\": 50, \"gate\": 15}', %s)",
         (fresh_key(), f'{{"queue": "{QUEUE}"}}')).fetchone()
     assert enqueued is not None
     job_id = enqueued[0]
@@ -131,13 +153,16 @@ def test_sigkill_mid_job_resumes_without_rerunning_a_stored_step(
         return found[0] if found else 0
 
     first = workers()
-    wait_for(lambda: first.poll() is None and effects() >= 15, "15 steps on the first worker")
+    # Steps 0-14 stored, step 15 recorded its effect and waits at its gate: kill it there.
+    wait_for(lambda: first.poll() is None and effects() >= 16,
+             "the first worker to reach step 15's gate")
     first.kill()
     first.wait(10)
     stored_before = {r[0] for r in conn.execute(
         "select name from jobs.step where job_id = %s", (job_id,))}
-    assert 10 <= len(stored_before) < 50, "the kill must land mid-job"
+    assert stored_before == {f"s{i}" for i in range(15)}, "the kill lands mid-job, at step 15"
 
+    conn.execute("insert into public.step_gate values (%s)", (job_id,))
     second = workers()
     wait_for(lambda: conn.execute("select state = 'succeeded' from jobs.job where id = %s",
                                   (job_id,)).fetchone() == (True,),
@@ -162,17 +187,21 @@ def test_sigkill_mid_unwind_resumes_without_repeating_a_finished_compensation(
         db_dsn: str, conn: psycopg.Connection[Any],
         workers: Callable[[], subprocess.Popen[bytes]]) -> None:
     conn.execute(SAGA_EFFECTS)
-    conn.execute("truncate public.saga_effects")
+    conn.execute(GATE)
+    conn.execute("truncate public.saga_effects, public.step_gate")
+    # Compensations run s3, s2, s1, s0: the one of s2 waits at its gate.
     enqueued = conn.execute(
         "select id from jobs.enqueue('steps_proc.saga', %s, %s, %s)",
-        (fresh_key(), '{"n": 4, "pause_s": 1.0}', f'{{"queue": "{QUEUE}"}}')).fetchone()
+        (fresh_key(), '{"n": 4, "gate": 2}', f'{{"queue": "{QUEUE}"}}')).fetchone()
     assert enqueued is not None
     job_id = enqueued[0]
 
     first = workers()
     wait_for(lambda: first.poll() is None and conn.execute(
         "select count(*) from jobs.step where job_id = %s and kind = 'undo'",
-        (job_id,)).fetchone() == (1,), "the first compensation to be stored")
+        (job_id,)).fetchone() == (1,) and conn.execute(
+        "select count(*) from public.saga_effects where job_id = %s and undo = 2",
+        (job_id,)).fetchone() == (1,), "the first compensation stored, the second at its gate")
     first.kill()
     first.wait(10)
     undone_before = {r[0] for r in conn.execute(
@@ -181,6 +210,7 @@ def test_sigkill_mid_unwind_resumes_without_repeating_a_finished_compensation(
     assert conn.execute("select state::text, compensating from jobs.job where id = %s",
                         (job_id,)).fetchone() == ("running", True)
 
+    conn.execute("insert into public.step_gate values (%s)", (job_id,))
     second = workers()
     wait_for(lambda: conn.execute("select state = 'failed' from jobs.job where id = %s",
                                   (job_id,)).fetchone() == (True,),

@@ -14,7 +14,9 @@ Bad input never prints a traceback (docs/reference/cli.md, "Exit codes"):
   `connected_client` applies): a coded error as `error: SJ001 invalid_argument: ...`
   (then its detail and hint, when it has them), any other database error as
   `error: <SQLSTATE>: <its first line>`, a connection that fails as `error: the
-  database connection failed: ...`.
+  database connection failed: ...`; a worker, relay or scheduler that cannot reach its
+  database at start-up as `sqljobs worker: cannot connect to the database at
+  host:port: <reason>`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from sqljobs._client.connection import Client
 from sqljobs._client.database import DSN_VARIABLES, resolve_dsn
 from sqljobs._client.errors import DatabaseError, SqljobsError
 from sqljobs._dev import embedded
+from sqljobs._runtime.lifecycle import DatabaseUnreachable
 
 console = Console()
 err_console = Console(stderr=True)
@@ -264,6 +267,10 @@ def database_errors() -> Iterator[None]:
     other sqljobs error (a schema too old, a bad configuration) prints one, exit code 2."""
     try:
         yield
+    except DatabaseUnreachable as error:  # a role at start-up: it names itself
+        err_console.print(f"sqljobs {error.kind}: {escape(str(error))}", soft_wrap=True,
+                          highlight=False)
+        raise typer.Exit(_REFUSED) from error
     except (DatabaseError, psycopg.Error) as error:
         print_refusal(error)
         raise typer.Exit(_REFUSED) from error

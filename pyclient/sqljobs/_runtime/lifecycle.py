@@ -3,7 +3,12 @@
 A role implements its own loop and its drain; `Role.run_async` does the rest, the same
 way for all three:
 
-    pool     a small asyncio pool of its own (`sqljobs-<kind> <id>` in pg_stat_activity)
+    connect  one connection first, within `connect_timeout` (10 s): a database that
+             cannot be reached stops the role at once with `DatabaseUnreachable`, whose
+             one line names where and why (a refused connection fails on the first
+             attempt; a server that is starting or full is tried again until then)
+    pool     a small asyncio pool of its own (`sqljobs-<kind> <id>` in pg_stat_activity),
+             opened within the same timeout, psycopg.pool's retry warnings held back
     check    the schema: older than this client needs, or no longer serving it, stops
              the role before it does anything (SchemaError)
     start    `_start`: what it writes first and the background tasks it keeps
@@ -25,11 +30,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import re
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from psycopg_pool import AsyncConnectionPool
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from sqljobs._client.connection import AsyncClient
 from sqljobs._client.database import check_schema_async
@@ -75,6 +85,63 @@ def failed(log: logging.Logger, what: str, error: BaseException, pause: float | 
         log.error("%s failed%s", what, then, exc_info=error, extra=extra)
 
 
+class DatabaseUnreachable(psycopg.OperationalError):
+    """A role could not connect to its database at start-up: `where` (host:port, never
+    the password) and `reason` (the server's or libpq's first line, or the timeout)."""
+
+    def __init__(self, kind: str, where: str, reason: str) -> None:
+        super().__init__(f"cannot connect to the database at {where}: {reason}")
+        self.kind = kind
+        self.where = where
+        self.reason = reason
+
+
+def where_of(dsn: str) -> str:
+    """host:port of a DSN, as libpq would pick them (never its password)."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "the given DSN"
+    host = str(params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST")
+               or "the local socket")
+    port = str(params.get("port") or os.environ.get("PGPORT") or "5432")
+    return f"{host}:{port}"
+
+
+# What libpq says before the reason: `connection failed: connection to server at "h"
+# (10.0.0.5), port 5432 failed: ` or `... on socket "/run/...": `.
+_PREFIX = re.compile(r'^(connection failed: )?(connection to server (at|on socket) .*? '
+                     r'failed: )?')
+# Refusals a server gives while it starts, stops or is full: worth another try.
+_TRANSIENT = ("starting up", "shutting down", "too many clients", "remaining connection slots",
+              "in recovery mode")
+
+
+def reason_of(error: BaseException) -> str:
+    """The cause of a failed connection in a few words: `Connection refused`,
+    `FATAL:  password authentication failed for user "app"`."""
+    text = first_line(error)
+    return " ".join(_PREFIX.sub("", text).split()) or type(error).__name__
+
+
+class _HoldBack(logging.Filter):
+    """Drops psycopg.pool's records (a warning for each failed attempt) while installed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def _pool_quiet() -> Iterator[None]:
+    pool_log = logging.getLogger("psycopg.pool")
+    held = _HoldBack()
+    pool_log.addFilter(held)
+    try:
+        yield
+    finally:
+        pool_log.removeFilter(held)
+
+
 class Role:
     """A long-running role (see the module docstring); subclasses set `kind`, `id`,
     `install_signals`, `counts` and `_log_extra`, and implement the hooks."""
@@ -85,6 +152,9 @@ class Role:
     counts: dict[str, int]
     _log_extra: dict[str, Any]
     pool_size: tuple[int, int] = (1, 2)
+    # Seconds the start may take to reach the database before the role gives up
+    # (`DatabaseUnreachable`, one line; a platform starts it again).
+    connect_timeout: float = 10.0
     log: logging.Logger = logger
 
     def __init__(self, app: Deployed) -> None:
@@ -145,7 +215,7 @@ class Role:
             timeout=10.0, name=f"sqljobs-{self.kind}",
             kwargs={"autocommit": True, "prepare_threshold": 0,
                     "application_name": f"sqljobs-{self.kind} {self.id}"[:63]})
-        await pool.open(wait=True, timeout=30.0)
+        await self._open(dsn, pool)
         client = self._client = AsyncClient(pool)
         background: list[asyncio.Task[None]] = []
         signals: list[signal.Signals] = []
@@ -172,6 +242,41 @@ class Role:
                       ", ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
                       or "nothing done", extra={**self._log_extra, "counts": dict(self.counts)})
         return code
+
+    async def _open(self, dsn: str, pool: AsyncConnectionPool[Any]) -> None:
+        """Reach the database once, then open the pool, all within `connect_timeout`;
+        else raise `DatabaseUnreachable`. The pool retries quietly meanwhile (its
+        warnings would say the same thing every second)."""
+        deadline = time.monotonic() + self.connect_timeout
+        where = where_of(dsn)
+        backoff = Backoff(first=0.2, cap=1.0)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                conn = await asyncio.wait_for(
+                    psycopg.AsyncConnection.connect(dsn, autocommit=True), max(left, 0.01))
+            except TimeoutError:
+                raise DatabaseUnreachable(
+                    self.kind, where, f"no answer within {self.connect_timeout:g} s") from None
+            except psycopg.OperationalError as error:
+                reason = reason_of(error)
+                pause = backoff.next()
+                if (not any(word in reason for word in _TRANSIENT)
+                        or time.monotonic() + pause >= deadline):
+                    raise DatabaseUnreachable(self.kind, where, reason) from error
+                await asyncio.sleep(pause)
+                continue
+            await conn.close()
+            break
+        try:
+            with _pool_quiet():
+                await pool.open(wait=True,
+                                timeout=max(deadline - time.monotonic(), 1.0))
+        except PoolTimeout as error:
+            await pool.close()
+            raise DatabaseUnreachable(
+                self.kind, where, f"the pool found no connection within "
+                                  f"{self.connect_timeout:g} s") from error
 
     async def _pause(self, seconds: float) -> None:
         """Wait `seconds`, or less when woken (a NOTIFY, a stop)."""
@@ -239,4 +344,5 @@ class Role:
             loop.remove_signal_handler(sig)
 
 
-__all__ = ["Backoff", "Role", "failed", "first_line"]
+__all__ = ["Backoff", "DatabaseUnreachable", "Role", "failed", "first_line", "reason_of",
+           "where_of"]

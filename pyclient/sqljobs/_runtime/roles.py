@@ -59,7 +59,13 @@ async def run_roles_async(roles: Sequence[Role], install_signals: bool = True) -
                 stopping = True
                 for role in roles:
                     role.stop()
-        codes = [task.result() for task in tasks]  # re-raises a role's failure
+        # Every role's failure is retrieved (asyncio would print the others' tracebacks
+        # as "never retrieved"); the first one is raised: the roles share one database,
+        # so an unreachable one fails them all alike.
+        failures = [error for task in tasks if (error := task.exception()) is not None]
+        if failures:
+            raise failures[0]
+        codes = [task.result() for task in tasks]
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
