@@ -4,13 +4,16 @@ a SIGKILL mid-turn after which the turn repeats and nothing is lost or applied t
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from sqljobs import App, ConsumerBatch, ConsumerSelfEnqueue, RetryPolicy, TableSource
+from sqljobs.testing import drain, fire_due
 from tests.processes import kill_and_wait_sessions, scalar, spawner, wait_for
 from tests.worker_helpers import running
 
@@ -82,6 +85,39 @@ def test_turns_commit_effects_with_the_cursor_and_a_later_run_goes_on(
     assert applied(tables) == list(range(1, 31))
     assert position is not None and position["turn"] == 4 and position["rows_done"] == 30
     assert position["cursor"] == [30]
+
+
+def test_the_supervisor_fired_on_its_schedule_starts_a_run(
+        db_dsn: str, tables: psycopg.Connection[Any]) -> None:
+    def declared(dsn: str) -> tuple[App, Any]:
+        local = App(dsn)
+
+        @local.consumer("cons.sup", source=TableSource("public.cons_in", columns=("v",)),
+                        batch=10, cron="*/5 * * * *")
+        def copy(batch: ConsumerBatch) -> None:
+            with batch.conn.cursor() as cur:
+                cur.executemany("insert into public.cons_out values (%s, %s, %s)",
+                                [(r["id"], r["v"], batch.turn) for r in batch.rows])
+        return local, copy
+
+    now, _ = declared(db_dsn)
+    tables.execute("delete from jobs.schedule where name = 'cons.sup.supervisor'")
+    assert fire_due(now) == 0, "registered; its first occurrence is still ahead"
+    watermark = scalar(tables, "select watermark from jobs.schedules()"
+                               " where name = 'cons.sup.supervisor'")
+    # five minutes on, by the engine's clock (jobs.fake_now, the testing kit's clock)
+    later, _ = declared(make_conninfo(db_dsn, options="-c jobs.fake_now="
+                                         f"{(watermark + timedelta(minutes=5)).isoformat()}"))
+    drained = drain(later, cron=True)
+    assert drained.fired == 1
+    assert [(o.name, o.outcome) for o in drained.outcomes] == [
+        ("cons.sup.supervisor", "succeeded"), ("cons.sup", "succeeded")]
+    [run] = drained.of("cons.sup")
+    assert scalar(tables, "select result from jobs.job where id = %s", (run.job_id,)) == {
+        "turns": 3, "rows": 25}
+    assert applied(tables) == list(range(1, 26))
+    assert scalar(tables, "select result->>'run' from jobs.job where name ="
+                          " 'cons.sup.supervisor'") == str(run.job_id)
 
 
 def test_a_column_key_with_a_tiebreaker_skips_no_row(

@@ -169,6 +169,32 @@ def _cli_newsletter(ctx: Any, p: Newsletter) -> None:
     return None
 
 
+def test_erase_with_vacuum_vacuums_the_tables_it_rewrote(
+        db_dsn: str, customers: psycopg.Connection[Any]) -> None:
+    conn = customers
+    app = build(db_dsn)
+    with app:
+        app.jobs["signup"].enqueue(ANN, key=f"signup-{ANN['customer_id']}")
+    touched = ("jobs.job", "public.subj_customers")
+
+    def vacuums() -> dict[str, int]:
+        return dict(conn.execute(  # type: ignore[arg-type]
+            "select schemaname || '.' || relname, vacuum_count from pg_stat_user_tables"
+            " where relid = any (%s::regclass[])", (list(touched),)).fetchall())
+
+    before = vacuums()
+    # VACUUM cannot run in a transaction block: the erase commits first, then vacuums
+    done = app.subject_erase(ANN["customer_id"], actor="dpo@example.com", vacuum=True)
+    assert done["rows"]["jobs.job.payload"] >= 1 and done["tables"][
+        "public.subj_customers"]["rows"] == 1
+    wait_for(lambda: all(vacuums()[t] > before[t] for t in touched),
+             "each rewritten table vacuumed (as the statistics report it)")
+    for value in ANN.values():
+        assert every_table_holding(conn, value) == [], value
+    assert conn.execute("select email from public.subj_customers").fetchall() == [
+        (BOB["email"],)]
+
+
 def test_the_cli_checks_coverage_exports_and_erases(
         db_dsn: str, customers: psycopg.Connection[Any]) -> None:
     from typer.testing import CliRunner

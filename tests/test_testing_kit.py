@@ -274,3 +274,78 @@ def test_perform_gives_a_real_context_and_no_steps():
 ''')
     result = run(user, "-q")
     result.assert_outcomes(passed=7)
+
+
+def test_the_actor_and_tenant_filters_and_a_drain_of_some_queues_or_one_pass(
+        user: pytest.Pytester) -> None:
+    user.makepyfile(userapp=APP + '''
+@app.job(queue="mail")
+def announce(ctx: JobContext, mail: Mail) -> None:
+    send_mail.enqueue(mail, key=f"then-{ctx.key}")  # what the run enqueues
+
+@app.job(queue="bulk")
+def bulk_mail(ctx: JobContext, mail: Mail) -> None:
+    pass
+''', test_filters='''
+from sqljobs.testing import assert_enqueued, drain, enqueued, refute_enqueued
+from userapp import Mail, announce, app, bulk_mail, send_mail
+
+def test_actor_and_tenant(sqljobs_db):
+    sqljobs_db.use(app)
+    send_mail.as_({"user": "42"}).enqueue(Mail(to="ann@example.com"), key="1", tenant="acme")
+    send_mail.as_("svc:billing").enqueue(Mail(to="bob@example.com"), key="2")
+    send_mail.enqueue(Mail(to="cid@example.com"), key="3")
+    assert assert_enqueued(send_mail, actor={"user": "42"}).key == "1"
+    assert assert_enqueued(send_mail, tenant="acme").actor == {"user": "42"}
+    assert assert_enqueued(send_mail, actor="svc:billing", tenant=None).key == "2"
+    assert [j.key for j in enqueued(actor=None)] == ["3"]
+    assert [j.key for j in enqueued(tenant=None)] == ["2", "3"]
+    refute_enqueued(send_mail, actor={"user": "42"}, tenant="globex")
+    refute_enqueued(send_mail, actor={"user": "7"})
+
+def test_a_wrong_actor_fails(sqljobs_db):
+    sqljobs_db.use(app)
+    send_mail.as_({"user": "42"}).enqueue(Mail(to="ann@example.com"), key="1")
+    assert_enqueued(send_mail, actor={"user": "7"})
+
+def test_a_refuted_actor_fails(sqljobs_db):
+    sqljobs_db.use(app)
+    send_mail.as_("svc:billing").enqueue(Mail(to="ann@example.com"), key="1")
+    refute_enqueued(actor="svc:billing")
+
+def test_a_drain_of_some_queues_leaves_the_others(sqljobs_db):
+    sqljobs_db.use(app)
+    send_mail.enqueue(Mail(to="ann@example.com"), key="1")
+    bulk_mail.enqueue(Mail(to="bob@example.com"), key="2")
+    drained = drain(app, queues=["bulk"])
+    assert [(o.name, o.queue, o.outcome) for o in drained.outcomes] == [
+        ("userapp.bulk_mail", "bulk", "succeeded")]
+    assert_enqueued(send_mail, key="1")
+    assert drain(app).counts == {"succeeded": 1}
+
+def test_one_pass_runs_what_was_due_at_the_call_only(sqljobs_db):
+    sqljobs_db.use(app)
+    announce.enqueue(Mail(to="ann@example.com"), key="a")
+    announce.enqueue(Mail(to="bob@example.com"), key="b")
+    send_mail.enqueue(Mail(to="cid@example.com"), key="later", delay=60)
+    one = drain(app, until_empty=False)
+    assert [(o.name, o.outcome) for o in one.outcomes] == [
+        ("userapp.announce", "succeeded"), ("userapp.announce", "succeeded")]
+    # what they enqueued waits for the next drain; so does the job due later
+    assert sorted(j.key for j in enqueued(send_mail)) == ["later", "then-a", "then-b"]
+    sqljobs_db.clock.advance(61)
+    assert drain(app, until_empty=False).counts == {"succeeded": 3}
+    assert drain(app, until_empty=False).outcomes == []  # nothing was due
+    announce.enqueue(Mail(to="dan@example.com"), key="d")
+    assert drain(app).counts == {"succeeded": 2}  # until empty: the child too
+''')
+    result = run(user, "-q")
+    result.assert_outcomes(passed=3, failed=2)
+    result.stdout.fnmatch_lines([
+        "*expected a job 'userapp.send_mail' actor={'user': '7'}; none of the 1 ready "
+        "job(s) matches (closest first):",
+        "*#1 userapp.send_mail queue='mail' tenant=None key='1' actor={'user': '42'} payload=*",
+        "*differs: actor is {'user': '42'}, not {'user': '7'}"])
+    result.stdout.fnmatch_lines([
+        "*expected no job actor='svc:billing', found 1:",
+        "*#1 userapp.send_mail*actor='svc:billing'*"])

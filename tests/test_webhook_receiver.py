@@ -239,3 +239,30 @@ def test_a_client_that_leaves_mid_body_enqueues_nothing(
     asyncio.run(receiver({"type": "http", "method": "POST", "headers": []}, receive, send))
     assert sent[0]["status"] == 400
     assert jobs_named(conn, "in.gone") == 0
+
+
+def test_mounted_in_a_fastapi_app_it_accepts_a_signed_request(
+        db_dsn: str, conn: psycopg.Connection[Any]) -> None:
+    from fastapi import FastAPI
+
+    app = App(db_dsn)
+    receiver = app.webhook_receiver("in.fastapi", secrets=SECRET)(lambda ctx, event: None)
+    api = FastAPI()
+    api.mount("/hooks/billing", receiver)
+
+    @api.get("/health")
+    def health() -> dict[str, str]:  # the app's own routes beside it
+        return {"ok": "yes"}
+
+    body = b'{"type": "invoice.paid"}'
+    with serving(api) as base, httpx.Client(base_url=base) as http:
+        assert http.get("/health").json() == {"ok": "yes"}
+        forged = http.post("/hooks/billing/", content=body,
+                           headers=signed(body, "evt_f", secret="whsec_" + base64.b64encode(
+                               b"x" * 32).decode()))
+        assert forged.status_code == 401
+        accepted = http.post("/hooks/billing/", content=body, headers=signed(body, "evt_f"))
+        assert (accepted.status_code, accepted.json()) == (
+            200, {"id": "evt_f", "deduped": False})
+    assert conn.execute("select key, state::text from jobs.job where name = 'in.fastapi'"
+                        ).fetchall() == [("evt_f", "ready")]

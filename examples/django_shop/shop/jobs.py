@@ -1,5 +1,5 @@
 """The shop's jobs. The App has no DSN: sqljobs.contrib.django points it at Django's
-database, and `manage.py sqljobs worker` serves it (settings.SQLJOBS["APP"])."""
+database, and `manage.py sqljobs worker` and `scheduler` serve it (settings.SQLJOBS["APP"])."""
 
 from pydantic import BaseModel
 
@@ -19,3 +19,9 @@ def ship_order(ctx: JobContext, ship: Ship) -> dict[str, int]:
     # A sync handler runs in a worker thread: the Django ORM works as in a view.
     Order.objects.filter(id=ship.order_id).update(shipped=True)
     return {"shipped": ship.order_id}
+
+
+@app.task(cron="0 3 * * *", name="shop.unshipped_report", queue="shipping")
+def unshipped_report(ctx: JobContext) -> dict[str, int]:
+    # `manage.py sqljobs scheduler` fires it at 03:00 UTC; a worker runs it.
+    return {"unshipped": Order.objects.filter(shipped=False).count()}

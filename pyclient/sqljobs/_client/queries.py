@@ -527,6 +527,32 @@ def due_jobs(names: Sequence[str], queues: Sequence[str] | None) -> Call[Row]:
     )
 
 
+def due_job_ids(names: Sequence[str], queues: Sequence[str] | None) -> Call[list[int]]:
+    """The ids of the jobs of `names` (in `queues`, None: any) a worker could claim now
+    (due_jobs' `due`), in the engine's claim order: a one-pass drain's jobs."""
+    return Call(
+        "select id from jobs.job_view where name = any (%s)"
+        " and (%s::text[] is null or queue = any (%s))"
+        " and state in ('ready', 'interrupted', 'parked') and run_at <= (select jobs.now())"
+        " order by priority, run_at, id",
+        (list(names), None if queues is None else list(queues),
+         None if queues is None else list(queues)),
+        lambda rows: [row["id"] for row in rows],
+    )
+
+
+def jobs_left(ids: Sequence[int], queues: Sequence[str]) -> Call[int]:
+    """How many of `ids` in `queues` are running or still due: what a one-pass drain
+    waits on."""
+    return Call(
+        "select pg_catalog.count(*) as left from jobs.job_view where id = any (%s)"
+        " and queue = any (%s) and (state = 'running'"
+        "   or state in ('ready', 'interrupted', 'parked') and run_at <= (select jobs.now()))",
+        (list(ids), list(queues)),
+        _one("left"),
+    )
+
+
 def job_steps(job_id: int) -> Call[list[StepRecord]]:
     return Call(
         "select name, ordinal, kind, value, created_at from jobs.job_steps(%s)",

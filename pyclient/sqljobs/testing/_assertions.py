@@ -3,8 +3,9 @@
     job = assert_enqueued(send_email, payload={"to": "a@example.com"}, queue="mail")
 
 A job matches when each criterion given matches: the job type (a handle or its name),
-`queue`, `tenant`, `key`, and `payload`, a subset of the stored payload's top-level
-fields (a pydantic model is compared whole, as the job would store it). When nothing
+`queue`, `tenant`, `key`, `actor` (who asked for it: `handle.as_(actor)`, compared
+whole), and `payload`, a subset of the stored payload's top-level fields (a pydantic
+model is compared whole, as the job would store it). When nothing
 matches, the failure lists what WAS enqueued, closest match first, each with how it
 differs, so a wrong field reads off the message.
 
@@ -65,31 +66,35 @@ def _expected_payload(payload: Any) -> Any:
 
 def enqueued(job: JobHandle[Any] | str | None = None, *, payload: Any = ANY,
              queue: str | None = ANY, tenant: str | None = ANY, key: str = ANY,
+             actor: str | Mapping[str, Any] | None = ANY,
              state: JobState | str | Sequence[JobState | str] = "ready",
              dsn: str | None = None) -> list[EnqueuedJob]:
     """The jobs that match, oldest first (the criteria are `assert_enqueued`'s)."""
-    return [found for found, differs in _compare(job, payload, queue, tenant, key, state, dsn)
-            if not differs]
+    compared = _compare(job, payload, queue, tenant, key, actor, state, dsn)
+    return [found for found, differs in compared if not differs]
 
 
 def assert_enqueued(job: JobHandle[Any] | str | None = None, *, payload: Any = ANY,
                     queue: str | None = ANY, tenant: str | None = ANY, key: str = ANY,
+                    actor: str | Mapping[str, Any] | None = ANY,
                     state: JobState | str | Sequence[JobState | str] = "ready",
                     dsn: str | None = None) -> EnqueuedJob:
     """Fail unless a job matches; answers it (the oldest, when several do). The
     failure lists what was enqueued, closest match first, with how each differs.
 
     Each criterion given must match: `job` (a handle or a job name), `queue`,
-    `tenant`, `key`, and `payload`: a mapping matches when each field it gives equals
+    `tenant`, `key`, `actor` (who asked for the job, as `handle.as_(actor)` or the
+    `actor=` option stored it: a string or a JSON object, compared whole; None: no
+    actor), and `payload`: a mapping matches when each field it gives equals
     the stored payload's, a pydantic model when the whole payload equals it. `state`:
     the states that count as enqueued, by default ready (jobs due later included).
     The database: `dsn`, else $SQLJOBS_DSN (the `sqljobs_db` fixture sets it)."""
     __tracebackhide__ = True  # pytest shows the test's line, not the kit's
-    compared = _compare(job, payload, queue, tenant, key, state, dsn)
+    compared = _compare(job, payload, queue, tenant, key, actor, state, dsn)
     for found, differs in compared:
         if not differs:
             return found
-    wanted = _criteria(job, payload, queue, tenant, key)
+    wanted = _criteria(job, payload, queue, tenant, key, actor)
     if not compared:
         raise AssertionError(f"expected a job {wanted}, but no job is "
                              f"{'/'.join(_states(state))}")
@@ -106,22 +111,23 @@ def assert_enqueued(job: JobHandle[Any] | str | None = None, *, payload: Any = A
 
 def refute_enqueued(job: JobHandle[Any] | str | None = None, *, payload: Any = ANY,
                     queue: str | None = ANY, tenant: str | None = ANY, key: str = ANY,
+                    actor: str | Mapping[str, Any] | None = ANY,
                     state: JobState | str | Sequence[JobState | str] = "ready",
                     dsn: str | None = None) -> None:
     """Fail if a job matches (the criteria are `assert_enqueued`'s); the failure
     lists the ones that do."""
     __tracebackhide__ = True
     matched = enqueued(job, payload=payload, queue=queue, tenant=tenant, key=key,
-                       state=state, dsn=dsn)
+                       actor=actor, state=state, dsn=dsn)
     if matched:
         shown = "\n".join(f"  {_describe(found)}" for found in matched[:_SHOWN])
         raise AssertionError(
-            f"expected no job {_criteria(job, payload, queue, tenant, key)}, "
+            f"expected no job {_criteria(job, payload, queue, tenant, key, actor)}, "
             f"found {len(matched)}:\n{shown}")
 
 
 def _compare(job: JobHandle[Any] | str | None, payload: Any, queue: Any, tenant: Any,
-             key: Any, state: JobState | str | Sequence[JobState | str],
+             key: Any, actor: Any, state: JobState | str | Sequence[JobState | str],
              dsn: str | None) -> list[tuple[EnqueuedJob, list[str]]]:
     """Every job in `state`, oldest first, with how it differs from the criteria."""
     with psycopg.connect(resolve_dsn(dsn), autocommit=True) as conn:
@@ -134,12 +140,18 @@ def _compare(job: JobHandle[Any] | str | None, payload: Any, queue: Any, tenant:
                    for field, wanted, actual in (("name", name, found.name),
                                                  ("queue", queue, found.queue),
                                                  ("tenant", tenant, found.tenant),
-                                                 ("key", key, found.key))
+                                                 ("key", key, found.key),
+                                                 ("actor", _expected_actor(actor),
+                                                  found.actor))
                    if wanted is not ANY and not (field == "name" and wanted is None)
                    and wanted != actual]
         differs += _payload_differs(expected, found.payload)
         compared.append((found, differs))
     return compared
+
+
+def _expected_actor(actor: Any) -> Any:
+    return actor if actor is ANY else to_jsonable_python(actor)  # as stored, in JSON
 
 
 def _payload_differs(expected: Any, actual: Any) -> list[str]:
@@ -154,17 +166,17 @@ def _payload_differs(expected: Any, actual: Any) -> list[str]:
 
 
 def _criteria(job: JobHandle[Any] | str | None, payload: Any, queue: Any, tenant: Any,
-              key: Any) -> str:
+              key: Any, actor: Any) -> str:
     parts = [repr(_name(job))] if _name(job) is not None else []
     parts += [f"{field}={value!r}" for field, value in (
-        ("queue", queue), ("tenant", tenant), ("key", key),
+        ("queue", queue), ("tenant", tenant), ("key", key), ("actor", _expected_actor(actor)),
         ("payload", _expected_payload(payload))) if value is not ANY]
     return " ".join(parts) if parts else "of any kind"
 
 
 def _describe(job: EnqueuedJob) -> str:
     return (f"#{job.id} {job.name} queue={job.queue!r} tenant={job.tenant!r} "
-            f"key={job.key!r} payload={job.payload!r}")
+            f"key={job.key!r} actor={job.actor!r} payload={job.payload!r}")
 
 
 __all__ = ["ANY", "EnqueuedJob", "assert_enqueued", "enqueued", "refute_enqueued"]

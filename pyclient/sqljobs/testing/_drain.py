@@ -10,6 +10,11 @@ durable sleep) wait for `clock.advance(...)`, or run at once with `with_schedule
 
 `cron=True` first fires what the app's declared tasks have due (fire_due): the real
 scheduler's round, on the database clock.
+
+`until_empty=False` makes one pass instead: the drain reads which jobs are due when it
+is called (after `cron` fired and `with_scheduled` promoted) and ends once each of
+them has had one run. What those runs enqueue, the retries they schedule and the jobs
+that come due meanwhile are not waited for: they are left for the next drain.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import asyncio
 import contextlib
 import secrets
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +31,13 @@ import psycopg
 
 from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient
-from sqljobs._client.errors import JobFinished, JobNotFound, JobRunning, SqljobsError
+from sqljobs._client.errors import (
+    ConfigurationError,
+    JobFinished,
+    JobNotFound,
+    JobRunning,
+    SqljobsError,
+)
 from sqljobs._client.records import ClaimedJob
 from sqljobs._runtime.observing import RunObserver, RunWatch
 from sqljobs._runtime.scheduler import Scheduler
@@ -88,10 +99,16 @@ class _Watch(RunWatch):
 
 
 class _Collect(RunObserver):
-    def __init__(self) -> None:
+    def __init__(self, passing: Sequence[int] | None = None) -> None:
         self.outcomes: list[Outcome] = []
+        self.unstarted = None if passing is None else set(passing)  # a one pass drain's
+        self.last_started: Callable[[], None] | None = None
 
     def run_begins(self, job: ClaimedJob) -> RunWatch:
+        if self.unstarted:
+            self.unstarted.discard(job.id)
+            if not self.unstarted and self.last_started is not None:
+                self.last_started()  # in the worker's loop: it claims nothing more
         return _Watch(job, self.outcomes)
 
 
@@ -120,19 +137,38 @@ def fire_due(app: Deployed) -> int:
 
 async def drain_async(app: Deployed, *, queues: Sequence[str] | None = None,
                       with_scheduled: bool = False, cron: bool = False,
-                      concurrency: int = 1, timeout: float = 60.0) -> Drained:
+                      until_empty: bool = True, concurrency: int = 1,
+                      timeout: float = 60.0) -> Drained:
     """Run the app's due jobs (in `queues`, default: every queue its jobs use) until
     none is left; answers each run's outcome. `concurrency` 1 (the default) runs one
     job at a time, oldest first among equal priorities. Raises DrainTimeout when
-    `timeout` seconds pass first (a safety net: it says what is left)."""
+    `timeout` seconds pass first (a safety net: it says what is left).
+
+    `until_empty=False`: one pass. The jobs due at the call (by `jobs.now()`, after
+    `cron` fired and `with_scheduled` promoted what waits) each run once, then the
+    drain ends; jobs their runs enqueue, their retries and jobs that come due meanwhile
+    stay as they are. A pass runs one job at a time (`concurrency` must be 1), in the
+    engine's claim order (priority, due time, id), and stops claiming once the last of
+    its jobs starts; so a job enqueued during the pass with a more urgent priority than
+    those left in it still runs in it (at equal priorities one never does)."""
     drained = Drained()
     if cron:
         drained.fired = await fire_due_async(app)
-    collect = _Collect()
+    passing: list[int] | None = None  # a one pass drain's jobs
+    if not until_empty:
+        if concurrency != 1:
+            raise ConfigurationError("a one pass drain (until_empty=False) runs one job "
+                                     "at a time: concurrency must be 1")
+        passing = await _due_now(app, queues, with_scheduled)
+        if not passing:
+            return drained
+    collect = _Collect(passing)
     drained.outcomes = collect.outcomes
     worker = Worker(app, queues, concurrency, poll_interval=0.05, listen=False,
                     install_signals=False, drain_timeout=timeout, observers=[collect],
+                    prefetch=None if passing is None else 0,  # one pass: claim no extra
                     worker_id=f"sqljobs-testing:{secrets.token_hex(3)}")
+    collect.last_started = worker.stop
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     running = asyncio.create_task(worker.run_async(), name="sqljobs-testing-drain")
@@ -142,7 +178,17 @@ async def drain_async(app: Deployed, *, queues: Sequence[str] | None = None,
             client = AsyncClient(conn)
             while not worker.claiming:  # its queues are final once it claims
                 await _look(running, deadline, loop, "the worker did not start")
-            while True:
+            while passing is not None:
+                ran = {o.job_id for o in collect.outcomes}
+                left = [job_id for job_id in passing if job_id not in ran]
+                if not left or (running.done() and not collect.unstarted):
+                    break  # each ran (the worker stops once the last one started)
+                if not await client.run(queries.jobs_left(left, worker.queues)):
+                    break  # the rest left its queues' due jobs (cancelled, another ran it)
+                await _look(running, deadline, loop, (
+                    f"{len(left)} of the pass's {len(passing)} job(s) not run yet "
+                    f"in queues {', '.join(worker.queues)}"))
+            while passing is None:
                 state = await client.run(queries.due_jobs(worker.names, worker.queues))
                 if with_scheduled and state["later"]:
                     await _promote(client, state["later"])
@@ -164,10 +210,24 @@ async def drain_async(app: Deployed, *, queues: Sequence[str] | None = None,
 
 
 def drain(app: Deployed, *, queues: Sequence[str] | None = None, with_scheduled: bool = False,
-          cron: bool = False, concurrency: int = 1, timeout: float = 60.0) -> Drained:
+          cron: bool = False, until_empty: bool = True, concurrency: int = 1,
+          timeout: float = 60.0) -> Drained:
     """`drain_async` for sync tests (see its docstring)."""
     return asyncio.run(drain_async(app, queues=queues, with_scheduled=with_scheduled,
-                                   cron=cron, concurrency=concurrency, timeout=timeout))
+                                   cron=cron, until_empty=until_empty,
+                                   concurrency=concurrency, timeout=timeout))
+
+
+async def _due_now(app: Deployed, queues: Sequence[str] | None,
+                   with_scheduled: bool) -> list[int]:
+    """A one pass drain's jobs: the app's jobs due now (in `queues`, None: any), those
+    due later promoted first with `with_scheduled`."""
+    names = sorted(app.jobs)
+    async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
+        client = AsyncClient(conn)
+        if with_scheduled:
+            await _promote(client, (await client.run(queries.due_jobs(names, queues)))["later"])
+        return await client.run(queries.due_job_ids(names, queues))
 
 
 async def _look(running: asyncio.Task[int], deadline: float,

@@ -7,7 +7,8 @@
 Every option, signal and exit code is the `sqljobs` command's own (docs/reference/cli.md):
 this only fills in the App target of worker, scheduler and relay from SQLJOBS["APP"]
 when none is given, and sets $SQLJOBS_DSN to the Django database. `migrate` is refused:
-in a Django project the schema belongs to `manage.py migrate`.
+in a Django project the schema belongs to `manage.py migrate`, and so worker, scheduler
+and relay refuse a missing or older schema saying to run that (not `sqljobs migrate`).
 """
 
 from __future__ import annotations
@@ -76,5 +77,27 @@ def run_cli(arguments: list[str]) -> None:
             raise CommandError(f'name the App: manage.py sqljobs {arguments[0]} module:app, '
                                f'or set SQLJOBS = {{"APP": "module:app"}} in the settings')
         arguments.insert(1, str(target))
+    if arguments and arguments[0] in _SERVE_AN_APP and not {"--help", "-h"} & set(arguments):
+        _refuse_an_unmigrated_schema()
     os.environ["SQLJOBS_DSN"] = database_dsn()
     cli(args=arguments, prog_name="manage.py sqljobs")
+
+
+def _refuse_an_unmigrated_schema() -> None:
+    """The role's own schema check, up front, so its refusal names Django's fix."""
+    from django.db import connections
+
+    from sqljobs._client.connection import Client
+    from sqljobs._client.database import check_schema
+    from sqljobs._client.errors import SchemaError
+    from sqljobs.contrib.django._settings import database_alias
+
+    wrapper = connections[database_alias()]
+    try:
+        wrapper.ensure_connection()
+        check_schema(Client(wrapper.connection))
+    except SchemaError as error:
+        raise CommandError(str(error).replace("sqljobs migrate --dsn <dsn>",
+                                              "manage.py migrate")) from None
+    finally:
+        wrapper.close()  # the role opens its own pools
