@@ -12,7 +12,7 @@ import pytest
 
 from sqljobs import App, ConfigurationError, fresh_key
 from sqljobs._app.partitions import Partitions, drop_partition, next_period, period_start
-from tests.processes import scalar, wait_for
+from tests.processes import kill_and_wait_sessions, scalar, spawner, wait_for
 from tests.worker_helpers import running
 
 
@@ -146,3 +146,54 @@ def test_the_how_to_example_runs(db_dsn: str, conn: psycopg.Connection[Any]) -> 
     state, result = run(conn, module.app, "events.partitions")
     assert state == "succeeded" and len(result["ensured"]) == 4
     conn.execute("insert into public.events values (now(), 'signup', '{}')")
+
+
+@pytest.mark.slow
+def test_sigkill_between_drop_steps_then_a_fresh_worker_leaves_exactly_the_expected_partitions(
+        db_dsn: str, conn: psycopg.Connection[Any], tmp_path: Any) -> None:
+    from examples.partitions import app as module
+
+    module.app.pools.given = db_dsn
+    conn.execute("drop table if exists public.events")
+    conn.execute(module.EVENTS)
+    for day in ("20200101", "20200102"):  # both past the example's 90-day retention
+        start_day = datetime.strptime(day, "%Y%m%d").date()
+        conn.execute(f"create table public.events_p{day} partition of public.events for values "
+                     f"from ('{start_day} 00:00+00') to ('{start_day + timedelta(days=1)} "
+                     "00:00+00')")
+    conn.execute("create table public.events_legacy partition of public.events "
+                 "for values from ('2019-01-01 00:00+00') to ('2019-02-01 00:00+00')")
+    worker_args = ("examples.partitions.app:app", "--queue", "default", "--lease", "2",
+                   "--poll-interval", "0.2", "--concurrency", "1")
+    with psycopg.connect(db_dsn) as holder, spawner(db_dsn, tmp_path, "worker") as start:
+        # the second drop step's detach waits for the test's lock on that partition
+        holder.execute("lock table public.events_p20200102 in access share mode")
+        with module.app:
+            job = module.app.jobs["events.partitions"].enqueue({}, key=fresh_key())
+        first = start(*worker_args)
+        wait_for(lambda: scalar(conn, "select count(*) from jobs.step where job_id = %s "
+                                      "and name = 'drop:events_p20200101'", (job.id,)) == 1
+                 and scalar(conn, "select count(*) from pg_stat_activity where wait_event_type "
+                                  "= 'Lock' and query ilike 'alter table%%detach%%'") == 1,
+                 "the creates and the first drop stored, the second drop waiting")
+        stored = conn.execute("select name, value, created_at from jobs.step where job_id = %s "
+                              "order by ordinal", (job.id,)).fetchall()
+        made = [v for n, v, _ in stored if n.startswith("create:")]
+        assert len(made) == 4 and [n for n, _, _ in stored][:2] == ["clock", "plan"]
+        first.kill()
+        holder.rollback()
+        kill_and_wait_sessions(conn, first)  # its orphaned detach, if any, has ended
+        second = start(*worker_args)
+        wait_for(lambda: scalar(conn, "select state::text from jobs.job where id = %s",
+                                (job.id,)) == "succeeded", "the upkeep on the second worker")
+        second.kill()
+    result = scalar(conn, "select result from jobs.job where id = %s", (job.id,))
+    assert result["ensured"] == made
+    assert result["dropped"] == ["events_p20200101", "events_p20200102"]
+    assert children(conn, "public.events") == sorted(["events_legacy", *made]), \
+        "exactly the expected partitions"
+    assert scalar(conn, "select to_regclass('public.events_p20200102') is null"), "dropped"
+    assert conn.execute("select name, value, created_at from jobs.step where job_id = %s "
+                        "and name <> 'drop:events_p20200102' order by ordinal",
+                        (job.id,)).fetchall() == stored, "stored steps replayed, not rerun"
+    assert scalar(conn, "select attempt from jobs.job where id = %s", (job.id,)) == 2

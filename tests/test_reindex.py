@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from sqljobs import App, ConfigurationError, Document, PostgresSearchIndex
-from tests.processes import scalar, wait_for
+from tests.processes import kill_and_wait_sessions, scalar, spawner, wait_for
 from tests.worker_helpers import running
 
 ARTICLES = """
@@ -93,7 +93,6 @@ def test_the_how_to_example_runs(db_dsn: str, conn: psycopg.Connection[Any]) -> 
 def test_sigkill_mid_reindex_resumes_at_the_batch_in_flight(
         db_dsn: str, conn: psycopg.Connection[Any], tmp_path: Any) -> None:
     from examples.reindex import app as module
-    from tests.processes import kill_and_wait_sessions, spawner
 
     module.app.pools.given = db_dsn
     conn.execute(module.ARTICLES)
