@@ -449,7 +449,10 @@ create table if not exists jobs.job_type (
   updated_at       timestamptz not null,
   -- version 3: required | forbidden | null (as given): whether an enqueue of this type
   -- must name a tenant (a bound session always does) or must not
-  tenant_policy    text
+  tenant_policy    text,
+  -- version 3: the data factory that declared the job ({"kind": "rollup", ...its
+  -- settings}; null: an ordinary job), so a viewer without the app's code can tell
+  factory          jsonb
 );
 
 comment on table jobs.job_type is 'Private: job types and their redaction; use jobs.job_type_put / job_types().';

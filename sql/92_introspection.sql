@@ -315,7 +315,8 @@ comment on function jobs.redact_output(text, jsonb, jsonb) is
 -- Why p_def is not a job type definition (null when it is one):
 --   {"queue": text, "sensitive": [path, ...], "personal": [path, ...],
 --    "payload_schema": {...}, "retry": {...}, "timeout_s": number,
---    "origin": "declared" | "api"}, every field optional.
+--    "origin": "declared" | "api", "tenant": "required" | "forbidden",
+--    "factory": {"kind": text, ...settings}}, every field optional.
 create or replace function jobs.job_type_problem(p_name text, p_def jsonb)
 returns text
 language plpgsql
@@ -340,11 +341,17 @@ begin
   end if;
   select k into v_field from pg_catalog.jsonb_object_keys(p_def) k
    where k not in ('queue', 'sensitive', 'personal', 'payload_schema', 'retry', 'timeout_s',
-                   'origin', 'tenant')
+                   'origin', 'tenant', 'factory')
    limit 1;
   if v_field is not null then
     return pg_catalog.format('unknown field %L (fields: queue, sensitive, personal, '
-                             'payload_schema, retry, timeout_s, origin, tenant)', v_field);
+                             'payload_schema, retry, timeout_s, origin, tenant, factory)',
+                             v_field);
+  end if;
+  if coalesce(pg_catalog.jsonb_typeof(p_def->'factory'), 'null') not in ('object', 'null')
+     or (pg_catalog.jsonb_typeof(p_def->'factory') = 'object'
+         and coalesce(pg_catalog.jsonb_typeof(p_def->'factory'->'kind'), 'null') <> 'string') then
+    return 'factory must be a JSON object with a string "kind"';
   end if;
   if coalesce(p_def->>'tenant', 'required') not in ('required', 'forbidden') then
     return 'tenant must be "required", "forbidden" or null';
@@ -406,7 +413,7 @@ begin
     perform jobs.raise_error('invalid_job_type', v_problem);
   end if;
   insert into jobs.job_type as t (name, queue, sensitive_paths, personal_paths, payload_schema,
-                                  retry, timeout_s, origin, updated_at, tenant_policy)
+                                  retry, timeout_s, origin, updated_at, tenant_policy, factory)
   values (p_name, p_def->>'queue',
           array(select distinct e from pg_catalog.jsonb_array_elements_text(
                   coalesce(p_def->'sensitive', '[]')) e order by e),
@@ -416,7 +423,7 @@ begin
           pg_catalog.jsonb_strip_nulls(p_def)->'retry',
           (p_def->>'timeout_s')::double precision,
           case when p_widen then 'declared' else coalesce(p_def->>'origin', 'api') end, jobs.now(),
-          p_def->>'tenant')
+          p_def->>'tenant', nullif(p_def->'factory', 'null'::jsonb))
   on conflict (name) do update
      set queue = case when p_widen then coalesce(t.queue, excluded.queue) else excluded.queue end,
          sensitive_paths = case when p_widen
@@ -434,6 +441,7 @@ begin
          -- replaces it
          tenant_policy = case when p_widen then coalesce(t.tenant_policy, excluded.tenant_policy)
                               else excluded.tenant_policy end,
+         factory = excluded.factory,  -- a description: follows the code
          updated_at = excluded.updated_at
   returning (xmax = 0) into v_new;
   return v_new;
@@ -505,19 +513,19 @@ comment on function jobs.job_type_remove(text) is
 create or replace function jobs.job_types()
 returns table (name text, queue text, sensitive_paths text[], personal_paths text[],
                payload_schema jsonb, retry jsonb, timeout_s double precision, origin text,
-               updated_at timestamptz)
+               updated_at timestamptz, factory jsonb)
 language sql
 stable
 set search_path = ''
 as $$
   select jobs.fleet_only('jobs.job_types');  -- (sql/15_tenancy.sql)
   select t.name, t.queue, t.sensitive_paths, t.personal_paths, t.payload_schema, t.retry,
-         t.timeout_s, t.origin, t.updated_at
+         t.timeout_s, t.origin, t.updated_at, t.factory
     from jobs.job_type t
    order by t.name
 $$;
 
-comment on function jobs.job_types() is 'Every registered job type with its sensitive and personal paths.';
+comment on function jobs.job_types() is 'Every registered job type with its sensitive and personal paths, and the data factory that declared it (version 3: the column factory).';
 
 -- jobs.personal_data(): the job types whose payload holds personal data, and where,
 -- with how many jobs of each are stored (for a data-subject export or erase).

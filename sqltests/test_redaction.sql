@@ -2,7 +2,7 @@
 -- and every view of a job (job_view, list_jobs, job_detail) hiding a sensitive value
 -- for a job enqueued from plain SQL, with no Python model anywhere.
 begin;
-select plan(30);
+select plan(36);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 
@@ -19,6 +19,15 @@ select throws_ok($$ select jobs.job_type_put('x', '{"secret": ["a"]}') $$, 'SJ01
 select throws_ok($$ select jobs.job_type_put('x', '{"sensitive": "a"}') $$, 'SJ017', null, 'paths must be an array (SJ017)');
 select throws_ok($$ select jobs.job_type_put('x', '{"timeout_s": -1}') $$, 'SJ017', null, 'a negative timeout is refused (SJ017)');
 select is((select pg_catalog.count(*) from jobs.job_type where name = 'x'), 0::bigint, 'nothing is written for a refused type');
+-- The data factory that declared a type (version 3): stored as given, follows the code.
+select is(jobs.job_type_declare('sales.daily', '{"factory": {"kind": "rollup", "target": "public.daily_sales", "cron": null}}'),
+          true, 'a factory''s job type is declared with its factory');
+select is((select factory from jobs.job_types() where name = 'sales.daily'),
+          '{"kind": "rollup", "target": "public.daily_sales", "cron": null}'::jsonb, 'job_types() answers the factory as given');
+select is((select factory from jobs.job_types() where name = 'pay.charge'), null, 'an ordinary job type has none');
+select throws_ok($$ select jobs.job_type_put('x', '{"factory": {"target": "t"}}') $$, 'SJ017', null, 'a factory without a kind is refused (SJ017)');
+select is(jobs.job_type_declare('sales.daily', '{}'), false, 'declared again, no longer by a factory');
+select is((select factory from jobs.job_types() where name = 'sales.daily'), null, 'the factory follows the code');
 select throws_ok($$ select jobs.job_type_remove('nope') $$, 'SJ016', null, 'removing an unknown type raises SJ016');
 
 -- Paths.

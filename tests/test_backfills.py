@@ -269,6 +269,25 @@ def test_cancel_interrupts_the_rate_wait_and_a_new_run_goes_on(
     assert ledger(items)["rows_done"] == 1050 and ledger(items)["status"] == "completed"
 
 
+def test_rate_paces_the_batches(db_dsn: str, items: psycopg.Connection[Any]) -> None:
+    # 500 rows, 100 a batch: five batches and the empty one that finds the end. At 5 batches
+    # a second each batch starts at least 0.2 s after the one before it, so the run takes at
+    # least (6 - 1) / 5 = 1 s (a lower bound: a slower machine only makes it longer),
+    # from its claim (before the first batch) to its settle (after the last).
+    example.reset(items, 500)
+    app = example.make_app(db_dsn, rate=5)
+    with app:
+        job = app.backfills["bf.items"].start()
+    with running(app):
+        wait_for(lambda: job_state(items, job.id) == "succeeded", "the paced run")
+    took = scalar(items, "select extract(epoch from finished_at - started_at)::float8 "
+                         "from jobs.job where id = %s", (job.id,))
+    row = ledger(items)
+    assert (row["status"], row["rows_done"], row["batches"]) == ("completed", 500, 6)
+    assert took >= (6 - 1) / 5, f"6 batches at rate=5 took {took:.2f} s"
+    assert handled(items) == {i: 1 for i in range(1, 501)}
+
+
 # -- a crash -------------------------------------------------------------------------------
 
 @pytest.mark.slow

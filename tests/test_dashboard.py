@@ -19,13 +19,16 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from sqljobs import fresh_key
+from sqljobs import App, fresh_key
+from sqljobs._app.maintenance import Empty
 from sqljobs._client import introspection, queries
 from sqljobs._client.connection import Client
 from sqljobs.dashboard import _charts as charts
 from sqljobs.dashboard import _present as present
 from sqljobs.dashboard import app
 from sqljobs.dashboard._web import RANGES, window_start
+from tests.processes import wait_for
+from tests.worker_helpers import running
 
 PREFIX = "/ops/jobs"
 
@@ -795,3 +798,39 @@ def test_backfills_page_shows_progress_and_pauses_resumes_cancels(
     assert post(web, "/backfills/production/bf.web/cancel", scope="").status_code == 303
     assert client.run(queries.backfills("production"))[0].status == "cancelled"
     assert post(web, "/backfills/staging/bf.web/pause", scope="").status_code == 400
+
+
+def test_the_factories_page_and_a_jobs_page_show_the_factory_that_declared_it(
+        db_dsn: str, conn: psycopg.Connection[Any], web: TestClient) -> None:
+    declared = App(db_dsn)
+    declared.rollup("sales.daily", target="public.daily_sales", key=("day", "shop"),
+                    source="select 1 as day, 'a' as shop")
+    declared.export_rows("orders.export", source="select id from public.orders", key="id",
+                         url="s3://KEY:SECRET@bucket/orders?token=SECRET")
+    declared.partitions("events.partitions", table="public.events", retention=timedelta(days=90))
+
+    @declared.job(name="plain.job")
+    def plain(ctx: Any, payload: Empty) -> None: ...
+
+    with running(declared):  # a worker registers the job types it serves as it starts
+        wait_for(lambda: sum(1 for t in Client(conn).run(introspection.job_types())
+                             if t.factory) == 3, "the factories' job types registered")
+    kinds = {t.name: t.factory for t in Client(conn).run(introspection.job_types())}
+    assert kinds["plain.job"] is None
+    assert kinds["orders.export"] == {"kind": "export", "url": "s3://bucket/orders",
+                                      "format": "jsonl", "page": 1000, "tenant_column": None}
+    page = web.get(PREFIX + "/factories")
+    assert page.status_code == 200
+    rows = dict(re.findall(r'>([a-z.]+)</a></td>\s*<td class="factory-kind">([a-z_]+)<',
+                           page.text))
+    assert rows == {"sales.daily": "rollup", "orders.export": "export",
+                    "events.partitions": "partitions"}
+    assert "SECRET" not in page.text, "a URL's credentials and query are never stored"
+    assert "public.daily_sales" in html.unescape(page.text) and "plain.job" not in page.text
+    assert f'href="{PREFIX}/factories"' in web.get(PREFIX + "/").text, "in the navigation"
+    client = Client(conn)
+    rollup = client.run(queries.enqueue("sales.daily", fresh_key(), {}, {}))
+    other = client.run(queries.enqueue("plain.job", fresh_key(), {}, {}))
+    assert re.search(r'<td id="factory"><a href="[^"]+/factories">rollup</a>',
+                     web.get(f"{PREFIX}/jobs/{rollup.id}").text)
+    assert 'id="factory"' not in web.get(f"{PREFIX}/jobs/{other.id}").text

@@ -6,6 +6,7 @@ import json
 from typing import Annotated, Any
 
 import psycopg
+import pytest
 from pydantic import BaseModel, SecretStr
 from typer.testing import CliRunner
 
@@ -107,3 +108,30 @@ def test_describe_without_an_app_reads_the_registry(conn: psycopg.Connection[Any
 def test_describe_refuses_a_bad_app_target() -> None:
     result = describe("--app", "tests.test_describe:nothing_here")
     assert result.exit_code == 2 and "cannot load" in result.output
+
+
+@pytest.mark.parametrize(("target", "expected"), [
+    ("examples.transfer.app:app", [
+        {"name": "orders.export", "kind": "export", "url": "file:///tmp/orders-export",
+         "format": "jsonl", "page": 10000, "tenant_column": None},
+        {"name": "orders.import", "kind": "import", "url": "", "format": "csv",
+         "page_bytes": 4194304, "max_record_bytes": 4096, "tenant_field": None}]),
+    ("examples.reindex.app:app", [
+        {"name": "articles.search", "kind": "reindex", "index": "PostgresSearchIndex",
+         "batch": 500, "source": "select id, title, body, published from public.articles"}]),
+    ("examples.partitions.app:app", [
+        {"name": "events.partitions", "kind": "partitions", "table": "public.events",
+         "every": "day", "ahead": 3, "retention_s": 90 * 86400.0, "cron": "5 * * * *"}]),
+])
+def test_describe_lists_the_export_import_reindex_and_partitions_factories(
+        target: str, expected: list[dict[str, Any]]) -> None:
+    described = runner.invoke(cli, ["describe", "--app", target, "--json"])
+    assert described.exit_code == 0, described.output
+    found = json.loads(described.output)
+    assert found["factories"] == expected
+    assert {f["name"] for f in expected} <= {j["name"] for j in found["jobs"]}, \
+        "each factory is an ordinary job beside the others"
+    table = runner.invoke(cli, ["describe", "--app", target]).output
+    assert "# data factories" in table
+    for factory in expected:
+        assert f"{factory['name']}\t{factory['kind']}\t{{" in table, table

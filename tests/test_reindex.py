@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from sqljobs import App, ConfigurationError, Document, PostgresSearchIndex
-from tests.processes import scalar, wait_for
+from tests.processes import kill_and_wait_sessions, scalar, spawner, wait_for
 from tests.worker_helpers import running
 
 ARTICLES = """
@@ -87,3 +87,55 @@ def test_the_how_to_example_runs(db_dsn: str, conn: psycopg.Connection[Any]) -> 
         wait_for(lambda: scalar(conn, "select state::text from jobs.job where id = %s",
                                 (job.id,)) == "succeeded", "the reindex")
     assert [hit for hit, _ in module.index.search("durable queue")] == ["1"]
+
+
+@pytest.mark.slow
+def test_sigkill_mid_reindex_resumes_at_the_batch_in_flight(
+        db_dsn: str, conn: psycopg.Connection[Any], tmp_path: Any) -> None:
+    from examples.reindex import app as module
+
+    module.app.pools.given = db_dsn
+    conn.execute(module.ARTICLES)
+    conn.execute("truncate public.articles")
+    conn.execute("insert into public.articles select i, 'title ' || i, 'body ' || i, "
+                 "mod(i, 7) <> 0 from generate_series(1, 2000) i")
+    module.index.ensure()
+    conn.execute("insert into public.article_search (id, body) values ('1600', 'stale')")
+    worker_args = ("examples.reindex.app:app", "--queue", "default", "--lease", "2",
+                   "--poll-interval", "0.2", "--concurrency", "1")
+    with psycopg.connect(db_dsn) as holder, spawner(db_dsn, tmp_path, "worker") as start:
+        # the fourth batch (ids 1501..2000, 500 a batch) blocks on the row the test holds
+        holder.execute("select 1 from public.article_search where id = '1600' for update")
+        with module.app:
+            job = module.app.backfills["articles.search"].start()
+        first = start(*worker_args)
+        wait_for(lambda: scalar(conn, "select count(*) from pg_stat_activity where "
+                                      "wait_event_type = 'Lock' and query ilike "
+                                      "'insert into \"public\".\"article_search\"%%'") == 1,
+                 "three batches stored, the fourth waiting for the test's row lock")
+        stored = conn.execute("select name, created_at from jobs.step where job_id = %s "
+                              "and name like 'batch-%%' order by ordinal", (job.id,)).fetchall()
+        assert [n for n, _ in stored] == ["batch-1", "batch-2", "batch-3"]
+        written = dict(conn.execute("select id, xmin::text from public.article_search "
+                                    "where id::integer <= 1500").fetchall())
+        first.kill()
+        holder.rollback()
+        kill_and_wait_sessions(conn, first)
+        second = start(*worker_args)
+        wait_for(lambda: scalar(conn, "select state::text from jobs.job where id = %s",
+                                (job.id,)) == "succeeded", "the reindex on the second worker")
+        second.kill()
+    published = {str(i) for i in range(1, 2001) if i % 7 != 0}
+    ids = [r[0] for r in conn.execute("select id from public.article_search")]
+    assert len(ids) == len(published) and set(ids) == published, "every document exactly once"
+    assert scalar(conn, "select body from public.article_search where id = '1600'") == \
+        "body 1600", "the held batch was written by the resumed run"
+    assert dict(conn.execute("select id, xmin::text from public.article_search "
+                             "where id::integer <= 1500").fetchall()) == written, \
+        "the three stored batches were not written again"
+    assert conn.execute("select name, created_at from jobs.step where job_id = %s and name "
+                        "in ('batch-1', 'batch-2', 'batch-3') order by ordinal",
+                        (job.id,)).fetchall() == stored
+    assert scalar(conn, "select attempt from jobs.job where id = %s", (job.id,)) == 2
+    assert conn.execute("select status, rows_done from jobs.backfills('default') "
+                        "where name = 'articles.search'").fetchone() == ("completed", 2000)

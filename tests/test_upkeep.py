@@ -264,3 +264,56 @@ def test_sigkill_mid_purge_resumes_without_repeating_a_finished_table(
                           (job.id,)).fetchall() == done_first, "replayed, not run again"
     assert scalar(tables, "select attempt from jobs.job where id = %s", (job.id,)) == 2
     assert scalar(tables, "select count(*) from public.app_logs") == 3
+
+
+@pytest.mark.slow
+def test_sigkill_mid_rollup_then_a_fresh_worker_leaves_the_summary_equal_to_its_source(
+        db_dsn: str, tables: psycopg.Connection[Any], tmp_path: Any) -> None:
+    from tests.processes import kill_and_wait_sessions, spawner
+
+    tables.execute("insert into public.sales (at, shop, amount) select "
+                   "'2026-12-01 00:00Z'::timestamptz + i * interval '1 hour', "
+                   "(array['a', 'b', 'c'])[1 + mod(i, 3)], i from generate_series(1, 200) i")
+    tables.execute("insert into public.daily_sales values ('2026-12-01', 'a', -1, -1)")
+    app = example.make_app(db_dsn)
+    args = ("tests.upkeep_example_app:app", "--queue", "default", "--lease", "2",
+            "--poll-interval", "0.2", "--concurrency", "1")
+    with psycopg.connect(db_dsn) as holder, spawner(db_dsn, tmp_path, "worker") as start:
+        holder.execute("lock table public.daily_sales in share mode")
+        with app:
+            job = app.jobs["sales.daily"].enqueue({}, key=fresh_key())
+        first = start(*args)
+        wait_for(lambda: scalar(tables, "select count(*) from pg_stat_activity where "
+                                        "wait_event_type = 'Lock' and query ilike "
+                                        "'insert into \"public\".\"daily_sales\"%%'") == 1,
+                 "the rollup's upsert waiting for the test's lock")
+        first.kill()
+        # rows the killed run may or may not have seen: the next run must fold them in
+        tables.execute("insert into public.sales (at, shop, amount) values "
+                       "('2026-12-01 05:30Z', 'a', 1000), ('2026-12-20 00:00Z', 'd', 7)")
+        holder.rollback()
+        kill_and_wait_sessions(tables, first)  # its orphaned upsert, if any, has ended
+        second = start(*args)
+        finished(tables, job.id)  # (the killed run's upsert may have committed: at least once)
+        second.kill()
+    assert scalar(tables, "select attempt from jobs.job where id = %s", (job.id,)) == 2
+    summary = tables.execute("select day, shop, total, n from public.daily_sales "
+                             "order by 1, 2").fetchall()
+    source = tables.execute("select at::date, shop, sum(amount), count(*) from public.sales "
+                            "group by 1, 2 order by 1, 2").fetchall()
+    assert summary == source, "every group once, with the source's aggregate"
+
+
+def test_a_rollup_keeps_the_summary_rows_of_groups_whose_source_rows_are_gone(
+        db_dsn: str, tables: psycopg.Connection[Any]) -> None:
+    tables.execute("insert into public.sales (at, shop, amount) values "
+                   "('2026-12-01 10:00Z', 'a', 5), ('2026-12-01 11:00Z', 'b', 7)")
+    app = example.make_app(db_dsn)
+    with app, running(app):
+        assert finished(tables, app.jobs["sales.daily"].enqueue({}, key=fresh_key()).id) \
+            == {"rows": 2}
+        tables.execute("delete from public.sales where shop = 'b'")
+        assert finished(tables, app.jobs["sales.daily"].enqueue({}, key=fresh_key()).id) \
+            == {"rows": 0}, "an upsert: nothing to insert or change, nothing deleted"
+    assert tables.execute("select shop, total from public.daily_sales order by 1").fetchall() \
+        == [("a", 5), ("b", 7)], "the vanished group's summary row is kept as it was"

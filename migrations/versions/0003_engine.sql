@@ -21,6 +21,9 @@
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
 --     a job type's field "tenant": required | forbidden), checked by every enqueue.
+--   * The data factory that declared a job type (jobs.job_type.factory, a new nullable
+--     column; a job type's field "factory": {"kind": ..., settings}), answered by
+--     jobs.job_types() (a column appended) for the dashboard's factories page.
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
@@ -40,7 +43,7 @@
 --     entry in it (9% of the drain), and job_retention_idx (state, finished_at) serves
 --     the window reads, which now name their states (jobs.stats).
 -- Locks: eight new, empty tables; three nullable columns added to jobs.job, one to
--- jobs.event and one to jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog
+-- jobs.event and two to jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog
 -- change only: milliseconds, after waiting for the transactions that hold the table);
 -- job_debounce_idx rebuilt (a SHARE lock on jobs.job while it reads the table:
 -- enqueues and settles wait, about a second per million rows); job_finished_idx
@@ -59,6 +62,9 @@ alter table jobs.job add column code_version text;
 -- Settles stop writing an entry for it; job_retention_idx serves its reads.
 drop index jobs.job_finished_idx;
 alter table jobs.job_type add column tenant_policy text;
+alter table jobs.job_type add column factory jsonb;
+-- jobs.job_types() answers the column factory too: its result type changes
+drop function jobs.job_types();
 
 -- A debounced job is "waiting to start" only until its first claim (attempt 0): one
 -- awaiting its retry no longer absorbs the next enqueue of its group.
@@ -3890,7 +3896,8 @@ $$;
 -- Why p_def is not a job type definition (null when it is one):
 --   {"queue": text, "sensitive": [path, ...], "personal": [path, ...],
 --    "payload_schema": {...}, "retry": {...}, "timeout_s": number,
---    "origin": "declared" | "api"}, every field optional.
+--    "origin": "declared" | "api", "tenant": "required" | "forbidden",
+--    "factory": {"kind": text, ...settings}}, every field optional.
 create or replace function jobs.job_type_problem(p_name text, p_def jsonb)
 returns text
 language plpgsql
@@ -3915,11 +3922,17 @@ begin
   end if;
   select k into v_field from pg_catalog.jsonb_object_keys(p_def) k
    where k not in ('queue', 'sensitive', 'personal', 'payload_schema', 'retry', 'timeout_s',
-                   'origin', 'tenant')
+                   'origin', 'tenant', 'factory')
    limit 1;
   if v_field is not null then
     return pg_catalog.format('unknown field %L (fields: queue, sensitive, personal, '
-                             'payload_schema, retry, timeout_s, origin, tenant)', v_field);
+                             'payload_schema, retry, timeout_s, origin, tenant, factory)',
+                             v_field);
+  end if;
+  if coalesce(pg_catalog.jsonb_typeof(p_def->'factory'), 'null') not in ('object', 'null')
+     or (pg_catalog.jsonb_typeof(p_def->'factory') = 'object'
+         and coalesce(pg_catalog.jsonb_typeof(p_def->'factory'->'kind'), 'null') <> 'string') then
+    return 'factory must be a JSON object with a string "kind"';
   end if;
   if coalesce(p_def->>'tenant', 'required') not in ('required', 'forbidden') then
     return 'tenant must be "required", "forbidden" or null';
@@ -3978,7 +3991,7 @@ begin
     perform jobs.raise_error('invalid_job_type', v_problem);
   end if;
   insert into jobs.job_type as t (name, queue, sensitive_paths, personal_paths, payload_schema,
-                                  retry, timeout_s, origin, updated_at, tenant_policy)
+                                  retry, timeout_s, origin, updated_at, tenant_policy, factory)
   values (p_name, p_def->>'queue',
           array(select distinct e from pg_catalog.jsonb_array_elements_text(
                   coalesce(p_def->'sensitive', '[]')) e order by e),
@@ -3988,7 +4001,7 @@ begin
           pg_catalog.jsonb_strip_nulls(p_def)->'retry',
           (p_def->>'timeout_s')::double precision,
           case when p_widen then 'declared' else coalesce(p_def->>'origin', 'api') end, jobs.now(),
-          p_def->>'tenant')
+          p_def->>'tenant', nullif(p_def->'factory', 'null'::jsonb))
   on conflict (name) do update
      set queue = case when p_widen then coalesce(t.queue, excluded.queue) else excluded.queue end,
          sensitive_paths = case when p_widen
@@ -4006,11 +4019,29 @@ begin
          -- replaces it
          tenant_policy = case when p_widen then coalesce(t.tenant_policy, excluded.tenant_policy)
                               else excluded.tenant_policy end,
+         factory = excluded.factory,  -- a description: follows the code
          updated_at = excluded.updated_at
   returning (xmax = 0) into v_new;
   return v_new;
 end
 $$;
+
+create or replace function jobs.job_types()
+returns table (name text, queue text, sensitive_paths text[], personal_paths text[],
+               payload_schema jsonb, retry jsonb, timeout_s double precision, origin text,
+               updated_at timestamptz, factory jsonb)
+language sql
+stable
+set search_path = ''
+as $$
+  select jobs.fleet_only('jobs.job_types');  -- (sql/15_tenancy.sql)
+  select t.name, t.queue, t.sensitive_paths, t.personal_paths, t.payload_schema, t.retry,
+         t.timeout_s, t.origin, t.updated_at, t.factory
+    from jobs.job_type t
+   order by t.name
+$$;
+
+comment on function jobs.job_types() is 'Every registered job type with its sensitive and personal paths, and the data factory that declared it (version 3: the column factory).';
 
 -- ---------------------------------------------------------------------------
 -- The read side: every view of a job redacts.

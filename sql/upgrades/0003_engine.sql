@@ -21,6 +21,9 @@
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
 --     a job type's field "tenant": required | forbidden), checked by every enqueue.
+--   * The data factory that declared a job type (jobs.job_type.factory, a new nullable
+--     column; a job type's field "factory": {"kind": ..., settings}), answered by
+--     jobs.job_types() (a column appended) for the dashboard's factories page.
 --   * Code-version routing: jobs.job.code_version (a new nullable column, no default:
 --     a catalog change, no rewrite) set by the first claim that passes the option
 --     "version"; such a claim takes only jobs of its version or never claimed.
@@ -40,7 +43,7 @@
 --     entry in it (9% of the drain), and job_retention_idx (state, finished_at) serves
 --     the window reads, which now name their states (jobs.stats).
 -- Locks: eight new, empty tables; three nullable columns added to jobs.job, one to
--- jobs.event and one to jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog
+-- jobs.event and two to jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog
 -- change only: milliseconds, after waiting for the transactions that hold the table);
 -- job_debounce_idx rebuilt (a SHARE lock on jobs.job while it reads the table:
 -- enqueues and settles wait, about a second per million rows); job_finished_idx
@@ -59,6 +62,9 @@ alter table jobs.job add column code_version text;
 -- Settles stop writing an entry for it; job_retention_idx serves its reads.
 drop index jobs.job_finished_idx;
 alter table jobs.job_type add column tenant_policy text;
+alter table jobs.job_type add column factory jsonb;
+-- jobs.job_types() answers the column factory too: its result type changes
+drop function jobs.job_types();
 
 -- A debounced job is "waiting to start" only until its first claim (attempt 0): one
 -- awaiting its retry no longer absorbs the next enqueue of its group.

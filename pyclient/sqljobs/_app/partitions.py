@@ -137,15 +137,21 @@ def _check_parent(conn: psycopg.Connection[Any], table: str) -> None:
         raise ConfigurationError(f"{table} is not partitioned by range on one column")
 
 
-def _partman(conn: psycopg.Connection[Any], table: str) -> bool:
-    """Whether pg_partman is installed and manages `table`."""
+def _partman(conn: psycopg.Connection[Any], table: str) -> str | None:
+    """The parent's name as pg_partman records it (`schema.table`, whatever the search path)
+    when pg_partman is installed and manages `table`; None otherwise. A table declared
+    without a schema is resolved by the search path, as `to_regclass` does."""
     row = conn.execute("select e.extnamespace::regnamespace::text from pg_catalog.pg_extension e "
                        "where e.extname = 'pg_partman'").fetchone()
     if row is None:
-        return False
-    found = conn.execute(sql.SQL("select count(*) from {}.part_config where parent_table = %s")
-                         .format(sql.Identifier(str(row[0]))), (table,)).fetchone()
-    return bool(found and found[0])
+        return None
+    found = conn.execute(sql.SQL(
+        "select p.parent_table from {}.part_config p "
+        "join pg_catalog.pg_class c on c.oid = pg_catalog.to_regclass(%s) "
+        "join pg_catalog.pg_namespace n on n.oid = c.relnamespace "
+        "where p.parent_table = n.nspname || '.' || c.relname").format(
+        sql.Identifier(str(row[0]))), (table,)).fetchone()
+    return str(found[0]) if found else None
 
 
 def create_partition(conn: psycopg.Connection[Any], spec: Partitions, start: date) -> str:
@@ -185,8 +191,9 @@ def declare_partitions(app: Host, spec: Partitions, *, cron: str | None, queue: 
         def plan() -> dict[str, Any]:
             with connect() as conn:
                 _check_parent(conn, spec.table)
-                if _partman(conn, spec.table):
-                    return {"partman": True, "drop": []}
+                parent = _partman(conn, spec.table)
+                if parent is not None:
+                    return {"partman": True, "parent": parent, "drop": []}
                 cutoff = now - timedelta(seconds=spec.retention_s)
                 drop = []
                 if spec.retention is not None:
@@ -207,7 +214,7 @@ def declare_partitions(app: Host, spec: Partitions, *, cron: str | None, queue: 
                         "where e.extname = 'pg_partman'").fetchone()
                     assert row is not None
                     conn.execute(sql.SQL("select {}.run_maintenance(%s)").format(
-                        sql.Identifier(str(row[0]))), (spec.table,))
+                        sql.Identifier(str(row[0]))), (planned.get("parent", spec.table),))
                 return True
 
             await ctx.step.run_async("partman", maintain)

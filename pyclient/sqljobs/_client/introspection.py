@@ -35,6 +35,7 @@ class JobTypeRecord(BaseModel):
     timeout_s: float | None
     origin: str
     updated_at: datetime
+    factory: dict[str, Any] | None = None  # the data factory that declared it (kind, ...)
 
     @property
     def redaction(self) -> Redaction:
@@ -45,7 +46,8 @@ class JobTypeRecord(BaseModel):
         """The jobs.job_type_put definition this row holds."""
         return {"queue": self.queue, "sensitive": self.sensitive_paths,
                 "personal": self.personal_paths, "payload_schema": self.payload_schema,
-                "retry": self.retry, "timeout_s": self.timeout_s, "origin": self.origin}
+                "retry": self.retry, "timeout_s": self.timeout_s, "origin": self.origin,
+                "factory": self.factory}
 
 
 class ListedJob(JobRecord):
@@ -112,7 +114,7 @@ def job_type_remove(name: str) -> Call[None]:
 def job_types() -> Call[list[JobTypeRecord]]:
     return Call(
         "select name, queue, sensitive_paths, personal_paths, payload_schema, retry, timeout_s, "
-        "origin, updated_at from jobs.job_types()",
+        "origin, updated_at, factory from jobs.job_types()",
         (),
         lambda rows: [JobTypeRecord.model_validate(row) for row in rows],
     )

@@ -12,8 +12,10 @@ of its model. Workers write the missing or changed ones when they start
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import PydanticUserError
 
@@ -42,8 +44,23 @@ def payload_schema(definition: JobDefinition[Any]) -> dict[str, Any] | None:
         return None
 
 
-def job_type_definition(definition: JobDefinition[Any]) -> dict[str, Any]:
-    """The job type JSON of a declared job (origin "declared"; jobs.job_type_declare)."""
+def stored_factory(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A factory's kind and settings as the job-type registry stores them (JSON values;
+    a URL without its user, password and query, which every reader of the registry sees)."""
+    found: dict[str, Any] = json.loads(json.dumps(dict(settings), default=str))
+    for name, value in found.items():
+        if name == "url" and isinstance(value, str) and value:
+            parts = urlsplit(value)
+            found[name] = urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1],
+                                      parts.path, "", "")) if parts.scheme \
+                else value.split("?", 1)[0]
+    return found
+
+
+def job_type_definition(definition: JobDefinition[Any],
+                        factory: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The job type JSON of a declared job (origin "declared"; jobs.job_type_declare),
+    with the data factory that declared it when one did (`App.factories`)."""
     redaction = definition.redaction
     declared = {"queue": definition.queue, "sensitive": list(redaction.sensitive),
                 "personal": list(redaction.personal),
@@ -52,22 +69,28 @@ def job_type_definition(definition: JobDefinition[Any]) -> dict[str, Any]:
                 "origin": "declared"}
     if definition.tenant_policy is not None:
         declared["tenant"] = definition.tenant_policy
+    if factory is not None:
+        declared["factory"] = stored_factory(factory)
     return declared
 
 
 def _covered(declared: dict[str, Any], record: JobTypeRecord) -> bool:
     """Whether the stored type already holds what the declaration adds: its hidden and
-    personal paths (a stored type may hide more), schema, retry policy and timeout."""
+    personal paths (a stored type may hide more), schema, retry policy, timeout and the
+    data factory that declared it."""
     stored = record.definition()
     if "tenant" in declared:  # not in jobs.job_types(): written at every start
         return False
     return all(stored[k] == declared[k] for k in ("payload_schema", "retry", "timeout_s")) \
+        and stored["factory"] == declared.get("factory") \
         and set(declared["sensitive"]) <= set(stored["sensitive"]) \
         and set(declared["personal"]) <= set(stored["personal"])
 
 
 def declared_job_type_writes(definitions: Iterable[JobDefinition[Any]],
-                             stored: list[JobTypeRecord]) -> list[Call[bool]]:
+                             stored: list[JobTypeRecord],
+                             factories: Mapping[str, Mapping[str, Any]] | None = None,
+                             ) -> list[Call[bool]]:
     """The `jobs.job_type_declare` calls that bring the registry up to the declared jobs:
     each one missing, or whose stored type lacks a path, a schema, a policy it declares.
     They only add: a stored type that hides more, or names another queue, keeps it (an
@@ -76,7 +99,7 @@ def declared_job_type_writes(definitions: Iterable[JobDefinition[Any]],
     by_name = {record.name: record for record in stored}
     writes = []
     for definition in definitions:
-        declared = job_type_definition(definition)
+        declared = job_type_definition(definition, (factories or {}).get(definition.name))
         record = by_name.get(definition.name)
         if record is None or not _covered(declared, record):
             writes.append(job_type_declare(definition.name, declared))
@@ -133,4 +156,5 @@ def personal_data(app: Declared) -> list[dict[str, Any]]:
             if handle.definition.redaction.personal]
 
 
-__all__ = ["catalog", "declared_job_type_writes", "job_type_definition", "personal_data"]
+__all__ = ["catalog", "declared_job_type_writes", "job_type_definition", "personal_data",
+           "stored_factory"]

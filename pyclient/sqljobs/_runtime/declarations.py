@@ -41,7 +41,8 @@ async def write_declarations(client: AsyncClient, app: Declared, *, log: logging
     try:
         await client.run_all(declared_job_type_writes(
             [h.definition for h in app.jobs.values()],
-            await client.run(introspection.job_types())))
+            await client.run(introspection.job_types()),
+            getattr(app, "factories", None)))  # (App's: each data factory's kind, settings)
     except REFUSED as error:
         log.warning("the declared job types are not registered, and %s: until an unbound "
                     "worker or the scheduler does, views redact by what is stored",

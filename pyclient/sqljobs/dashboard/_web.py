@@ -321,6 +321,7 @@ class Dashboard:
         with self.reading() as client:
             now = client.run(queries.database_now())
             detail = client.run(introspection.job_detail(job_id))
+            factory = None if detail is None else factory_of(client, detail["job"]["name"])
         if detail is None:
             return self.refuse(request, 404, f"no job has id {job_id}")
         job = detail["job"]
@@ -335,7 +336,8 @@ class Dashboard:
         return self.render(request, "job.html", status=status, detail=detail, job=job,
                            attempts=rows, label=label, now=now,
                            last_error=present.error_view(job.get("last_error")),
-                           trace_id=_trace_id(job.get("traceparent")), refusal=refusal)
+                           trace_id=_trace_id(job.get("traceparent")), refusal=refusal,
+                           factory=factory)
 
     def workers(self, request: Request) -> Response:
         with self.reading() as client:
@@ -353,6 +355,15 @@ class Dashboard:
         with self.reading() as client:
             rows = client.run(queries.backfills(None))
         return self.render(request, "backfills.html", backfills=rows)
+
+    def factories(self, request: Request) -> Response:
+        """The job types a data factory declared (as the workers registered them)."""
+        with self.reading() as client:
+            types = [t for t in client.run(introspection.job_types()) if t.factory]
+        return self.render(request, "factories.html", factories=[
+            {"name": t.name, "queue": t.queue, "kind": t.factory["kind"],
+             "settings": json.dumps({k: v for k, v in t.factory.items() if k != "kind"}),
+             "updated_at": t.updated_at} for t in types if t.factory is not None])
 
     def outbox(self, request: Request) -> Response:
         with self.reading() as client:
@@ -495,6 +506,16 @@ class Dashboard:
         return response
 
 
+def factory_of(client: Client, name: str) -> dict[str, Any] | None:
+    """The data factory that declared job type `name` (its registry row), if one did; None
+    too where the registry is not readable (a tenant-bound login: it is fleet-wide)."""
+    try:
+        types = client.run(introspection.job_types())
+    except SqljobsError:
+        return None
+    return next((t.factory for t in types if t.name == name), None)
+
+
 def _outcomes(counts: Mapping[str, int], window_s: float) -> dict[str, Any]:
     """A queue's outcomes over the range, with rates a person reads."""
     bad = counts["failed"] + counts["dead"]
@@ -526,6 +547,7 @@ def app(dsn: str, allow_actions: bool = False, token: str | None = None) -> Star
         Route("/schedules/{name}/{verb}", d.schedule_action, methods=["POST"]),
         Route("/outbox", d.outbox),
         Route("/backfills", d.backfills),
+        Route("/factories", d.factories),
         Route("/backfills/{environment}/{name}/{verb}", d.backfill_action, methods=["POST"]),
         Route("/queues/{queue}/{verb}", d.queue_action, methods=["POST"]),
         Route("/login", d.login_page),
