@@ -88,8 +88,9 @@ select throws_ok($$ select jobs.worker_heartbeat(current_setting('tbx.long'), ar
                  'SJ001', null, 'worker: a 10,000-byte worker id is refused');
 select throws_ok($$ select jobs.job_type_declare(current_setting('tbx.long'), '{}') $$, 'SJ017', null,
                  'worker: a 10,000-byte job type name is refused (invalid_job_type)');
--- (bug pin, see the report: the relay id is stored in outbox.claimed_by, which an index
--- covers; random text, so that the index cannot compress it)
+-- Pins the relay id's bound: relay stores it in outbox.claimed_by, which an index
+-- covers, so an unbounded id overflowed the index entry (a raw 54000). The text is
+-- random (md5s) so that compression cannot shrink it under the entry's limit.
 select throws_ok($$ select * from jobs.relay(10, (select pg_catalog.string_agg(pg_catalog.md5(i::text), '')
                                                    from pg_catalog.generate_series(1, 313) i), 30) $$,
                  'SJ001', null, 'worker: a 10,000-byte relay id is invalid_argument (not 54000)');
