@@ -2519,6 +2519,104 @@ create trigger job_hooks
         and old.state is distinct from new.state)
   execute function jobs.stage_hooks();
 
+-- === sql/45_workers.sql ===
+
+-- ---------------------------------------------------------------------------
+-- jobs.worker_heartbeat(id, queues, names, concurrency, ttl_s, host, pid, info)
+--   -> the worker's expires_at.
+-- Inserts the worker's row on first call (started_at = now), updates it afterwards
+-- (started_at kept), and sets expires_at = now + ttl_s. Then forgets rows that have
+-- been expired for more than an hour (at most 100 per call).
+-- Idempotent: repeating a call changes only the times.
+-- Locks: the worker's own row (upsert); expired rows with skip locked.
+-- A live row is renewed only by the login role that registered it (`login`; the
+-- tenant it is bound to is kept beside it): another login's live row is refused
+-- (worker_id_taken, SJ020); an expired one is taken over.
+-- Errors: invalid_argument (SJ001) for a missing or too long id (200 bytes), no queue,
+--         null names, concurrency < 1, or ttl_s <= 0; worker_id_taken (SJ020).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.worker_heartbeat(
+  p_id          text,
+  p_queues      text[],
+  p_names       text[],
+  p_concurrency integer,
+  p_ttl_s       double precision default 60,
+  p_host        text default null,
+  p_pid         integer default null,
+  p_info        jsonb default '{}'
+)
+returns timestamptz
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now     timestamptz := jobs.now();
+  v_expires timestamptz;
+begin
+  -- GUARD
+  perform jobs.check_name(p_id, 'a worker id');
+  if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
+    perform jobs.raise_error('invalid_argument', 'a worker serves at least one queue');
+  end if;
+  if p_names is null then
+    perform jobs.raise_error('invalid_argument', 'names is required (an empty array for none)');
+  end if;
+  -- each queue and name is bounded as everywhere: the registry is read back by the
+  -- fleet-wide reads (jobs.declared_queues, so the gauges, the metrics and the
+  -- dashboard), which a null or oversized queue name stored here would break for all
+  perform jobs.check_name(q, 'a queue of queues') from pg_catalog.unnest(p_queues) as q;
+  perform jobs.check_name(n, 'a name of names') from pg_catalog.unnest(p_names) as n;
+  if p_concurrency is null or p_concurrency < 1 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('concurrency must be at least 1, got %s', p_concurrency));
+  end if;
+  -- NaN and ttls past the end of time (now + ttl overflows) are refused too
+  if p_ttl_s is null or not (p_ttl_s > 0 and p_ttl_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('ttl_s must be positive and at most 1e9 seconds, got %s', p_ttl_s));
+  end if;
+
+  -- UPSERT: a live row is renewed only by the login that registered it (an expired
+  -- one is anybody's, e.g. a pod started again under another role)
+  v_expires := v_now + pg_catalog.make_interval(secs => p_ttl_s);
+  insert into jobs.worker as w
+         (id, started_at, heartbeat_at, expires_at, queues, names, concurrency, host, pid, info,
+          login, tenant)
+  values (p_id, v_now, v_now, v_expires, p_queues, p_names, p_concurrency, p_host, p_pid,
+          coalesce(p_info, '{}'), session_user, jobs.bound_tenant())
+  on conflict (id) do update
+     set heartbeat_at = excluded.heartbeat_at,
+         expires_at   = excluded.expires_at,
+         queues       = excluded.queues,
+         names        = excluded.names,
+         concurrency  = excluded.concurrency,
+         host         = excluded.host,
+         pid          = excluded.pid,
+         info         = excluded.info,
+         login        = excluded.login,
+         tenant       = excluded.tenant,
+         started_at   = case when w.login is distinct from excluded.login then excluded.started_at
+                             else w.started_at end
+   where w.login is null or w.login = excluded.login or w.expires_at <= v_now;
+  if not found then
+    perform jobs.raise_error('worker_id_taken',
+      pg_catalog.format('worker %s is registered by another login role, and live', p_id),
+      null, 'give this worker another id (sqljobs worker --id)');
+  end if;
+
+  -- FORGET rows expired for more than an hour (bounded, never waits).
+  delete from jobs.worker as w
+   using (select o.id from jobs.worker o
+           where o.expires_at < v_now - interval '1 hour'
+           limit 100
+             for update skip locked) as old
+   where w.id = old.id;
+
+  return v_expires;
+end
+$$;
+
 -- === sql/50_steps.sql ===
 
 -- ---------------------------------------------------------------------------
