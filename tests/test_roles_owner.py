@@ -102,7 +102,8 @@ def test_a_function_the_owner_makes_later_in_jobs_is_not_publics(
                 "where defaclrole = current_user::regrole and defaclobjtype = 'f' "
                 "and defaclnamespace = 0").fetchone() == (1,)
             conn.execute("create function jobs.added_later() returns int security definer "
-                         "language sql set search_path = '' as 'select count(*)::int from jobs.job'")
+                         "language sql set search_path = '' "
+                         "as 'select count(*)::int from jobs.job'")
             assert conn.execute("select jobs.added_later()").fetchone() == (0,)
         for login in logins:
             with psycopg.connect(make_conninfo(owner_dsn, user=login), autocommit=True) as conn:
