@@ -579,9 +579,13 @@ begin
 
   -- The admission's time, read once the locks are held: the claims of a group are
   -- admitted in lock order, so their starts (the rate windows, each job's started_at)
-  -- are in that order too. A session's jobs.fake_now (tests) stands in for it.
+  -- are in that order too. The test clock stands in for it, read through jobs.now(),
+  -- which honours jobs.fake_now for the schema owner or a superuser only (SJ019 for any
+  -- other session: a worker's 2100 would defer other names' jobs to 2100).
   if nullif(pg_catalog.current_setting('jobs.fake_now', true), '') is null then
     v_now := pg_catalog.clock_timestamp();
+  else
+    v_now := jobs.now();
   end if;
 
   -- USE: the running jobs holding each group (jobs.slot); the recent starts of the

@@ -122,7 +122,11 @@ comment on function jobs.notify_settled(bigint[]) is
 -- result and error redacted as every view shows them (a field its job type marks
 -- sensitive reads "[redacted]"), and from now on its settlement notifies 'jobs_settled'
 -- (a waiter LISTENs first, then calls this, so no settlement falls between). No row: no
--- such job.
+-- such job. Any job the caller may see (check_tenant: its tenant's when bound, every
+-- job when unbound) may be watched, as a waiter may await a job another process
+-- enqueued: the id is the handle. The mark is the settle_watched flag alone, shown by
+-- no view: at the job's settle a NOTIFY of its keyed token, and its finished row kept
+-- at least the awaited age (docs/design/roles.md, "Watching a job's outcome").
 create or replace function jobs.watch_outcome(p_id bigint)
 returns table (id bigint, state jobs.job_state, result jsonb, last_error jsonb)
 language plpgsql

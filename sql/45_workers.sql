@@ -51,6 +51,11 @@ begin
   if p_names is null then
     perform jobs.raise_error('invalid_argument', 'names is required (an empty array for none)');
   end if;
+  -- each queue and name is bounded as everywhere: the registry is read back by the
+  -- fleet-wide reads (jobs.declared_queues, so the gauges, the metrics and the
+  -- dashboard), which a null or oversized queue name stored here would break for all
+  perform jobs.check_name(q, 'a queue of queues') from pg_catalog.unnest(p_queues) as q;
+  perform jobs.check_name(n, 'a name of names') from pg_catalog.unnest(p_names) as n;
   if p_concurrency is null or p_concurrency < 1 then
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('concurrency must be at least 1, got %s', p_concurrency));

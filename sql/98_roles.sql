@@ -22,11 +22,17 @@
 -- hosts that forbid CREATE ROLE: the grants then go only to those of the five roles a
 -- DBA made beforehand.
 --
--- A function created in schema jobs by other means than a revision is executable by
--- PUBLIC (PostgreSQL's default) until install_roles() runs again: a per-schema default
--- privilege cannot take back the global one, and a global one would change every
--- function the installing role creates anywhere. tests pin that after every install
--- PUBLIC executes only the three functions jobs.job_view needs.
+-- A function the owner creates later in schema jobs (by hand, outside a revision) is
+-- not PUBLIC's either: install_roles() takes EXECUTE from PUBLIC in the owner's default
+-- privileges for this database. PostgreSQL cannot do that per schema (a per-schema
+-- default privilege only adds to the global one, and the global one grants PUBLIC
+-- EXECUTE on every function), so it is the owner's global default: it holds for every
+-- function the owner makes in this database, which is why that role is for migrations
+-- only (docs/design/roles.md, "Who owns the schema"). A superuser owner is left as it
+-- is: its default would also hide every extension and helper a DBA later installs as
+-- that superuser; there, a function made outside a revision is PUBLIC's until
+-- install_roles() runs again. tests pin that after every install PUBLIC executes only
+-- the three functions jobs.job_view needs.
 
 create or replace function jobs.role_grants()
 returns table (role_name text, fn regprocedure)
@@ -219,6 +225,7 @@ declare
                            'sqljobs_operator', 'sqljobs_reader'];
   v_role   text;
   v_grant  record;
+  v_owner  oid := (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'jobs');
 begin
   if v_create then
     foreach v_role in array v_roles loop
@@ -245,6 +252,12 @@ begin
   revoke all on all functions in schema jobs from public;
   revoke all on all tables in schema jobs from public;
   revoke all on all sequences in schema jobs from public;
+  -- and a function the owner makes later is not PUBLIC's (see the head of this file)
+  if not (select r.rolsuper from pg_catalog.pg_roles r where r.oid = v_owner) then
+    execute pg_catalog.format(
+      'alter default privileges for role %I revoke execute on functions from public',
+      pg_catalog.pg_get_userbyid(v_owner));
+  end if;
 
   -- each role gets exactly its list: what an earlier version granted and this one does
   -- not is taken back

@@ -5,7 +5,7 @@
 -- call that reads the clock, and no table changes. The superuser's clock still works.
 -- Logged in as each role: session_user is what jobs.now() checks.
 begin;
-select plan(20);
+select plan(25);
 
 create role tbc_worker login in role sqljobs_worker;
 create role tbc_producer login in role sqljobs_producer;
@@ -76,6 +76,29 @@ select is(jobs.now(), '2030-01-01 00:10:00+00'::timestamptz, 'the superuser''s t
 select results_eq($$ select c.key from jobs.claim(array['q_tbc'], 'w-root', 10, 30) c order by c.key $$,
                   $$ values ('run') $$,
                   'at its 00:10 the live lease lapsed (recovered and claimed again), the delayed job still waits');
+
+-- ---------------------------------------------------------------- a rate limit's admission
+-- A claim admits rate-limited jobs at the admission's own time (sql/35_limits.sql,
+-- jobs.admit), which reads the test clock through jobs.now(): a worker at 2100 must
+-- not defer jobs of names it does not run to 2100 (where a real-clock claim defers
+-- them by the window only).
+set local jobs.fake_now = '';
+select ok(jobs.limit_put('tbc_rl', '{"scope": "key", "target": "tbc.rl", "key": "site", "rate": {"n": 1, "per_s": 60}}'),
+          'setup: one start of tbc.rl per minute per site');
+select lives_ok($$ select * from jobs.enqueue_many('[{"name": "tbc.rl", "key": "r1", "queue": "q_tbc_rl", "payload": {"site": "a"}},
+                                                     {"name": "tbc.rl", "key": "r2", "queue": "q_tbc_rl", "payload": {"site": "a"}}]') $$,
+                'setup: two rate-limited jobs of another name, due now');
+set local session authorization tbc_worker;
+set local jobs.fake_now = '2100-01-01 00:00:00+00';
+select throws_ok($$ select * from jobs.claim(array['q_tbc_rl'], 'w-evil', 10, 30) $$, 'SJ019', null,
+                 'worker at 2100: the rate-limited claim is refused before any admission');
+reset jobs.fake_now;
+select is((select count(*)::int from jobs.claim(array['q_tbc_rl'], 'w-ok', 10, 30)), 1,
+          'the setting reset, the worker''s claim starts one of the two');
+reset session authorization;
+select ok((select bool_and(run_at < now() + interval '1 hour') from jobs.job where name = 'tbc.rl')
+          and (select count(*) = 1 from jobs.job where name = 'tbc.rl' and deferred_by is not null),
+          'on the real clock one starts and the other is deferred by the window, not to 2100');
 
 select * from finish();
 rollback;

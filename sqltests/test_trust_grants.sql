@@ -1,12 +1,16 @@
 -- Trust boundary, the smaller holes (sql/98_roles.sql, sql/90_operator.sql,
 -- sql/95_retention.sql): what every role and PUBLIC may execute; a null id in requeue is
 -- a missing job (SJ006); '' names no queue in retention_put / retention_remove (SJ001;
--- null still means '*'). Logged in as an operator and as a login with no sqljobs role.
+-- null still means '*'); a worker stages one job as a run stages many (jobs.stage is
+-- granted beside stage_many), a reader may not. Logged in as an operator, a worker, a
+-- reader and as a login with no sqljobs role.
 begin;
-select plan(18);
+select plan(22);
 
 create role tbg_op login in role sqljobs_operator;
 create role tbg_nobody login;
+create role tbg_worker login in role sqljobs_worker;
+create role tbg_reader login in role sqljobs_reader;
 grant usage on schema jobs to tbg_nobody;  -- (so that EXECUTE is the only gate tried)
 
 -- ---------------------------------------------------------------- every role, and PUBLIC
@@ -60,6 +64,19 @@ select results_eq($$ select queue, succeeded_s from jobs.retention_policy() wher
                   $$ values ('*', 60::float8) $$, '...which it left unchanged');
 select is(jobs.retention_remove(null), true, 'operator: retention_remove(null) removes the ''*'' row');
 reset session authorization;
+
+-- ---------------------------------------------------------------- stage: the worker's, not the reader's
+set local session authorization tbg_worker;
+select results_eq($$ select outcome from jobs.stage('tbg.staged', 'w1', '{}', '{"queue": "q_tbg_s"}') $$,
+                  $$ values ('staged') $$, 'worker: jobs.stage stages one job (as stage_many does)');
+set local session authorization tbg_reader;
+select throws_ok($$ select * from jobs.stage('tbg.staged', 'r1', '{}', '{"queue": "q_tbg_s"}') $$, '42501', null,
+                 'reader: jobs.stage is refused');
+select throws_ok($$ select * from jobs.stage_many('[{"name": "tbg.staged", "key": "r2", "queue": "q_tbg_s"}]') $$,
+                 '42501', null, 'reader: jobs.stage_many is refused too');
+reset session authorization;
+select results_eq($$ select key from jobs.outbox where name = 'tbg.staged' $$, $$ values ('w1') $$,
+                  'the worker''s staged row is there, and no reader''s');
 
 select * from finish();
 rollback;

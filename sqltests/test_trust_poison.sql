@@ -5,7 +5,7 @@
 -- bound are each refused at the door with invalid_argument (SJ001), and nothing is
 -- written; the fleet-wide reads answer as before. Logged in as each role.
 begin;
-select plan(39);
+select plan(42);
 
 create role tbx_producer login in role sqljobs_producer;
 create role tbx_worker login in role sqljobs_worker;
@@ -86,10 +86,17 @@ select throws_ok($$ select jobs.lease_acquire(current_setting('tbx.long'), 'h', 
                  'worker: a 10,000-byte lease name is refused');
 select throws_ok($$ select jobs.worker_heartbeat(current_setting('tbx.long'), array['q_tbx'], array['tbx.job'], 1, 30, 'h', 1, '{}') $$,
                  'SJ001', null, 'worker: a 10,000-byte worker id is refused');
+select throws_ok($$ select jobs.worker_heartbeat('w-tbx', array['q_tbx', null], array['tbx.job'], 1, 30, 'h', 1, '{}') $$,
+                 'SJ001', null, 'worker: a null queue in worker_heartbeat''s queues is refused (it broke declared_queues)');
+select throws_ok($$ select jobs.worker_heartbeat('w-tbx', array[current_setting('tbx.long')], array['tbx.job'], 1, 30, 'h', 1, '{}') $$,
+                 'SJ001', null, 'worker: a 10,000-byte queue in worker_heartbeat''s queues is refused');
+select throws_ok($$ select jobs.worker_heartbeat('w-tbx', array['q_tbx'], array[null, 'tbx.job'], 1, 30, 'h', 1, '{}') $$,
+                 'SJ001', null, 'worker: a null name in worker_heartbeat''s names is refused');
 select throws_ok($$ select jobs.job_type_declare(current_setting('tbx.long'), '{}') $$, 'SJ017', null,
                  'worker: a 10,000-byte job type name is refused (invalid_job_type)');
--- (bug pin, see the report: the relay id is stored in outbox.claimed_by, which an index
--- covers; random text, so that the index cannot compress it)
+-- Pins the relay id's bound: relay stores it in outbox.claimed_by, which an index
+-- covers, so an unbounded id overflowed the index entry (a raw 54000). The text is
+-- random (md5s) so that compression cannot shrink it under the entry's limit.
 select throws_ok($$ select * from jobs.relay(10, (select pg_catalog.string_agg(pg_catalog.md5(i::text), '')
                                                    from pg_catalog.generate_series(1, 313) i), 30) $$,
                  'SJ001', null, 'worker: a 10,000-byte relay id is invalid_argument (not 54000)');

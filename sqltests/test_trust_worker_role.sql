@@ -95,7 +95,8 @@ select is((select pg_catalog.count(*)::int from jobs.leases() l
           'reader: jobs.leases() shows the lease but no token');
 select is((select count(*)::int from jobs.leases() where name = 'tbw.lease' and holder = 'holder-a' and live), 1,
           'reader: (the lease is listed, live)');
--- (bug pin, see the report: jobs.job_view keeps version 1's claim column, the live token)
+-- Pins that list_jobs (over jobs.job_view, which keeps version 1's claim column) shows
+-- a running job's claim ordinal (claim >> 32), never the live token a fenced call needs.
 select is((select pg_catalog.count(*)::int from jobs.list_jobs('{"queue": "q_tbw"}', null, 10) v
             where pg_catalog.strpos(pg_catalog.to_jsonb(v)::text, current_setting('tbw.claim')) > 0), 0,
           'reader: jobs.list_jobs does not show the live claim token of a running job');

@@ -16,10 +16,18 @@ large). Never an internal error, never a plain RAISE (P0001), never a statement 
 Poison values (docs/design/roles.md, "Bounds at the door"): infinite and extreme times,
 1e308 durations, JSON nested past the 100-level bound, names past 200 bytes. One value a
 caller may pass must not break what every other caller reads: after each ACCEPTED call
-the fleet-wide reads (jobs.queue_gauges, queue_stats_v2, list_jobs, stats) still answer,
-and after each function the metrics collector still scrapes (sqljobs_gauges_up 1).
+the fleet-wide reads (jobs.queue_gauges, queue_stats, queue_stats_v2, list_jobs, stats,
+and jobs.declared_queues, the dashboard's list of queues) still answer, and so does the
+metrics collector (sqljobs_gauges_up 1).
 
-SQLJOBS_FUZZ_EXAMPLES sets the examples per function (CI: the default; `make fuzz`: more).
+Each function is called logged in as a login role holding each sqljobs role it is
+granted to (jobs.role_grants(); PUBLIC's three as the reader's login), not as the
+superuser: what a producer, a worker or an operator may pass is what is tried. The
+session runs on the real clock (jobs.fake_now is the owner's). Row counts and the fleet
+reads are read as the superuser.
+
+SQLJOBS_FUZZ_EXAMPLES sets the examples per function, shared among its roles (each gets
+at least FUZZ_MIN_PER_ROLE; CI: the default; `make fuzz`: more).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import datetime as dt
 import json
 import math
 import os
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,12 +45,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from sqljobs._client import queries
 from sqljobs._client.connection import Client
 from sqljobs._client.errors import DatabaseError
 
 EXAMPLES = int(os.environ.get("SQLJOBS_FUZZ_EXAMPLES", "15"))
+FUZZ_MIN_PER_ROLE = 5
+ROLES = ("sqljobs_producer", "sqljobs_worker", "sqljobs_scheduler", "sqljobs_operator",
+         "sqljobs_reader")
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -126,16 +139,44 @@ STRATEGY_OF_TYPE: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
-def public_functions(dsn: str) -> list[tuple[str, list[str]]]:
+def public_functions(dsn: str) -> list[tuple[str, list[str], list[str]]]:
+    """(name, argument types, the sqljobs roles granted it) of every public function; a
+    function granted to PUBLIC only (the view's three) is the reader's to call here."""
     with psycopg.connect(dsn) as conn:
         rows = conn.execute("""
-            select distinct g.fn::text, p.proname,
+            select g.fn::text, p.proname,
                    array(select pg_catalog.format_type(t, null)
-                           from unnest(p.proargtypes::oid[]) with ordinality a(t, n) order by n)
+                           from unnest(p.proargtypes::oid[]) with ordinality a(t, n) order by n),
+                   array_agg(distinct case g.role_name when 'public' then 'sqljobs_reader'
+                                           else g.role_name end)
               from jobs.role_grants() g
               join pg_catalog.pg_proc p on p.oid = g.fn
+             group by 1, 2, 3
              order by 1""").fetchall()
-    return [(name, list(types)) for _, name, types in rows]
+    return [(name, list(types), list(roles)) for _, name, types, roles in rows]
+
+
+@pytest.fixture(scope="module")
+def role_conns(db_dsn: str, pg_admin_dsn: str) -> Iterator[dict[str, psycopg.Connection[Any]]]:
+    """A session per sqljobs role, logged in as a login role that holds only it."""
+    logins = {role: f"fuzz_{role.removeprefix('sqljobs_')}_{secrets.token_hex(3)}"
+              for role in ROLES}
+    conns: dict[str, psycopg.Connection[Any]] = {}
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        for role, login in logins.items():
+            admin.execute(sql.SQL("create role {} login in role {}").format(
+                sql.Identifier(login), sql.Identifier(role)))
+    try:
+        for role, login in logins.items():
+            conns[role] = psycopg.connect(make_conninfo(db_dsn, user=login), autocommit=True)
+            conns[role].execute("set statement_timeout = '20s'")
+        yield conns
+    finally:
+        for conn in conns.values():
+            conn.close()
+        with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+            for login in logins.values():
+                admin.execute(sql.SQL("drop role {}").format(sql.Identifier(login)))
 
 
 @pytest.fixture(scope="module")
@@ -175,88 +216,111 @@ def check_refusal(error: psycopg.Error, what: str) -> None:
 
 
 FLEET_READS = ("select count(*) from jobs.queue_gauges()",
+               "select count(*) from jobs.queue_stats()",
                "select count(*) from jobs.queue_stats_v2()",
                "select count(*) from jobs.list_jobs('{}', null, 50)",
-               "select count(*) from jobs.stats(3600)")
+               "select count(*) from jobs.stats(3600)",
+               # the dashboard's list of queues (and the gauges' and metrics' rows)
+               "select count(*) from jobs.declared_queues()")
 
 
-def fleet_reads_answer(conn: psycopg.Connection[Any], what: str) -> None:
+@pytest.fixture(scope="module")
+def collector(db_dsn: str) -> Iterator[Any]:
+    """The Prometheus collector, reading afresh at every scrape (one connection)."""
+    from sqljobs.metrics import QueueGaugeCollector
+
+    scraper = QueueGaugeCollector(db_dsn, cache_s=0)
+    yield scraper
+    scraper.close()
+
+
+def metrics_scrape(collector: Any) -> bool:
+    """Whether the Prometheus collector reads the gauges (sqljobs_gauges_up = 1)."""
+    up = [s.value for family in collector.collect() for s in family.samples
+          if s.name == "sqljobs_gauges_up"]
+    return bool(up == [1.0])
+
+
+def fleet_reads_answer(admin: psycopg.Connection[Any], collector: Any, what: str) -> None:
     for read in FLEET_READS:
         try:
-            conn.execute(read)
+            admin.execute(read)
         except psycopg.Error as error:
             raise AssertionError(f"{what}: accepted, then {read.split(' from ')[1]} fails: "
                                  f"{error.diag.sqlstate} {error}") from error
+    assert metrics_scrape(collector), f"{what}: accepted, then the metrics collector fails"
 
 
-def call_checked(conn: psycopg.Connection[Any], statement: sql.Composable, args: list[Any],
-                 what: str) -> None:
-    before = row_counts(conn)
+def call_checked(conn: psycopg.Connection[Any], admin: psycopg.Connection[Any], collector: Any,
+                 statement: sql.Composable, args: list[Any], what: str) -> bool:
+    """Call as `conn` (a role's login); count rows and read the fleet as `admin`. Answers
+    whether the call was accepted."""
+    before = row_counts(admin)
     try:
         conn.execute(statement, args)
     except psycopg.Error as error:
         check_refusal(error, what)
-        assert row_counts(conn) == before, f"{what}: refused, yet rows changed"
-    else:
-        fleet_reads_answer(conn, what)
+        assert row_counts(admin) == before, f"{what}: refused, yet rows changed"
+        return False
+    fleet_reads_answer(admin, collector, what)
+    return True
 
 
 @pytest.fixture(scope="module")
-def signatures(db_dsn: str) -> list[tuple[str, list[str]]]:
+def signatures(db_dsn: str) -> list[tuple[str, list[str], list[str]]]:
     return public_functions(db_dsn)
 
 
-def test_every_public_function_takes_bad_input(fuzz_conn: psycopg.Connection[Any],
-                                               signatures: list[tuple[str, list[str]]]) -> None:
+def test_every_public_function_takes_bad_input(
+        fuzz_conn: psycopg.Connection[Any], role_conns: dict[str, psycopg.Connection[Any]],
+        collector: Any, signatures: list[tuple[str, list[str], list[str]]]) -> None:
     assert len(signatures) > 60, "the public functions: jobs.role_grants()"
-    unknown = {t for _, types in signatures for t in types} - STRATEGY_OF_TYPE.keys()
+    unknown = {t for _, types, _ in signatures for t in types} - STRATEGY_OF_TYPE.keys()
     assert not unknown, f"no strategy for argument types {unknown}"
+    tried = {role for _, _, roles in signatures for role in roles}
+    assert {"sqljobs_producer", "sqljobs_worker", "sqljobs_operator"} <= tried
     defects: list[str] = []
-    for name, types in signatures:
+    accepted = dict.fromkeys(tried, 0)
+    for name, types, roles in signatures:
         statement = sql.SQL("select 1 from (select jobs.{}({})) as called").format(
             sql.Identifier(name),
             sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(t)) for t in types))
-        try:
-            fuzzer(fuzz_conn, statement, name, types)()
-        except AssertionError as defect:
-            defects.append(str(defect).splitlines()[0])
-        except ExceptionGroup as found:  # hypothesis found several distinct defects
-            defects += [str(defect).splitlines()[0] for defect in found.exceptions]
-        if not metrics_scrape(fuzz_conn.info.dsn):
-            defects.append(f"jobs.{name}: the metrics collector no longer scrapes")
+        examples = max(FUZZ_MIN_PER_ROLE, -(-EXAMPLES // len(roles)))
+        for role in roles:
+            try:
+                fuzzer(role_conns[role], fuzz_conn, collector, statement,
+                       f"jobs.{name} as {role}", types, examples, accepted, role)()
+            except AssertionError as defect:
+                defects.append(str(defect).splitlines()[0])
+            except ExceptionGroup as found:  # hypothesis found several distinct defects
+                defects += [str(defect).splitlines()[0] for defect in found.exceptions]
     assert not defects, "\n".join(defects)
+    # (the checks after an accepted call ran, as each role)
+    assert all(accepted[role] > 0 for role in
+               ("sqljobs_producer", "sqljobs_worker", "sqljobs_operator")), accepted
 
 
-def metrics_scrape(dsn: str) -> bool:
-    """Whether the Prometheus collector reads the gauges (sqljobs_gauges_up = 1)."""
-    from sqljobs.metrics import QueueGaugeCollector
-
-    collector = QueueGaugeCollector(dsn, cache_s=0)
-    try:
-        up = [s.value for family in collector.collect() for s in family.samples
-              if s.name == "sqljobs_gauges_up"]
-    finally:
-        collector.close()
-    return up == [1.0]
-
-
-def fuzzer(conn: psycopg.Connection[Any], statement: sql.Composable, name: str,
-           types: list[str]) -> Any:
-    @FUZZ
+def fuzzer(conn: psycopg.Connection[Any], admin: psycopg.Connection[Any], collector: Any,
+           statement: sql.Composable, what: str, types: list[str], examples: int,
+           accepted: dict[str, int], role: str) -> Any:
+    @settings(FUZZ, max_examples=examples)
     @given(st.tuples(*(STRATEGY_OF_TYPE[t] for t in types)))
     def fuzz_one(args: tuple[Any, ...]) -> None:
-        call_checked(conn, statement, list(args), f"jobs.{name}")
+        if call_checked(conn, admin, collector, statement, list(args), what):
+            accepted[role] += 1
     return fuzz_one
 
 
 @FUZZ
 @given(name=NAMES, key=NAMES, payload=JSONS,
        options=JSON_SPECIALS | st.dictionaries(NAMES, JSONS, max_size=3))
-def test_the_client_enqueue_refuses_with_typed_errors(fuzz_conn: psycopg.Connection[Any], name: str,
-                                                      key: str, payload: Any, options: Any) -> None:
+def test_the_client_enqueue_refuses_with_typed_errors(
+        fuzz_conn: psycopg.Connection[Any], role_conns: dict[str, psycopg.Connection[Any]],
+        name: str, key: str, payload: Any, options: Any) -> None:
+    """As the producer's login."""
     before = row_counts(fuzz_conn)
     try:
-        Client(fuzz_conn).run(queries.enqueue(name, key, payload,
+        Client(role_conns["sqljobs_producer"]).run(queries.enqueue(name, key, payload,
                                               options if isinstance(options, dict) else {}))
     except DatabaseError:
         assert row_counts(fuzz_conn) == before
@@ -269,11 +333,13 @@ def test_the_client_enqueue_refuses_with_typed_errors(fuzz_conn: psycopg.Connect
 
 @FUZZ
 @given(name=NAMES, payload=JSONS)
-def test_the_client_emit_event_refuses_with_typed_errors(fuzz_conn: psycopg.Connection[Any],
-                                                         name: str, payload: Any) -> None:
+def test_the_client_emit_event_refuses_with_typed_errors(
+        fuzz_conn: psycopg.Connection[Any], role_conns: dict[str, psycopg.Connection[Any]],
+        name: str, payload: Any) -> None:
+    """As the producer's login."""
     before = row_counts(fuzz_conn)
     try:
-        Client(fuzz_conn).run(queries.emit_event(name,
+        Client(role_conns["sqljobs_producer"]).run(queries.emit_event(name,
                                                  payload if isinstance(payload, dict) else None))
     except DatabaseError:
         assert row_counts(fuzz_conn) == before
@@ -284,8 +350,10 @@ def test_the_client_emit_event_refuses_with_typed_errors(fuzz_conn: psycopg.Conn
         pass
 
 
-def test_invalid_utf8_is_refused_before_any_function(fuzz_conn: psycopg.Connection[Any]) -> None:
+def test_invalid_utf8_is_refused_before_any_function(
+        fuzz_conn: psycopg.Connection[Any], role_conns: dict[str, psycopg.Connection[Any]]) -> None:
     before = row_counts(fuzz_conn)
     with pytest.raises(psycopg.errors.CharacterNotInRepertoire):
-        fuzz_conn.execute("select jobs.enqueue(convert_from(%s, 'UTF8'), 'k')", (b"\xff\xfe",))
+        role_conns["sqljobs_producer"].execute(
+            "select jobs.enqueue(convert_from(%s, 'UTF8'), 'k')", (b"\xff\xfe",))
     assert row_counts(fuzz_conn) == before

@@ -75,3 +75,21 @@ def test_bad_ages_and_batches_are_refused(conn: psycopg.Connection[Any], db_dsn:
     nothing = sqljobs(db_dsn, "retention", "set")
     assert nothing.exit_code == 2 and "at least one age" in nothing.output
     assert scalar(conn, "select count(*) from jobs.job") == 2, "nothing was deleted"
+
+
+def test_an_empty_queue_name_is_refused_and_the_every_queue_policy_stays(
+        conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    """`--queue ''` names no queue: it is not another way to write the every-queue ('*')
+    policy. The refusal is one line naming its SQLSTATE, and no policy row changes."""
+    kept = sqljobs(db_dsn, "retention", "set", "--succeeded", "1h")
+    assert kept.exit_code == 0, kept.output
+    before = conn.execute("select * from jobs.retention order by 1").fetchall()
+    assert len(before) == 1
+    for args in (("set", "--queue", "", "--succeeded", "0"), ("remove", "--queue", "")):
+        result = sqljobs(db_dsn, "retention", *args)
+        assert result.exit_code == 1, (args, result.output)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: SJ001 invalid_argument: "), (
+            args, result.output)
+        assert "Traceback" not in result.output
+        assert conn.execute("select * from jobs.retention order by 1").fetchall() == before

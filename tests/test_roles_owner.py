@@ -80,3 +80,38 @@ def test_a_non_superuser_owner_installs_and_the_roles_hold(
             conn.execute("select count(*) from jobs.job")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("select jobs.purge(1000)")
+
+
+def test_a_function_the_owner_makes_later_in_jobs_is_not_publics(
+        owned: tuple[str, str, str], pg_admin_dsn: str) -> None:
+    """A function made in schema jobs outside a revision (a hotfix by hand, as the owner)
+    is executable by nobody but the owner: install_roles() takes EXECUTE from PUBLIC in
+    the owner's default privileges. Logged in as a producer and as a reader, calling it
+    is refused with 42501."""
+    owner_dsn, _, _ = owned
+    migrate.upgrade(owner_dsn)
+    logins = {f"sqljobs_{role}_{secrets.token_hex(3)}": role for role in ("producer", "reader")}
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        for login, role in logins.items():
+            admin.execute(sql.SQL("create role {} login in role {}").format(
+                sql.Identifier(login), sql.Identifier(f"sqljobs_{role}")))
+    try:
+        with psycopg.connect(owner_dsn, autocommit=True) as conn:
+            assert conn.execute(
+                "select count(*) from pg_default_acl "
+                "where defaclrole = current_user::regrole and defaclobjtype = 'f' "
+                "and defaclnamespace = 0").fetchone() == (1,)
+            conn.execute("create function jobs.added_later() returns int security definer "
+                         "language sql set search_path = '' "
+                         "as 'select count(*)::int from jobs.job'")
+            assert conn.execute("select jobs.added_later()").fetchone() == (0,)
+        for login in logins:
+            with psycopg.connect(make_conninfo(owner_dsn, user=login), autocommit=True) as conn:
+                assert conn.execute("select has_function_privilege('jobs.added_later()', 'execute')"
+                                    ).fetchone() == (False,)
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute("select jobs.added_later()")
+    finally:
+        with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+            for login in logins:
+                admin.execute(sql.SQL("drop role {}").format(sql.Identifier(login)))

@@ -7,7 +7,9 @@ Each test makes its own login role (roles belong to the whole server) and drops 
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -156,3 +158,70 @@ def test_the_cli_binds_lists_and_unbinds(conn: psycopg.Connection[Any], db_dsn: 
         assert again.exit_code == 4 and "bound to no tenant" in again.output
     finally:
         conn.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))
+
+
+def test_a_bound_session_listening_on_every_channel_hears_no_other_tenants_names_or_ids(
+        conn: psycopg.Connection[Any], acme_dsn: str) -> None:
+    """On the wire (docs/design/tenancy.md, "Notification channels"): a session bound to
+    acme LISTENs on every channel the engine notifies (jobs_wake: queue and worker
+    tokens; jobs_settled: watched jobs' tokens; jobs_outbox: empty) while the unbound
+    fleet enqueues, settles, cancels and stages through the outbox globex's jobs. What
+    it hears are tokens only: no globex queue name, job id, worker or relay id."""
+    channels = ("jobs_wake", "jobs_settled", "jobs_outbox")
+    fence = f"tenancy_fence_{secrets.token_hex(4)}"
+    queues = ("globex_payroll_q", "globex_ledger_q")
+    worker, relay_id = "globex-worker-1", "globex-relay-1"
+    with psycopg.connect(acme_dsn, autocommit=True) as listener:
+        assert listener.execute("select jobs.bound_tenant()").fetchone() == ("acme",)
+        for channel in (*channels, fence):
+            listener.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
+
+        # globex's work, by the unbound fleet, each step its own transaction
+        ids = [conn.execute("select id from jobs.enqueue('globex.pay', %s, '{}', %s)",
+                            (f"p{i}", json.dumps({"queue": queues[0], "tenant": "globex"}))
+                            ).fetchone()[0] for i in range(3)]  # type: ignore[index]
+        for job_id in ids:
+            conn.execute("select jobs.watch_outcome(%s)", (job_id,))  # settles notify
+        claimed = conn.execute("select id, claim from jobs.claim(%s, %s, 3, 30) order by id",
+                               ([queues[0]], worker)).fetchall()
+        assert [c[0] for c in claimed] == ids
+        conn.execute("select jobs.ack_many(%s, %s)",
+                     ([c[0] for c in claimed[:2]], [c[1] for c in claimed[:2]]))
+        conn.execute("select jobs.cancel(%s)", (ids[2],))  # wakes its worker, by token
+        staged = conn.execute("select id from jobs.stage('globex.book', 's1', '{}', %s)",
+                              (json.dumps({"queue": queues[1], "tenant": "globex"}),)
+                              ).fetchone()[0]  # type: ignore[index]
+        for _ in range(2):  # the relay claims the row, and publishes it at its next call
+            conn.execute("select jobs.relay(10, %s, 30)", (relay_id,))
+        conn.execute("select jobs.watch_outcome(%s)", (staged,))
+        conn.execute("select jobs.ack(c.id, c.claim, '{}') from jobs.claim(%s, %s, 1, 30) c",
+                     ([queues[1]], worker))
+        ids.append(staged)
+
+        # the other tenant's work is done: every job final, the staged row published
+        wait_for(lambda: conn.execute(
+            "select count(*) = 4 from jobs.job where id = any(%s) and finished_at is not null",
+            (ids,)).fetchone()[0], "globex's jobs to finish")  # type: ignore[index]
+        wait_for(lambda: conn.execute(
+            "select published_at is not null from jobs.outbox where id = %s",
+            (staged,)).fetchone()[0], "the staged row to be published")  # type: ignore[index]
+        # notifications are delivered in commit order: all of them arrive before the fence
+        conn.execute("select pg_notify(%s, 'end')", (fence,))
+        heard: list[tuple[str, str]] = []
+        for note in listener.notifies(timeout=10):
+            if note.channel == fence:
+                break
+            heard.append((note.channel, note.payload))
+        else:
+            raise AssertionError(f"the fence never arrived; heard {heard}")
+        # and a short poll for anything after it (there is nothing more to send)
+        heard += [(n.channel, n.payload) for n in listener.notifies(timeout=0.2)]
+
+    assert {channel for channel, _ in heard} == set(channels), heard  # (not vacuous)
+    assert ("jobs_outbox", "") in heard
+    secrets_ = {*queues, "globex", worker, relay_id, "globex.pay", "globex.book"}
+    for channel, payload in heard:
+        assert not any(s in payload for s in secrets_), (channel, payload)
+        for part in payload.split(","):
+            assert part not in {str(i) for i in ids}, (channel, payload)
+            assert part in ("", "*") or re.fullmatch(r"[0-9a-f]{16}", part), (channel, payload)

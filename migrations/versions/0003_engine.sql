@@ -39,6 +39,10 @@
 --     forks; shown by jobs.job_view (a column appended). jobs.claim_v2 answers it
 --     (jobs.claim, version 1's columns, is now a wrapper over it); jobs.emit_event_v2
 --     takes it (jobs.emit_event is a wrapper over it).
+--   * jobs.install_roles (run at the end) takes EXECUTE from PUBLIC in a non-superuser
+--     owner's default privileges for the database, so a function the owner makes
+--     later in schema jobs is nobody's until granted (a pg_default_acl row; a
+--     superuser owner's defaults are left alone).
 --   * job_finished_idx (finished_at of finished rows) is dropped: every settle paid an
 --     entry in it (9% of the drain), and job_retention_idx (state, finished_at) serves
 --     the window reads, which now name their states (jobs.stats).
@@ -1671,6 +1675,300 @@ $$;
 comment on function jobs.recover(text[], integer) is
   'Recover lapsed leases, wake due parked jobs and free limit slots in these queues; answers the jobs moved.';
 
+-- === sql/35_limits.sql ===
+
+-- jobs.admit(candidates, limit, now) -> (id, slots, at) of the candidates admitted, at
+-- most p_limit, in candidate order: the limit groups each holds, and the admission's
+-- time (its start). The candidates are ready jobs the claim holds locked, in claim
+-- order. Refused ones are blocked, deferred or failed here (see the file's header);
+-- candidates past the limit are left as they are. Locks: each group's lock row
+-- (jobs.lock_keys, skip locked: a group another claim admits into is left for the next
+-- claim), in group order, held to commit.
+create or replace function jobs.admit(p_ids bigint[], p_limit integer, p_now timestamptz)
+returns table (id bigint, slots text[], at timestamptz)
+language plpgsql
+volatile
+set search_path = ''
+set enable_bitmapscan = off  -- jobs.slot churns: see jobs.claim (sql/30_claim.sql)
+as $$
+declare
+  -- every (candidate, group) pair, in candidate order (a candidate's pairs together,
+  -- its global and queue groups last), as parallel arrays
+  a_id     bigint[];
+  a_group  text[];
+  a_cap    integer[];       -- concurrency (null: none)
+  a_n      integer[];       -- rate: starts ...
+  a_per    double precision[];  -- ... per seconds (null: no rate)
+  a_fail   boolean[];       -- when_busy = 'fail'
+  a_all    boolean[];       -- a global or queue limit's group
+  a_pos    integer[];       -- the group's place in v_names
+  v_names  text[];          -- every group of the candidates, sorted (the lock order)
+  v_held   text[];          -- the groups this claim holds the lock of (jobs.lock_keys)
+  v_used   integer[];       -- per group: running (then + admitted)
+  v_waits  integer[];       -- per group: jobs deferred by its rate so far (null: not read)
+  v_starts jsonb := '{}';   -- rate group -> recent starts, oldest first (+ admitted)
+  v_now    timestamptz := p_now;
+  v_k      integer := 1;    -- the pair at hand
+  v_first  integer;         -- the candidate's first pair
+  v_last   integer;
+  v_cid    bigint;
+  v_p      integer;
+  v_i      integer;
+  v_taken  integer := 0;
+  v_refusal text;           -- null (admitted) | block | leave | defer | fail
+  v_group  text;
+  v_until  timestamptz;
+  v_at     timestamptz;
+  v_ring   jsonb;
+  v_w      integer;
+  v_slots  text[];
+  v_blocked  bigint[] := '{}';
+  v_block_on text[] := '{}';
+  v_defer    bigint[] := '{}';
+  v_defer_at timestamptz[] := '{}';
+  v_defer_on text[] := '{}';
+  v_defer_group text;      -- the rate group that defers the longest
+  v_fail     bigint[] := '{}';
+  v_fail_on  text[] := '{}';
+begin
+  -- GROUPS of every candidate, from the limits that apply to it.
+  select pg_catalog.array_agg(g.id), pg_catalog.array_agg(g.grp), pg_catalog.array_agg(g.cap),
+         pg_catalog.array_agg(g.n), pg_catalog.array_agg(g.per), pg_catalog.array_agg(g.fail),
+         pg_catalog.array_agg(g.all_jobs)
+    into a_id, a_group, a_cap, a_n, a_per, a_fail, a_all
+    from (select x.id, x.grp, x.cap, x.n, x.per, x.fail, x.all_jobs from (
+            select c.ord, j.id, g.grp, g.cap, g.n, g.per, g.fail, g.all_jobs
+              from pg_catalog.unnest(p_ids) with ordinality as c(id, ord)
+              join jobs.job j on j.id = c.id  -- each candidate read once, its groups beside it
+             cross join lateral (
+               select l.name || '|' || case
+                        when l.scope = 'key' then coalesce(j.payload #>> l.key_path, '')
+                        when l.scope = 'tenant' and l.target is null then j.tenant
+                        else '' end as grp,
+                      l.concurrency as cap, l.rate_n as n, l.rate_per_s as per,
+                      l.when_busy = 'fail' as fail, l.scope in ('global', 'queue') as all_jobs
+                 from jobs.limit l
+                where l.scope = 'global'
+                   or (l.scope = 'queue' and l.target = j.queue)
+                   or ((l.scope = 'name' or l.scope = 'key') and l.target = j.name)
+                   or (l.scope = 'tenant' and j.tenant is not null
+                       and (l.target is null or l.target = j.tenant))
+               union all
+               select 'sqljobs.throttle|' || j.name || '|' || coalesce(j.tenant, '') || '|'
+                        || coalesce(j.group_key, ''),
+                      null, j.throttle_n, j.throttle_per_s, false, false
+                where j.throttle_n is not null) g) x
+          order by x.ord, x.all_jobs, x.grp) g;
+
+  if a_id is null then  -- no limit applies to any candidate
+    return query select c.id, null::text[], p_now
+                   from pg_catalog.unnest(p_ids) with ordinality as c(id, ord)
+                  order by c.ord limit p_limit;
+    return;
+  end if;
+
+  -- LOCK ACQUISITION: each group's lock row (jobs.lock_keys), in group order, never
+  -- waited for: a group another claim is admitting into right now is left for the next
+  -- claim (its candidates stay as they are), so a claim never waits on another, nor on
+  -- a session holding one open.
+  v_names := array(select distinct g from pg_catalog.unnest(a_group) g order by 1);
+  v_held := array(select pg_catalog.substr(k, 7)  -- (without 'limit|')
+                    from pg_catalog.unnest(jobs.lock_keys(
+                           array(select 'limit|' || g from pg_catalog.unnest(v_names) g),
+                           array(select 'skip' from pg_catalog.unnest(v_names)))) k);
+  a_pos := array(select pg_catalog.array_position(v_names, g)
+                   from pg_catalog.unnest(a_group) with ordinality as x(g, o) order by x.o);
+
+  -- The admission's time, read once the locks are held: the claims of a group are
+  -- admitted in lock order, so their starts (the rate windows, each job's started_at)
+  -- are in that order too. The test clock stands in for it, read through jobs.now(),
+  -- which honours jobs.fake_now for the schema owner or a superuser only (SJ019 for any
+  -- other session: a worker's 2100 would defer other names' jobs to 2100).
+  if nullif(pg_catalog.current_setting('jobs.fake_now', true), '') is null then
+    v_now := pg_catalog.clock_timestamp();
+  else
+    v_now := jobs.now();
+  end if;
+
+  -- USE: the running jobs holding each group (jobs.slot); the recent starts of the
+  -- groups this claim holds (only those: what it writes back at the end must be what
+  -- it read under the lock, or it would undo another claim's starts).
+  select pg_catalog.array_agg(coalesce(u.n, 0) order by g.o)
+    into v_used
+    from pg_catalog.unnest(v_names) with ordinality as g(name, o)
+    left join (select s.grp, pg_catalog.count(*)::integer as n
+                 from jobs.slot s
+                where s.grp = any (v_names)
+                group by s.grp) u on u.grp = g.name;
+  if exists (select from pg_catalog.unnest(a_n) n where n is not null) then
+    select coalesce(pg_catalog.jsonb_object_agg(t.grp, pg_catalog.to_jsonb(t.starts)), '{}')
+      into v_starts
+      from jobs.limit_start t
+     where t.grp = any (v_held);
+  end if;
+  v_waits := pg_catalog.array_fill(null::integer, array[pg_catalog.cardinality(v_names)]);
+
+  -- ADMIT in claim order while every group has room.
+  foreach v_cid in array p_ids loop
+    exit when v_taken >= p_limit;
+    v_first := v_k;
+    while v_k <= pg_catalog.cardinality(a_id) and a_id[v_k] = v_cid loop
+      v_k := v_k + 1;
+    end loop;
+    v_last := v_k - 1;
+    v_refusal := null;
+    -- a group another claim holds: the job is left as it is, for the next claim
+    for v_i in v_first .. v_last loop
+      if not a_group[v_i] = any (v_held) then
+        v_refusal := 'leave';
+        exit;
+      end if;
+    end loop;
+    -- concurrency first: a full group blocks (or fails); a full global or queue group
+    -- (listed last) leaves the job as it is; then the rates
+    for v_i in v_first .. v_last loop
+      exit when v_refusal is not null;
+      v_p := a_pos[v_i];
+      if a_cap[v_i] is not null and v_used[v_p] >= a_cap[v_i] then
+        v_group := a_group[v_i];
+        if a_all[v_i] then
+          v_refusal := 'leave';
+        elsif a_fail[v_i] and exists (
+                select from jobs.slot s join jobs.job r on r.id = s.job_id
+                 where s.grp = v_group and r.state = 'running' and r.lease_expires_at > v_now)
+        then
+          v_refusal := 'fail';  -- evidence: a run holds the key under a live lease
+        else
+          v_refusal := 'block';
+        end if;
+        exit;
+      end if;
+    end loop;
+    if v_refusal is null then
+      v_until := null;
+      for v_i in v_first .. v_last loop
+        continue when a_n[v_i] is null;
+        v_group := a_group[v_i];
+        v_ring := coalesce(v_starts->v_group, '[]');
+        if pg_catalog.jsonb_array_length(v_ring) >= a_n[v_i]
+           and (v_ring->>(pg_catalog.jsonb_array_length(v_ring) - a_n[v_i]))::timestamptz
+               > v_now - pg_catalog.make_interval(secs => a_per[v_i]) then
+          -- the window is full: the k-th job deferred (counting those an earlier claim
+          -- deferred, still waiting) starts when the k-th of the recent starts leaves
+          -- the window
+          v_p := a_pos[v_i];
+          if v_waits[v_p] is null then
+            select pg_catalog.count(*) into v_w from jobs.job d
+             where d.deferred_by = v_group and d.state in ('ready', 'interrupted')
+               and d.run_at > v_now;
+            v_waits[v_p] := v_w;
+          end if;
+          v_w := v_waits[v_p];
+          v_waits[v_p] := v_w + 1;
+          v_at := (v_ring->>(pg_catalog.jsonb_array_length(v_ring) - a_n[v_i]
+                             + v_w % a_n[v_i]))::timestamptz
+                  + pg_catalog.make_interval(secs => a_per[v_i] * (v_w / a_n[v_i] + 1));
+          if v_until is null or v_at > v_until then
+            v_until := v_at;
+            v_defer_group := v_group;
+          end if;
+          v_refusal := 'defer';
+        end if;
+      end loop;
+    end if;
+    if v_refusal = 'block' then
+      v_blocked := v_blocked || v_cid;
+      v_block_on := v_block_on || v_group;
+    elsif v_refusal = 'fail' then
+      v_fail := v_fail || v_cid;
+      v_fail_on := v_fail_on || v_group;
+    elsif v_refusal = 'defer' then
+      v_defer := v_defer || v_cid;
+      v_defer_at := v_defer_at || v_until;
+      v_defer_on := v_defer_on || v_defer_group;
+    elsif v_refusal is null then
+      -- TAKE: a slot of each concurrency group, a start of each rate group
+      v_slots := null;
+      for v_i in v_first .. v_last loop
+        v_p := a_pos[v_i];
+        if a_cap[v_i] is not null then
+          v_used[v_p] := v_used[v_p] + 1;
+          v_slots := v_slots || a_group[v_i];
+        end if;
+        if a_n[v_i] is not null then
+          v_ring := coalesce(v_starts->a_group[v_i], '[]') || pg_catalog.to_jsonb(v_now);
+          if pg_catalog.jsonb_array_length(v_ring) > a_n[v_i] then
+            v_ring := v_ring - 0;
+          end if;
+          v_starts := v_starts || pg_catalog.jsonb_build_object(a_group[v_i], v_ring);
+        end if;
+      end loop;
+      id := v_cid;
+      slots := v_slots;
+      at := v_now;
+      v_taken := v_taken + 1;
+      return next;
+    end if;
+  end loop;
+
+  -- APPLY the refusals and the new starts.
+  if pg_catalog.cardinality(v_blocked) > 0 then
+    update jobs.job as j set blocked_on = b.grp
+      from unnest(v_blocked, v_block_on) as b(id, grp)
+     where j.id = b.id;
+    -- ROOM LEFT: a group that still has free slots after this admission may have jobs
+    -- waiting on it (a waiter woken for its slot and blocked again on another of its
+    -- groups left that slot unused): make as many of them claimable as it has room
+    -- (of a group this claim holds the lock of: another's use it did not read).
+    -- Only a claim that blocked a job can have left such a slot.
+    perform jobs.unblock(array(
+      select w.id
+        from (select distinct a_group[x.i] as grp, a_cap[x.i] as cap, v_used[a_pos[x.i]] as used
+                from pg_catalog.generate_subscripts(a_group, 1) as x(i)
+               where a_cap[x.i] > v_used[a_pos[x.i]]
+                 and a_group[x.i] = any (v_held)) g
+       cross join lateral (
+         select b.id from jobs.job b
+          where b.blocked_on = g.grp and b.state in ('ready', 'interrupted')
+          order by b.priority, b.run_at, b.id
+          limit g.cap - g.used
+            for update skip locked) w));
+  end if;
+  if pg_catalog.cardinality(v_defer) > 0 then
+    update jobs.job as j set run_at = d.at, deferred_by = d.grp
+      from unnest(v_defer, v_defer_at, v_defer_on) as d(id, at, grp)
+     where j.id = d.id;
+  end if;
+  if pg_catalog.cardinality(v_fail) > 0 then
+    update jobs.job as j
+       set state = 'failed', finished_at = v_now,
+           last_error = pg_catalog.jsonb_build_object(
+             'kind', 'key_busy', 'sqlstate', 'SJ012',
+             'message', pg_catalog.format(
+               'another run holds key %L of limit %L, and the job says when_busy = fail',
+               pg_catalog.substr(f.grp, pg_catalog.strpos(f.grp, '|') + 1),
+               pg_catalog.split_part(f.grp, '|', 1)),
+             'at', v_now)
+      from unnest(v_fail, v_fail_on) as f(id, grp)
+     where j.id = f.id;
+  end if;
+  -- MORE: refused jobs left the claimable ones (blocked, deferred or failed); when this
+  -- claim took fewer than it was asked for, others may be claimable now: wake the
+  -- claimers of those queues (this one included) to claim again.
+  if v_taken < p_limit and pg_catalog.cardinality(v_blocked || v_defer || v_fail) > 0 then
+    perform jobs.wake(array(select distinct j.queue from jobs.job j
+                             where j.id = any (v_blocked || v_defer || v_fail)));
+  end if;
+  if v_starts <> '{}' then
+    insert into jobs.limit_start as t (grp, starts)
+    select s.key, array(select pg_catalog.jsonb_array_elements_text(s.value)::timestamptz)
+      from pg_catalog.jsonb_each(v_starts) as s
+    on conflict (grp) do update set starts = excluded.starts
+     where t.starts is distinct from excluded.starts;
+  end if;
+end
+$$;
+
 -- === sql/40_settle.sql ===
 
 -- ---------------------------------------------------------------------------
@@ -2226,6 +2524,104 @@ create trigger job_hooks
         and new.state in ('succeeded', 'failed', 'dead', 'cancelled')
         and old.state is distinct from new.state)
   execute function jobs.stage_hooks();
+
+-- === sql/45_workers.sql ===
+
+-- ---------------------------------------------------------------------------
+-- jobs.worker_heartbeat(id, queues, names, concurrency, ttl_s, host, pid, info)
+--   -> the worker's expires_at.
+-- Inserts the worker's row on first call (started_at = now), updates it afterwards
+-- (started_at kept), and sets expires_at = now + ttl_s. Then forgets rows that have
+-- been expired for more than an hour (at most 100 per call).
+-- Idempotent: repeating a call changes only the times.
+-- Locks: the worker's own row (upsert); expired rows with skip locked.
+-- A live row is renewed only by the login role that registered it (`login`; the
+-- tenant it is bound to is kept beside it): another login's live row is refused
+-- (worker_id_taken, SJ020); an expired one is taken over.
+-- Errors: invalid_argument (SJ001) for a missing or too long id (200 bytes), no queue,
+--         null names, concurrency < 1, or ttl_s <= 0; worker_id_taken (SJ020).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.worker_heartbeat(
+  p_id          text,
+  p_queues      text[],
+  p_names       text[],
+  p_concurrency integer,
+  p_ttl_s       double precision default 60,
+  p_host        text default null,
+  p_pid         integer default null,
+  p_info        jsonb default '{}'
+)
+returns timestamptz
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now     timestamptz := jobs.now();
+  v_expires timestamptz;
+begin
+  -- GUARD
+  perform jobs.check_name(p_id, 'a worker id');
+  if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
+    perform jobs.raise_error('invalid_argument', 'a worker serves at least one queue');
+  end if;
+  if p_names is null then
+    perform jobs.raise_error('invalid_argument', 'names is required (an empty array for none)');
+  end if;
+  -- each queue and name is bounded as everywhere: the registry is read back by the
+  -- fleet-wide reads (jobs.declared_queues, so the gauges, the metrics and the
+  -- dashboard), which a null or oversized queue name stored here would break for all
+  perform jobs.check_name(q, 'a queue of queues') from pg_catalog.unnest(p_queues) as q;
+  perform jobs.check_name(n, 'a name of names') from pg_catalog.unnest(p_names) as n;
+  if p_concurrency is null or p_concurrency < 1 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('concurrency must be at least 1, got %s', p_concurrency));
+  end if;
+  -- NaN and ttls past the end of time (now + ttl overflows) are refused too
+  if p_ttl_s is null or not (p_ttl_s > 0 and p_ttl_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('ttl_s must be positive and at most 1e9 seconds, got %s', p_ttl_s));
+  end if;
+
+  -- UPSERT: a live row is renewed only by the login that registered it (an expired
+  -- one is anybody's, e.g. a pod started again under another role)
+  v_expires := v_now + pg_catalog.make_interval(secs => p_ttl_s);
+  insert into jobs.worker as w
+         (id, started_at, heartbeat_at, expires_at, queues, names, concurrency, host, pid, info,
+          login, tenant)
+  values (p_id, v_now, v_now, v_expires, p_queues, p_names, p_concurrency, p_host, p_pid,
+          coalesce(p_info, '{}'), session_user, jobs.bound_tenant())
+  on conflict (id) do update
+     set heartbeat_at = excluded.heartbeat_at,
+         expires_at   = excluded.expires_at,
+         queues       = excluded.queues,
+         names        = excluded.names,
+         concurrency  = excluded.concurrency,
+         host         = excluded.host,
+         pid          = excluded.pid,
+         info         = excluded.info,
+         login        = excluded.login,
+         tenant       = excluded.tenant,
+         started_at   = case when w.login is distinct from excluded.login then excluded.started_at
+                             else w.started_at end
+   where w.login is null or w.login = excluded.login or w.expires_at <= v_now;
+  if not found then
+    perform jobs.raise_error('worker_id_taken',
+      pg_catalog.format('worker %s is registered by another login role, and live', p_id),
+      null, 'give this worker another id (sqljobs worker --id)');
+  end if;
+
+  -- FORGET rows expired for more than an hour (bounded, never waits).
+  delete from jobs.worker as w
+   using (select o.id from jobs.worker o
+           where o.expires_at < v_now - interval '1 hour'
+           limit 100
+             for update skip locked) as old
+   where w.id = old.id;
+
+  return v_expires;
+end
+$$;
 
 -- === sql/50_steps.sql ===
 
@@ -4385,6 +4781,80 @@ as $$
     ) as g
    -- a function another file drops or has not made yet is left out, not an error
    where pg_catalog.to_regprocedure(g.fn) is not null
+$$;
+
+create or replace function jobs.install_roles()
+returns void
+language plpgsql
+set search_path = ''
+as $$
+declare
+  v_create boolean := coalesce(
+    pg_catalog.lower(pg_catalog.current_setting('sqljobs.create_roles', true)), 'on')
+    not in ('off', 'false', '0', 'no');
+  v_roles  text[] := array['sqljobs_producer', 'sqljobs_worker', 'sqljobs_scheduler',
+                           'sqljobs_operator', 'sqljobs_reader'];
+  v_role   text;
+  v_grant  record;
+  v_owner  oid := (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'jobs');
+begin
+  if v_create then
+    foreach v_role in array v_roles loop
+      if not exists (select from pg_catalog.pg_roles r where r.rolname = v_role) then
+        begin
+          execute pg_catalog.format('create role %I nologin', v_role);
+        exception when duplicate_object or unique_violation then
+          null;  -- another database of this cluster made it at the same moment
+        end;
+      end if;
+    end loop;
+  end if;
+
+  -- every function runs as the schema owner; EXECUTE is the gate
+  for v_grant in
+    select p.oid::pg_catalog.regprocedure as fn, p.prosecdef
+      from pg_catalog.pg_proc p
+     where p.pronamespace = 'jobs'::pg_catalog.regnamespace
+  loop
+    if not v_grant.prosecdef then
+      execute pg_catalog.format('alter function %s security definer', v_grant.fn);
+    end if;
+  end loop;
+  revoke all on all functions in schema jobs from public;
+  revoke all on all tables in schema jobs from public;
+  revoke all on all sequences in schema jobs from public;
+  -- and a function the owner makes later is not PUBLIC's (see the head of this file)
+  if not (select r.rolsuper from pg_catalog.pg_roles r where r.oid = v_owner) then
+    execute pg_catalog.format(
+      'alter default privileges for role %I revoke execute on functions from public',
+      pg_catalog.pg_get_userbyid(v_owner));
+  end if;
+
+  -- each role gets exactly its list: what an earlier version granted and this one does
+  -- not is taken back
+  foreach v_role in array v_roles loop
+    if exists (select from pg_catalog.pg_roles r where r.rolname = v_role) then
+      execute pg_catalog.format('revoke all on all functions in schema jobs from %I', v_role);
+      execute pg_catalog.format('grant usage on schema jobs to %I', v_role);
+    end if;
+  end loop;
+  for v_grant in
+    select g.role_name, g.fn
+      from jobs.role_grants() g
+     where g.role_name = 'public'
+        or exists (select from pg_catalog.pg_roles r where r.rolname = g.role_name)
+  loop
+    execute pg_catalog.format('grant execute on function %s to %I', v_grant.fn,
+                              v_grant.role_name);
+  end loop;
+  if exists (select from pg_catalog.pg_roles r where r.rolname = 'sqljobs_reader') then
+    grant select on jobs.job_view to sqljobs_reader;
+    if exists (select from pg_catalog.pg_roles r where r.rolname = 'sqljobs_operator')
+       and not pg_catalog.pg_has_role('sqljobs_operator', 'sqljobs_reader', 'member') then
+      grant sqljobs_reader to sqljobs_operator;
+    end if;
+  end if;
+end
 $$;
 
 select jobs.install_roles();

@@ -39,6 +39,10 @@
 --     forks; shown by jobs.job_view (a column appended). jobs.claim_v2 answers it
 --     (jobs.claim, version 1's columns, is now a wrapper over it); jobs.emit_event_v2
 --     takes it (jobs.emit_event is a wrapper over it).
+--   * jobs.install_roles (run at the end) takes EXECUTE from PUBLIC in a non-superuser
+--     owner's default privileges for the database, so a function the owner makes
+--     later in schema jobs is nobody's until granted (a pg_default_acl row; a
+--     superuser owner's defaults are left alone).
 --   * job_finished_idx (finished_at of finished rows) is dropped: every settle paid an
 --     entry in it (9% of the drain), and job_retention_idx (state, finished_at) serves
 --     the window reads, which now name their states (jobs.stats).
