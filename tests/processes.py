@@ -86,6 +86,14 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def wait_for_lock_wait(conn: psycopg.Connection[Any], query_like: str, what: str) -> None:
+    """Wait until a session whose current statement matches `query_like` (an ILIKE
+    pattern) waits on a heavyweight lock: the moment a crash test kills its process in."""
+    wait_for(lambda: scalar(conn, "select count(*) > 0 from pg_stat_activity "
+                                  "where wait_event_type = 'Lock' and query ilike %s",
+                            (query_like,)), what)
+
+
 def kill_and_wait_sessions(conn: psycopg.Connection[Any], process: CliProcess) -> None:
     """SIGKILL a worker started with its default id (host:pid:suffix) and wait until the
     server holds no session of it: a statement it had sent before it died has then run to its

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from sqljobs import App, JobContext, fresh_key
 from sqljobs._client import queries
 from sqljobs._client.connection import Client
-from tests.processes import scalar, wait_for
+from tests.processes import scalar, wait_for, wait_for_lock_wait
 from tests.worker_helpers import running
 
 QUEUE = "busy"
@@ -98,10 +98,7 @@ def test_the_one_job_ack_waits_for_the_lock_and_then_settles(
     thread = threading.Thread(target=ack)
     thread.start()
     try:
-        wait_for(lambda: scalar(conn, "select count(*) from pg_stat_activity "
-                                      "where wait_event_type = 'Lock' "
-                                      "and query like '%%jobs.ack(%%'"),
-                 "the ack to wait for the row lock")
+        wait_for_lock_wait(conn, "%jobs.ack(%", "the ack to wait for the row lock")
     finally:
         locker.rollback()
         thread.join(60)

@@ -18,7 +18,7 @@ from sqljobs import (
     LedgerUnbalanced,
     fresh_key,
 )
-from tests.processes import kill_and_wait_sessions, scalar, spawner, wait_for
+from tests.processes import kill_and_wait_sessions, scalar, spawner, wait_for, wait_for_lock_wait
 from tests.worker_helpers import running
 
 app = App()  # the worker processes' app: `tests.test_ledger:app` ($SQLJOBS_DSN)
@@ -134,9 +134,7 @@ def test_sigkill_after_the_posting_committed_then_the_retried_job_posts_once(
             # the socket: have it check, as a server with this setting would
             first = start(*args, env={"PGOPTIONS": "-c client_connection_check_interval=100"})
             wait_for(lambda: postings(conn, "books.crash") == 1, "the posting committed")
-            wait_for(lambda: scalar(
-                conn, "select count(*) from pg_stat_activity where wait_event_type = 'Lock' "
-                      "and query like '%%step_put%%'"), "the step's store waiting")
+            wait_for_lock_wait(conn, "%step_put%", "the step's store waiting")
             kill_and_wait_sessions(conn, first)
             holder.rollback()
             assert scalar(conn, "select count(*) from jobs.step where job_id = %s",

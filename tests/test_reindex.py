@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from sqljobs import App, ConfigurationError, Document, PostgresSearchIndex
-from tests.processes import kill_and_wait_sessions, scalar, spawner, wait_for
+from tests.processes import kill_and_wait_sessions, scalar, spawner, wait_for, wait_for_lock_wait
 from tests.worker_helpers import running
 
 ARTICLES = """
@@ -109,10 +109,8 @@ def test_sigkill_mid_reindex_resumes_at_the_batch_in_flight(
         with module.app:
             job = module.app.backfills["articles.search"].start()
         first = start(*worker_args)
-        wait_for(lambda: scalar(conn, "select count(*) from pg_stat_activity where "
-                                      "wait_event_type = 'Lock' and query ilike "
-                                      "'insert into \"public\".\"article_search\"%%'") == 1,
-                 "three batches stored, the fourth waiting for the test's row lock")
+        wait_for_lock_wait(conn, 'insert into "public"."article_search"%',
+                           "three batches stored, the fourth waiting for the test's row lock")
         stored = conn.execute("select name, created_at from jobs.step where job_id = %s "
                               "and name like 'batch-%%' order by ordinal", (job.id,)).fetchall()
         assert [n for n, _ in stored] == ["batch-1", "batch-2", "batch-3"]

@@ -17,7 +17,7 @@ from sqljobs import App, ConfigurationError, PurgeTable, fresh_key
 from sqljobs._app.maintenance import view_lock_key
 from sqljobs._cli.main import app as cli
 from tests import upkeep_example_app as example
-from tests.processes import scalar, wait_for
+from tests.processes import scalar, wait_for, wait_for_lock_wait
 from tests.worker_helpers import running
 
 runner = CliRunner()
@@ -245,10 +245,8 @@ def test_sigkill_mid_purge_resumes_without_repeating_a_finished_table(
         with app:
             job = app.jobs["app.retention"].enqueue({}, key=fresh_key())
         first = start(*args)
-        wait_for(lambda: scalar(tables, "select count(*) from pg_stat_activity where "
-                                        "wait_event_type = 'Lock' and query ilike "
-                                        "'delete from \"public\".\"app_logs\"%%'") == 1,
-                 "the purge of the second table waiting for the test's lock")
+        wait_for_lock_wait(tables, 'delete from "public"."app_logs"%',
+                           "the purge of the second table waiting for the test's lock")
         done_first = tables.execute("select value, created_at from jobs.step where job_id = %s "
                                     "and name in ('clock', 'table:public.app_events') "
                                     "order by ordinal", (job.id,)).fetchall()
@@ -283,10 +281,8 @@ def test_sigkill_mid_rollup_then_a_fresh_worker_leaves_the_summary_equal_to_its_
         with app:
             job = app.jobs["sales.daily"].enqueue({}, key=fresh_key())
         first = start(*args)
-        wait_for(lambda: scalar(tables, "select count(*) from pg_stat_activity where "
-                                        "wait_event_type = 'Lock' and query ilike "
-                                        "'insert into \"public\".\"daily_sales\"%%'") == 1,
-                 "the rollup's upsert waiting for the test's lock")
+        wait_for_lock_wait(tables, 'insert into "public"."daily_sales"%',
+                           "the rollup's upsert waiting for the test's lock")
         first.kill()
         # rows the killed run may or may not have seen: the next run must fold them in
         tables.execute("insert into public.sales (at, shop, amount) values "
