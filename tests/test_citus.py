@@ -25,8 +25,10 @@ The cluster takes about 10 s to start.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,19 +59,26 @@ select create_distributed_table('app_orders', 'id');
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def cluster() -> Iterator[LocalCluster]:
     try:
         citus_bin_dir()
     except CitusUnavailable as error:
         if os.environ.get("SQLJOBS_REQUIRE_CITUS") == "1":
             pytest.fail(f"SQLJOBS_REQUIRE_CITUS=1, but {error}")
         pytest.skip(str(error))
-    with local_cluster(tmp_path_factory.mktemp("citus")) as made:
-        out = _cli("migrate", "--dsn", made.coordinator)
-        assert out.returncode == 0, out.stdout + out.stderr
-        with psycopg.connect(made.coordinator, autocommit=True) as conn:
-            conn.execute(ORDERS)
-        yield made
+    # Not under pytest's basetemp: every pytest session that starts on the machine (another
+    # checkout's, a subprocess's) sets /tmp/pytest-of-<user> back to 0700, and the servers'
+    # own user then loses its way to its data directory (pg_ctl stop: permission denied).
+    root = Path(tempfile.mkdtemp(prefix="sqljobs-citus-"))
+    try:
+        with local_cluster(root) as made:
+            out = _cli("migrate", "--dsn", made.coordinator)
+            assert out.returncode == 0, out.stdout + out.stderr
+            with psycopg.connect(made.coordinator, autocommit=True) as conn:
+                conn.execute(ORDERS)
+            yield made
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
