@@ -1125,8 +1125,9 @@ comment on function jobs.enqueue_batch(jsonb, text[], jsonb) is
 
 -- ---------------------------------------------------------------------------
 -- jobs.one_spec(name, key, payload, options) -> a one-spec jsonb array, for the
--- single-job wrappers (enqueue, stage). Refuses options that are not an object or that
--- carry name, key or payload (invalid_argument SJ001).
+-- single-job wrappers (stage; jobs.enqueue makes its spec the same way, refusing the
+-- same options). Refuses options that are not an object or that carry name, key or
+-- payload (invalid_argument SJ001).
 -- ---------------------------------------------------------------------------
 create or replace function jobs.one_spec(
   p_name    text,
