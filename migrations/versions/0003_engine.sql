@@ -547,6 +547,30 @@ begin
       if pg_catalog.jsonb_typeof({spec}) is distinct from 'object' then
         return 'must be a JSON object';
       end if;
+      -- THE COMMON SPEC: only the fields most enqueues give, each plainly valid (so every
+      -- rule below holds for it, the other fields taking their defaults): valid, without
+      -- the full reading below. Anything else, valid or not, is read in full.
+      if {spec} - '{name,key,payload,queue,priority,tenant,actor}'::text[] = '{}'
+         and pg_catalog.jsonb_typeof({spec}->'name') = 'string'
+         and pg_catalog.octet_length({spec}->>'name') between 1 and 200
+         and pg_catalog.jsonb_typeof({spec}->'key') = 'string'
+         and pg_catalog.octet_length({spec}->>'key') between 1 and 1000
+         and pg_catalog.jsonb_typeof({spec}->'payload') = 'object'
+         and not ({spec}->'payload' @? jobs.too_deep())
+         and (case pg_catalog.jsonb_typeof({spec}->'queue')
+               when 'string' then pg_catalog.octet_length({spec}->>'queue') between 1 and 200
+               else not {spec} ? 'queue' end)
+         and (case pg_catalog.jsonb_typeof({spec}->'tenant')
+               when 'string' then pg_catalog.octet_length({spec}->>'tenant') <= 200
+               else not {spec} ? 'tenant' end)
+         and (case pg_catalog.jsonb_typeof({spec}->'priority')
+               -- (a whole number as its text reads, as the smallint will: not 1.0)
+               when 'number' then (case when ({spec}->>'priority') ~ '^-?[0-9]{1,5}$'
+                                        then ({spec}->>'priority')::integer between -32768 and 32767
+                                        else false end)
+               else not {spec} ? 'priority' end) then
+        return null;
+      end if;
       if {spec} - {known} <> '{}' then  -- the first unknown field in jsonb key order
         return pg_catalog.format('unknown field %L',
           (select k from pg_catalog.jsonb_object_keys({spec} - {known}) k limit 1));
@@ -607,12 +631,47 @@ begin
   comment on function jobs.spec_problem(jsonb) is
     'The first problem in a jsonb array of job specs, or null when all are valid. Reads no table.';
 
+  -- jobs.insert_job(spec, now, id) -> (id, queue, run_at) of the job it created, or nulls:
+  -- the insert of jobs.insert_jobs for one spec (already checked), a key that has a job
+  -- (or a group with its singleton or debounced job) skipped. id: the job's id (the
+  -- relay's staged row); null: from jobs.job_id_seq. Not a set: jobs.enqueue reads its
+  -- answer in an assignment, without a query around it.
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
+    create or replace function jobs.insert_job(p_spec jsonb, p_now timestamptz,
+                                               p_id bigint default null,
+                                               out id bigint, out queue text,
+                                               out run_at timestamptz)
+    language plpgsql volatile set search_path = ''
+    set plan_cache_mode = force_generic_plan
+    as $b$
+    declare
+      -- its fields over the defaults, read in one pass (the same record as populating
+      -- the defaults' record with them)
+      v_r jobs.job_spec := pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults} ||
+             case when p_spec @? '$.* ? (@ == null)' then jobs.spec_given(p_spec) else p_spec end);
+    begin
+      insert into jobs.job as j (id, {columns}, run_at, created_at)
+      values (coalesce(p_id, pg_catalog.nextval('jobs.job_id_seq')), {values1},
+              coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
+                secs => coalesce(v_r.delay_s, v_r.debounce_s, 0))),
+              p_now)
+      on conflict do nothing  -- the key, or a singleton's or debounced job's group
+      returning j.id, j.queue, j.run_at into id, queue, run_at;
+    end
+    $b$ $f$, '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
+      '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
+                      from pg_catalog.unnest(v_columns) c)),
+      '{values1}', (select pg_catalog.string_agg('v_r.' || pg_catalog.quote_ident(c), ', ')
+                      from pg_catalog.unnest(v_columns) c));
+  comment on function jobs.insert_job(jsonb, timestamp with time zone, bigint) is
+    'Private: the insert of one job (made by jobs.define_spec()).';
+
   -- jobs.insert_jobs(specs, now, ids) -> (ord, id, queue, run_at) per job it created.
   -- Inserts every spec (already checked) as a ready job, in (name, tenant, key) order so
   -- two batches that share keys wait for each other instead of deadlocking; a key that
   -- has a job (or that an earlier spec of the batch takes) is skipped, not answered.
   -- ids: the id of each spec (the relay's staged rows); null: from jobs.job_id_seq.
-  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
     create or replace function jobs.insert_jobs(p_specs jsonb, p_now timestamptz,
                                                 p_ids bigint[] default null)
     returns table (ord integer, id bigint, queue text, run_at timestamptz)
@@ -621,28 +680,20 @@ begin
     set plan_cache_mode = force_generic_plan
     as $b$
     declare
-      v_base jobs.job_spec := pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults});
-      v_r    jobs.job_spec;
+      v_base jobs.job_spec;
     begin
       -- ONE SPEC (most calls): one row, without the batch statement's set-up.
       if pg_catalog.jsonb_array_length(p_specs) = 1 then
-        v_r := pg_catalog.jsonb_populate_record(v_base,
-                 case when p_specs->0 @? '$.* ? (@ == null)' then jobs.spec_given(p_specs->0)
-                      else p_specs->0 end);
-        insert into jobs.job as j (id, {columns}, run_at, created_at)
-        values (coalesce(p_ids[1], pg_catalog.nextval('jobs.job_id_seq')), {values1},
-                coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
-                  secs => coalesce(v_r.delay_s, v_r.debounce_s, 0))),
-                p_now)
-        on conflict do nothing  -- the key, or a singleton's or debounced job's group
-        returning j.id, j.queue, j.run_at into id, queue, run_at;
-        if found then
+        select o.id, o.queue, o.run_at into id, queue, run_at
+          from jobs.insert_job(p_specs->0, p_now, p_ids[1]) o;
+        if id is not null then
           ord := 1;
           return next;
         end if;
         return;
       end if;
       -- A BATCH: one statement.
+      v_base := pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults});
       return query
       with s as materialized (
         select e.ord::integer as ord,
@@ -680,9 +731,7 @@ begin
       '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
                       from pg_catalog.unnest(v_columns) c)),
       '{values}', (select pg_catalog.string_agg('(s.r).' || pg_catalog.quote_ident(c), ', ')
-                     from pg_catalog.unnest(v_columns) c)),
-      '{values1}', (select pg_catalog.string_agg('v_r.' || pg_catalog.quote_ident(c), ', ')
-                      from pg_catalog.unnest(v_columns) c));
+                     from pg_catalog.unnest(v_columns) c));
   comment on function jobs.insert_jobs(jsonb, timestamp with time zone, bigint[]) is
     'Private: the one insert of jobs (made by jobs.define_spec()).';
 
@@ -1255,6 +1304,122 @@ begin
       from rows from (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_created))
            with ordinality as u(id, created, ord)
      order by u.ord;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.enqueue(name, key, payload, options) -> (id, outcome): one job.
+-- options takes every spec field but name, key and payload; it is exactly a one-spec
+-- jobs.enqueue_many: the same refusals, answer and wake-up. The common spec (not
+-- debounced, throttled or with an on_conflict) takes the one-spec steps of
+-- enqueue_many here, in the same order, without making a one-spec array and reading it
+-- back through each step's batch function; any other spec goes through enqueue_many.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.enqueue(
+  p_name    text,
+  p_key     text,
+  p_payload jsonb default '{}',
+  p_options jsonb default '{}'
+)
+returns table (id bigint, outcome text)
+language plpgsql
+volatile
+set search_path = ''
+-- Generic plans: re-planning these statements on every call cost more than running them.
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_spec    jsonb;
+  v_now     timestamptz;
+  v_actor   jsonb;
+  v_problem text;
+  v_max     integer;
+  v_tenant  text;
+  v_job     record;  -- jobs.insert_job's answer
+  v_try     integer;
+begin
+  -- the spec (jobs.one_spec's, refusing the same options)
+  if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object' then
+    perform jobs.raise_error('invalid_argument', 'options must be a JSON object');
+  end if;
+  if p_options ?| array['name', 'key', 'payload'] then
+    perform jobs.raise_error('invalid_argument',
+      'options must not carry name, key or payload: pass them as arguments');
+  end if;
+  v_spec := p_options || pg_catalog.jsonb_build_object('name', p_name, 'key', p_key,
+                                                       'payload', coalesce(p_payload, '{}'));
+  if v_spec ?| array['debounce_s', 'throttle_n', 'on_conflict'] then
+    return query
+      select m.id, m.outcome from jobs.enqueue_many(pg_catalog.jsonb_build_array(v_spec)) m;
+    return;
+  end if;
+  v_now := jobs.now();
+  -- GUARD (jobs.enqueue_many's, for one spec): every refusal happens here, before the
+  -- first write. Written inside a run: its actor (jobs.run_actor_specs).
+  if pg_catalog.current_setting('jobs.run_actor', true) <> '' then
+    v_actor := jobs.run_actor();
+    if v_actor is not null
+       and coalesce(pg_catalog.jsonb_typeof(v_spec->'actor'), 'null') = 'null' then
+      v_spec := v_spec || pg_catalog.jsonb_build_object('actor', v_actor);
+    end if;
+  end if;
+  -- jobs.check_specs
+  v_problem := 'spec 1: ' || jobs.spec_problem_of(v_spec);
+  v_max := jobs.max_payload_bytes();
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_argument', v_problem);
+  end if;
+  if v_spec ? 'actor' then
+    v_problem := jobs.actor_problem(v_spec->'actor');
+    if v_problem is not null then
+      perform jobs.raise_error('invalid_actor', pg_catalog.format('spec %s: %s', 1, v_problem),
+        null, 'pass a user or service id: a string, or a small object such as {"user": "42"}');
+    end if;
+  end if;
+  if pg_catalog.octet_length(v_spec->>'payload') > v_max then
+    perform jobs.raise_error('payload_too_large',
+      pg_catalog.format('spec %s: payload is %s bytes; the limit is %s', 1,
+                        pg_catalog.octet_length(v_spec->>'payload'), v_max),
+      null, 'store large data elsewhere and pass a reference in the payload');
+  end if;
+  -- jobs.tenant_specs: a tenant-bound session's tenant
+  v_tenant := jobs.bound_tenant();
+  if v_tenant is not null then
+    if pg_catalog.jsonb_typeof(v_spec->'tenant') is distinct from 'null'
+       and v_spec->'tenant' <> pg_catalog.to_jsonb(v_tenant) then
+      perform jobs.raise_error('tenant_refused',
+        pg_catalog.format('spec %s: tenant %s is not %s, to which this session is bound', 1,
+                          v_spec->'tenant', v_tenant));
+    end if;
+    v_spec := v_spec || pg_catalog.jsonb_build_object('tenant', v_tenant);
+  end if;
+  perform jobs.check_tenant_policy(pg_catalog.jsonb_build_array(v_spec));
+
+  -- WRITE (a job of a singleton group that starts or ends meanwhile frees the group:
+  -- then try again)
+  for v_try in 1..3 loop
+    v_job := jobs.insert_job(v_spec, v_now);
+    if v_job.id is not null then
+      if v_job.run_at <= v_now then
+        perform jobs.wake(array[v_job.queue]);  -- WAKE: runnable now
+      end if;
+      id := v_job.id;
+      outcome := 'created';
+      return next;
+      return;
+    end if;
+    -- The key has a job: an existing one, or one a concurrent transaction committed
+    -- first (this later statement sees it). Or its group has a live singleton.
+    id := coalesce(jobs.job_of_key(v_spec->>'name', v_spec->>'tenant', v_spec->>'key'),
+                   jobs.job_of_group(v_spec));
+    if id is not null then
+      outcome := 'deduped';
+      return next;
+      return;
+    end if;
+  end loop;
+  perform jobs.raise_error('invalid_argument',
+    'spec 1: its group changed under three tries in a row; enqueue it again');
 end
 $$;
 
