@@ -480,7 +480,7 @@ comment on function jobs.limit_stats() is
 -- time (its start). The candidates are ready jobs the claim holds locked, in claim
 -- order. Refused ones are blocked, deferred or failed here (see the file's header);
 -- candidates past the limit are left as they are. Locks: each group's lock row
--- (jobs.lock_keys, skip locked: a group another claim admits into is left for the next
+-- (jobs.lock_key, skip locked: a group another claim admits into is left for the next
 -- claim), in group order, held to commit.
 create or replace function jobs.admit(p_ids bigint[], p_limit integer, p_now timestamptz)
 returns table (id bigint, slots text[], at timestamptz)
@@ -501,7 +501,8 @@ declare
   a_all    boolean[];       -- a global or queue limit's group
   a_pos    integer[];       -- the group's place in v_names
   v_names  text[];          -- every group of the candidates, sorted (the lock order)
-  v_held   text[];          -- the groups this claim holds the lock of (jobs.lock_keys)
+  v_held   text[];          -- the groups this claim holds the lock of (jobs.lock_key)
+  v_isheld boolean[];       -- per group of v_names: held (in v_held)
   v_used   integer[];       -- per group: running (then + admitted)
   v_waits  integer[];       -- per group: jobs deferred by its rate so far (null: not read)
   v_starts jsonb := '{}';   -- rate group -> recent starts, oldest first (+ admitted)
@@ -565,15 +566,29 @@ begin
     return;
   end if;
 
-  -- LOCK ACQUISITION: each group's lock row (jobs.lock_keys), in group order, never
-  -- waited for: a group another claim is admitting into right now is left for the next
-  -- claim (its candidates stay as they are), so a claim never waits on another, nor on
-  -- a session holding one open.
+  -- LOCK ACQUISITION: each group's lock row (jobs.lock_key, as jobs.lock_keys would
+  -- take it in 'skip' mode), never waited for: a group another claim is admitting into
+  -- right now is left for the next claim (its candidates stay as they are), so a claim
+  -- never waits on another, nor on a session holding one open. Two statements for all
+  -- the groups, not two per group (jobs.lock_keys' loop: 1.5 ms of a claim of 100 jobs
+  -- over 100 keys): the missing rows made in key order, then every row locked skip
+  -- locked (no wait, so no order to keep). A row swept between the two is left out,
+  -- as one held elsewhere.
   v_names := array(select distinct g from pg_catalog.unnest(a_group) g order by 1);
-  v_held := array(select pg_catalog.substr(k, 7)  -- (without 'limit|')
-                    from pg_catalog.unnest(jobs.lock_keys(
-                           array(select 'limit|' || g from pg_catalog.unnest(v_names) g),
-                           array(select 'skip' from pg_catalog.unnest(v_names)))) k);
+  insert into jobs.lock_key (key, created_at)
+  select 'limit|' || g, pg_catalog.now() from pg_catalog.unnest(v_names) g order by 1
+  on conflict (key) do nothing;
+  v_held := array(select pg_catalog.substr(l.key, 7)  -- (without 'limit|')
+                    from jobs.lock_key l
+                   where l.key = any (array(select 'limit|' || g
+                                              from pg_catalog.unnest(v_names) g))
+                   order by l.key
+                     for update skip locked);
+  -- per group of v_names, whether this claim holds it (one look per pair below, not a
+  -- search of v_held)
+  v_isheld := array(select g = any (v_held)
+                      from pg_catalog.unnest(v_names) with ordinality as x(g, o)
+                     order by x.o);
   a_pos := array(select pg_catalog.array_position(v_names, g)
                    from pg_catalog.unnest(a_group) with ordinality as x(g, o) order by x.o);
 
@@ -613,7 +628,7 @@ begin
     v_refusal := null;
     -- a group another claim holds: the job is left as it is, for the next claim
     for v_i in v_first .. v_last loop
-      if not a_group[v_i] = any (v_held) then
+      if not v_isheld[a_pos[v_i]] then
         v_refusal := 'leave';
         exit;
       end if;
