@@ -857,13 +857,18 @@ begin
   if not exists (select from old_jobs o where o.slots is not null and o.state = 'running') then
     return null;
   end if;
-  with freed as (
+  -- (the released pairs first, then each slot row found by both columns of its key:
+  -- joined to the transition tables, the planner looked rows up by job_id alone, a
+  -- walk over the whole slot_pkey per job)
+  with f as materialized (
+    select g, o.id, o.queue
+      from old_jobs o
+      join new_jobs n on n.id = o.id
+     cross join lateral pg_catalog.unnest(o.slots) as g
+     where o.state = 'running' and n.state <> 'running' and o.slots is not null
+  ), freed as (
     delete from jobs.slot s
-     using (select g, o.id, o.queue
-              from old_jobs o
-              join new_jobs n on n.id = o.id
-             cross join lateral pg_catalog.unnest(o.slots) as g
-             where o.state = 'running' and n.state <> 'running' and o.slots is not null) f
+     using f
      where s.grp = f.g and s.job_id = f.id
     returning s.grp, f.queue
   )

@@ -1976,6 +1976,75 @@ begin
 end
 $$;
 
+-- Jobs that leave running free their slots, once per statement (an ack_many of a
+-- batch pays one trigger, not one per job): their jobs.slot rows go, and the first
+-- waiting job of each freed group becomes claimable (skip locked: a waiter another
+-- transaction holds is left to the sweep). A statement that moved no job holding
+-- slots out of running returns after one look at its old rows.
+create or replace function jobs.slots_freed()
+returns trigger
+language plpgsql
+volatile
+set search_path = ''
+set enable_bitmapscan = off  -- jobs.slot churns: see jobs.claim (sql/30_claim.sql)
+as $$
+declare
+  v_groups text[];
+  v_queues text[];
+begin
+  if not exists (select from old_jobs o where o.slots is not null and o.state = 'running') then
+    return null;
+  end if;
+  -- (the released pairs first, then each slot row found by both columns of its key:
+  -- joined to the transition tables, the planner looked rows up by job_id alone, a
+  -- walk over the whole slot_pkey per job)
+  with f as materialized (
+    select g, o.id, o.queue
+      from old_jobs o
+      join new_jobs n on n.id = o.id
+     cross join lateral pg_catalog.unnest(o.slots) as g
+     where o.state = 'running' and n.state <> 'running' and o.slots is not null
+  ), freed as (
+    delete from jobs.slot s
+     using f
+     where s.grp = f.g and s.job_id = f.id
+    returning s.grp, f.queue
+  )
+  select pg_catalog.array_agg(distinct freed.grp), pg_catalog.array_agg(distinct freed.queue)
+    into v_groups, v_queues
+    from freed;
+  if v_groups is null then
+    return null;
+  end if;
+  if exists (select from jobs.job b
+              where b.blocked_on = any (v_groups) and b.state in ('ready', 'interrupted')) then
+    perform jobs.unblock(array(
+      select (select b.id from jobs.job b
+               where b.blocked_on = g and b.state in ('ready', 'interrupted')
+               order by b.priority, b.run_at, b.id
+               limit 1
+                 for update skip locked)
+        from pg_catalog.unnest(v_groups) as g));
+  end if;
+  -- Jobs held back by a full global or queue limit stay claimable (no waiter is
+  -- recorded), and the claims skip picking while it is full: when these slots were
+  -- the group's last (the group was full as this transaction sees it), wake the
+  -- claimers of the jobs' queues. (Those of other queues under the same global limit
+  -- take a free slot at their next poll.) A group with room wakes no one: its
+  -- claimers are not waiting for it.
+  if exists (select from jobs.limit l
+              where l.scope in ('global', 'queue') and l.concurrency is not null
+                and l.name || '|' = any (v_groups)
+                and l.concurrency <= (select pg_catalog.count(*) from jobs.slot s
+                                       where s.grp = l.name || '|')
+                                     + (select pg_catalog.count(*) from old_jobs o
+                                         where l.name || '|' = any (o.slots))) then
+    perform jobs.wake(v_queues);
+  end if;
+  return null;
+end
+$$;
+
 -- === sql/40_settle.sql ===
 
 -- ---------------------------------------------------------------------------
