@@ -501,8 +501,7 @@ declare
   a_all    boolean[];       -- a global or queue limit's group
   a_pos    integer[];       -- the group's place in v_names
   v_names  text[];          -- every group of the candidates, sorted (the lock order)
-  v_held   text[];          -- the groups this claim holds the lock of (jobs.lock_key)
-  v_isheld boolean[];       -- per group of v_names: held (in v_held)
+  v_held   boolean[];       -- per group of v_names: this claim holds its lock row
   v_used   integer[];       -- per group: running (then + admitted)
   v_waits  integer[];       -- per group: jobs deferred by its rate so far (null: not read)
   v_starts jsonb := '{}';   -- rate group -> recent starts, oldest first (+ admitted)
@@ -530,12 +529,15 @@ declare
   v_fail     bigint[] := '{}';
   v_fail_on  text[] := '{}';
 begin
-  -- GROUPS of every candidate, from the limits that apply to it.
+  -- GROUPS of every candidate, from the limits that apply to it; the distinct groups,
+  -- sorted, and each pair's group's place among them (its rank).
   select pg_catalog.array_agg(g.id), pg_catalog.array_agg(g.grp), pg_catalog.array_agg(g.cap),
          pg_catalog.array_agg(g.n), pg_catalog.array_agg(g.per), pg_catalog.array_agg(g.fail),
-         pg_catalog.array_agg(g.all_jobs)
-    into a_id, a_group, a_cap, a_n, a_per, a_fail, a_all
-    from (select x.id, x.grp, x.cap, x.n, x.per, x.fail, x.all_jobs from (
+         pg_catalog.array_agg(g.all_jobs), pg_catalog.array_agg(g.pos),
+         pg_catalog.array_agg(distinct g.grp order by g.grp)
+    into a_id, a_group, a_cap, a_n, a_per, a_fail, a_all, a_pos, v_names
+    from (select x.id, x.grp, x.cap, x.n, x.per, x.fail, x.all_jobs,
+                 pg_catalog.dense_rank() over (order by x.grp)::integer as pos from (
             select c.ord, j.id, g.grp, g.cap, g.n, g.per, g.fail, g.all_jobs
               from pg_catalog.unnest(p_ids) with ordinality as c(id, ord)
               join jobs.job j on j.id = c.id  -- each candidate read once, its groups beside it
@@ -572,25 +574,17 @@ begin
   -- never waits on another, nor on a session holding one open. Two statements for all
   -- the groups, not two per group (jobs.lock_keys' loop: 1.5 ms of a claim of 100 jobs
   -- over 100 keys): the missing rows made in key order, then every row locked skip
-  -- locked (no wait, so no order to keep). A row swept between the two is left out,
-  -- as one held elsewhere.
-  v_names := array(select distinct g from pg_catalog.unnest(a_group) g order by 1);
+  -- locked (no wait, so no order to keep), as a flag per group. A row swept between
+  -- the two is left out, as one held elsewhere.
   insert into jobs.lock_key (key, created_at)
   select 'limit|' || g, pg_catalog.now() from pg_catalog.unnest(v_names) g order by 1
   on conflict (key) do nothing;
-  v_held := array(select pg_catalog.substr(l.key, 7)  -- (without 'limit|')
-                    from jobs.lock_key l
-                   where l.key = any (array(select 'limit|' || g
-                                              from pg_catalog.unnest(v_names) g))
-                   order by l.key
-                     for update skip locked);
-  -- per group of v_names, whether this claim holds it (one look per pair below, not a
-  -- search of v_held)
-  v_isheld := array(select g = any (v_held)
-                      from pg_catalog.unnest(v_names) with ordinality as x(g, o)
-                     order by x.o);
-  a_pos := array(select pg_catalog.array_position(v_names, g)
-                   from pg_catalog.unnest(a_group) with ordinality as x(g, o) order by x.o);
+  select pg_catalog.array_agg(l.key is not null order by n.o)
+    into v_held
+    from pg_catalog.unnest(v_names) with ordinality as n(g, o)
+    left join lateral (select k.key from jobs.lock_key k
+                        where k.key = 'limit|' || n.g
+                          for update skip locked) l on true;
 
   -- The admission's time, read once the locks are held: the claims of a group are
   -- admitted in lock order, so their starts (the rate windows, each job's started_at)
@@ -613,7 +607,10 @@ begin
     select coalesce(pg_catalog.jsonb_object_agg(t.grp, pg_catalog.to_jsonb(t.starts)), '{}')
       into v_starts
       from jobs.limit_start t
-     where t.grp = any (v_held);
+     where t.grp = any (array(select x.g
+                                from rows from (pg_catalog.unnest(v_names),
+                                                pg_catalog.unnest(v_held)) as x(g, held)
+                               where x.held));
   end if;
   v_waits := pg_catalog.array_fill(null::integer, array[pg_catalog.cardinality(v_names)]);
 
@@ -628,7 +625,7 @@ begin
     v_refusal := null;
     -- a group another claim holds: the job is left as it is, for the next claim
     for v_i in v_first .. v_last loop
-      if not v_isheld[a_pos[v_i]] then
+      if not v_held[a_pos[v_i]] then
         v_refusal := 'leave';
         exit;
       end if;
@@ -735,7 +732,7 @@ begin
         from (select distinct a_group[x.i] as grp, a_cap[x.i] as cap, v_used[a_pos[x.i]] as used
                 from pg_catalog.generate_subscripts(a_group, 1) as x(i)
                where a_cap[x.i] > v_used[a_pos[x.i]]
-                 and a_group[x.i] = any (v_held)) g
+                 and v_held[a_pos[x.i]]) g
        cross join lateral (
          select b.id from jobs.job b
           where b.blocked_on = g.grp and b.state in ('ready', 'interrupted')
