@@ -46,6 +46,11 @@
 --   * job_finished_idx (finished_at of finished rows) is dropped: every settle paid an
 --     entry in it (9% of the drain), and job_retention_idx (state, finished_at) serves
 --     the window reads, which now name their states (jobs.stats).
+--   * A limited claim is cheaper per job (issue 33, drain_limited): jobs.admit makes
+--     and locks its limit groups' rows of jobs.lock_key in two statements instead of
+--     two per group (the same rows, skip locked as before), and works out the groups'
+--     order with the groups themselves; jobs.slots_freed finds each released slot row
+--     by its whole key (grp, job_id). Same admissions, same locks.
 -- Locks: eight new, empty tables; three nullable columns added to jobs.job, one to
 -- jobs.event and two to jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog
 -- change only: milliseconds, after waiting for the transactions that hold the table);
