@@ -530,13 +530,21 @@ declare
   v_fail_on  text[] := '{}';
 begin
   -- GROUPS of every candidate, from the limits that apply to it; the distinct groups,
-  -- sorted, and each pair's group's place among them (its rank).
-  select pg_catalog.array_agg(g.id), pg_catalog.array_agg(g.grp), pg_catalog.array_agg(g.cap),
-         pg_catalog.array_agg(g.n), pg_catalog.array_agg(g.per), pg_catalog.array_agg(g.fail),
-         pg_catalog.array_agg(g.all_jobs), pg_catalog.array_agg(g.pos),
+  -- sorted, and each pair's group's place among them (its rank). Every aggregate names
+  -- its order: with an ordered aggregate beside them, PostgreSQL 16 and later may sort
+  -- the input for that one (presorted aggregates), so unordered ones would no longer
+  -- see the pairs in claim order, which the admission loop below walks.
+  select pg_catalog.array_agg(g.id order by g.ord, g.all_jobs, g.grp),
+         pg_catalog.array_agg(g.grp order by g.ord, g.all_jobs, g.grp),
+         pg_catalog.array_agg(g.cap order by g.ord, g.all_jobs, g.grp),
+         pg_catalog.array_agg(g.n order by g.ord, g.all_jobs, g.grp),
+         pg_catalog.array_agg(g.per order by g.ord, g.all_jobs, g.grp),
+         pg_catalog.array_agg(g.fail order by g.ord, g.all_jobs, g.grp),
+         pg_catalog.array_agg(g.all_jobs order by g.ord, g.all_jobs, g.grp),
+         pg_catalog.array_agg(g.pos order by g.ord, g.all_jobs, g.grp),
          pg_catalog.array_agg(distinct g.grp order by g.grp)
     into a_id, a_group, a_cap, a_n, a_per, a_fail, a_all, a_pos, v_names
-    from (select x.id, x.grp, x.cap, x.n, x.per, x.fail, x.all_jobs,
+    from (select x.ord, x.id, x.grp, x.cap, x.n, x.per, x.fail, x.all_jobs,
                  pg_catalog.dense_rank() over (order by x.grp)::integer as pos from (
             select c.ord, j.id, g.grp, g.cap, g.n, g.per, g.fail, g.all_jobs
               from pg_catalog.unnest(p_ids) with ordinality as c(id, ord)
@@ -558,8 +566,7 @@ begin
                select 'sqljobs.throttle|' || j.name || '|' || coalesce(j.tenant, '') || '|'
                         || coalesce(j.group_key, ''),
                       null, j.throttle_n, j.throttle_per_s, false, false
-                where j.throttle_n is not null) g) x
-          order by x.ord, x.all_jobs, x.grp) g;
+                where j.throttle_n is not null) g) x) g;
 
   if a_id is null then  -- no limit applies to any candidate
     return query select c.id, null::text[], p_now
