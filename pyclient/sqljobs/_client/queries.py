@@ -510,6 +510,18 @@ def jobs_with_payloads(states: Sequence[str], names: Sequence[str] | None = None
     )
 
 
+# The jobs of some names, in some queues (None: any): what a test's drain looks at.
+_OF_NAMES_IN_QUEUES: LiteralString = (" from jobs.job_view where name = any (%s)"
+                       " and (%s::text[] is null or queue = any (%s))")
+
+
+def _names_in_queues(names: Sequence[str],
+                     queues: Sequence[str] | None) -> tuple[list[str], list[str] | None,
+                                                              list[str] | None]:
+    some = None if queues is None else list(queues)
+    return list(names), some, some
+
+
 def due_jobs(names: Sequence[str], queues: Sequence[str] | None) -> Call[Row]:
     """How many jobs of `names` (in `queues`, None: any) a worker is running and how
     many it could claim now, and the ids of those waiting for a later run_at: what a
@@ -520,9 +532,8 @@ def due_jobs(names: Sequence[str], queues: Sequence[str] | None) -> Call[Row]:
         "   and run_at <= (select jobs.now())) as due,"
         " coalesce(pg_catalog.array_agg(id order by id) filter (where state in ('ready',"
         "   'interrupted') and run_at > (select jobs.now())), '{}') as later"
-        " from jobs.job_view where name = any (%s) and (%s::text[] is null or queue = any (%s))",
-        (list(names), None if queues is None else list(queues),
-         None if queues is None else list(queues)),
+        + _OF_NAMES_IN_QUEUES,
+        _names_in_queues(names, queues),
         lambda rows: rows[0],
     )
 
@@ -531,12 +542,10 @@ def due_job_ids(names: Sequence[str], queues: Sequence[str] | None) -> Call[list
     """The ids of the jobs of `names` (in `queues`, None: any) a worker could claim now
     (due_jobs' `due`), in the engine's claim order: a one-pass drain's jobs."""
     return Call(
-        "select id from jobs.job_view where name = any (%s)"
-        " and (%s::text[] is null or queue = any (%s))"
-        " and state in ('ready', 'interrupted', 'parked') and run_at <= (select jobs.now())"
+        "select id" + _OF_NAMES_IN_QUEUES
+        + " and state in ('ready', 'interrupted', 'parked') and run_at <= (select jobs.now())"
         " order by priority, run_at, id",
-        (list(names), None if queues is None else list(queues),
-         None if queues is None else list(queues)),
+        _names_in_queues(names, queues),
         lambda rows: [row["id"] for row in rows],
     )
 
