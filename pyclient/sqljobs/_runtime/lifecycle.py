@@ -3,7 +3,7 @@
 A role implements its own loop and its drain; `Role.run_async` does the rest, the same
 way for all three:
 
-    connect  one connection first, within `connect_timeout` (10 s): a database that
+    connect  one connection first, within `connect_timeout` (30 s): a database that
              cannot be reached stops the role at once with `DatabaseUnreachable`, whose
              one line names where and why (a refused connection fails on the first
              attempt; a server that is starting or full is tried again until then)
@@ -154,7 +154,7 @@ class Role:
     pool_size: tuple[int, int] = (1, 2)
     # Seconds the start may take to reach the database before the role gives up
     # (`DatabaseUnreachable`, one line; a platform starts it again).
-    connect_timeout: float = 10.0
+    connect_timeout: float = 30.0
     log: logging.Logger = logger
 
     def __init__(self, app: Deployed) -> None:
