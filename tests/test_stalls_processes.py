@@ -141,18 +141,17 @@ def test_terminated_backends_cost_no_attempt_of_jobs_storing_steps(
     def steps() -> int:
         return int(scalar(conn, "select count(*) from jobs.step where job_id = any(%s)", (ids,)))
 
-    def connected() -> bool:
-        return bool(scalar(conn, "select count(*) > 0 from pg_stat_activity "
-                                 "where datname = current_database() "
-                                 "and application_name like 'sqljobs-worker %%'"))
+    def terminate_the_workers_backends() -> int:
+        # (tried again until one is there to end: right after the last blow the worker
+        # may hold none for a moment, while it reconnects)
+        return int(scalar(conn, "select count(*) from (select pg_terminate_backend(pid) "
+                                "from pg_stat_activity where datname = current_database() "
+                                "and pid <> pg_backend_pid() and backend_type = 'client backend'"
+                                " and application_name like 'sqljobs-worker %%') t"))
 
     for _ in range(3):
         before = steps()
-        wait_for(connected, "the worker to hold a connection")
-        killed = scalar(conn, "select count(*) from (select pg_terminate_backend(pid) "
-                              "from pg_stat_activity where datname = current_database() "
-                              "and pid <> pg_backend_pid() and backend_type = 'client backend') t")
-        assert killed > 0
+        wait_for(terminate_the_workers_backends, "a backend of the worker to terminate")
         # the worker reconnected and stored steps again before the next blow
         wait_for(lambda before=before: steps() > before or scalar(
             conn, "select count(*) = %s from jobs.job where id = any(%s) and state = 'succeeded'",
