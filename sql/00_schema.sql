@@ -160,10 +160,17 @@ create unique index if not exists job_debounce_idx
   on jobs.job (name, (coalesce(tenant, '')), (coalesce(group_key, '')))
   where debounce_s is not null and state = 'ready' and attempt = 0;
 
--- Lapsed-lease recovery seeks this: running rows by lease expiry.
+-- Lapsed-lease recovery seeks this: running rows by lease expiry. Its predicate names
+-- the lease too (every running row has one: only the claim makes a row running, and it
+-- sets the lease), so that a statement that finds jobs by id and checks state =
+-- 'running' (the fence of ack, nack, heartbeat, step_put) cannot take it: the planner
+-- priced a scan of every running row, which it believes few, below one primary-key
+-- probe per job, and under a snapshot held open that scan also walks every lease entry
+-- since (version 3; measured in docs/design/engine-hot-path.md). A statement that reads
+-- running rows through it names `lease_expires_at is not null` too.
 create index if not exists job_lease_idx
   on jobs.job (lease_expires_at)
-  where state = 'running';
+  where state = 'running' and lease_expires_at is not null;
 
 -- Parked rows with a wake-up time, by that time.
 create index if not exists job_parked_idx

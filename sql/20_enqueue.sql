@@ -22,6 +22,83 @@
 -- turns it off for a session (workers also poll).
 
 -- ---------------------------------------------------------------------------
+-- jobs.batch_write(insert, grouped) -> the PL/pgSQL that writes a batch, for insert_jobs and
+-- jobs.insert_batch (made by jobs.define_spec()). `insert` is the statement's WITH list,
+-- ending in `sorted` (ord, id) and `ins` (the insert, with an {on_conflict} slot).
+-- New keys (most batches): a plain insert, which makes no probe of the unique indexes
+-- ahead of each row (ON CONFLICT's cost a quarter of the insert); a key that has a job
+-- raises unique_violation, and the same insert runs again with DO NOTHING. Each try is
+-- a subtransaction: at most jobs.plain_insert_allowed() per transaction. `grouped` is
+-- the expression that says whether a row of the batch is singleton or debounced: such
+-- a batch takes DO NOTHING at once. (A plain insert writes a row's key entry before it
+-- waits on another transaction's job of the same group, and a second enqueue of that
+-- key in that transaction would then deadlock; ON CONFLICT checks every unique index
+-- before it writes any.)
+-- ---------------------------------------------------------------------------
+create or replace function jobs.batch_write(p_insert text, p_grouped text)
+returns text
+language sql
+immutable
+set search_path = ''
+as $$
+select pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($w$
+      if not ({grouped}) and jobs.plain_insert_allowed() then
+        begin
+          {insert_or_raise}
+          select pg_catalog.array_agg(s.ord), pg_catalog.array_agg(ins.id),
+                 pg_catalog.array_agg(ins.queue), pg_catalog.array_agg(ins.run_at)
+            into v_ords, v_ids, v_queues, v_run_ats
+            from ins join sorted s on s.id = ins.id;
+          return query select u.* from rows from (pg_catalog.unnest(v_ords), pg_catalog.unnest(v_ids),
+                                                  pg_catalog.unnest(v_queues),
+                                                  pg_catalog.unnest(v_run_ats)) u;
+          return;
+        exception when unique_violation then
+          null;  -- a key (or a singleton's group) that has a job: the insert below skips it
+        end;
+      end if;
+      return query
+      {insert_or_skip}
+      select s.ord, ins.id, ins.queue, ins.run_at from ins join sorted s on s.id = ins.id;$w$,
+  '{insert_or_raise}', pg_catalog.replace(p_insert, '{on_conflict}', '')),
+  '{insert_or_skip}', pg_catalog.replace(p_insert, '{on_conflict}',
+                                         'on conflict do nothing  -- the key, or a group''s job')),
+  '{grouped}', p_grouped)
+$$;
+
+comment on function jobs.batch_write(text, text) is
+  'Private: the PL/pgSQL that writes a batch of jobs (used by jobs.define_spec()).';
+
+-- jobs.plain_insert_allowed() -> whether this batch may try its plain insert
+-- (jobs.batch_write): true for the first 8 batches of a transaction. Each try is a
+-- subtransaction with its own transaction id, and a transaction with more than 64 of
+-- those makes every other session's snapshot check look them up in pg_subtrans; 8
+-- leaves room for the caller's own savepoints. The count is a transaction-local
+-- setting: a session that sets it only chooses which insert its own batches take.
+create or replace function jobs.plain_insert_allowed()
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_used text := pg_catalog.current_setting('jobs.plain_inserts', true);
+  v_n    integer := case when v_used ~ '^[0-9]$' then v_used::integer
+                         when coalesce(v_used, '') = '' then 0
+                         else 8 end;
+begin
+  if v_n >= 8 then
+    return false;
+  end if;
+  perform pg_catalog.set_config('jobs.plain_inserts', (v_n + 1)::text, true);
+  return true;
+end
+$$;
+
+comment on function jobs.plain_insert_allowed() is
+  'Private: whether a batch may try its plain insert (the first 8 of a transaction).';
+
+-- ---------------------------------------------------------------------------
 -- jobs.define_spec(): derive the job spec from jobs.job. (Re)creates
 --   jobs.job_spec         the spec's fields as a record type
 --   jobs.spec_fields()    {field: type} of every spec field (and delay_s, on_conflict)
@@ -62,6 +139,8 @@ declare
   v_default  jsonb;
   v_wrong    text;
   v_want     text;
+  v_insert   text;            -- a batch's WITH list (jobs.batch_write)
+  v_write_vars text;          -- the variables jobs.batch_write's code assigns
 begin
   -- FIELDS and DEFAULTS, from the columns of jobs.job
   v_order := array(select k from pg_catalog.jsonb_object_keys(v_steering) k order by k);
@@ -361,35 +440,18 @@ begin
   comment on function jobs.insert_job(jsonb, timestamp with time zone, bigint) is
     'Private: the insert of one job (made by jobs.define_spec()).';
 
+  v_write_vars := $w$
+      v_ords     integer[];
+      v_ids      bigint[];
+      v_queues   text[];
+      v_run_ats  timestamptz[];$w$;
+
   -- jobs.insert_jobs(specs, now, ids) -> (ord, id, queue, run_at) per job it created.
   -- Inserts every spec (already checked) as a ready job, in (name, tenant, key) order so
   -- two batches that share keys wait for each other instead of deadlocking; a key that
   -- has a job (or that an earlier spec of the batch takes) is skipped, not answered.
   -- ids: the id of each spec (the relay's staged rows); null: from jobs.job_id_seq.
-  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
-    create or replace function jobs.insert_jobs(p_specs jsonb, p_now timestamptz,
-                                                p_ids bigint[] default null)
-    returns table (ord integer, id bigint, queue text, run_at timestamptz)
-    language plpgsql volatile set search_path = ''
-    -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every call.
-    set plan_cache_mode = force_generic_plan
-    as $b$
-    declare
-      v_base jobs.job_spec;
-    begin
-      -- ONE SPEC (most calls): one row, without the batch statement's set-up.
-      if pg_catalog.jsonb_array_length(p_specs) = 1 then
-        select o.id, o.queue, o.run_at into id, queue, run_at
-          from jobs.insert_job(p_specs->0, p_now, p_ids[1]) o;
-        if id is not null then
-          ord := 1;
-          return next;
-        end if;
-        return;
-      end if;
-      -- A BATCH: one statement.
-      v_base := pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults});
-      return query
+  v_insert := $i$
       with s as materialized (
         select e.ord::integer as ord,
                pg_catalog.jsonb_populate_record(v_base,
@@ -417,12 +479,38 @@ begin
                  secs => coalesce((s.r).delay_s, (s.r).debounce_s, 0))),
                p_now
           from sorted s
-        on conflict do nothing  -- the key, or a singleton's or debounced job's group
+        {on_conflict}
         returning j.id, j.queue, j.run_at
-      )
-      select s.ord, ins.id, ins.queue, ins.run_at from ins join sorted s on s.id = ins.id;
+      )$i$;
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+          pg_catalog.replace($f$
+    create or replace function jobs.insert_jobs(p_specs jsonb, p_now timestamptz,
+                                                p_ids bigint[] default null)
+    returns table (ord integer, id bigint, queue text, run_at timestamptz)
+    language plpgsql volatile set search_path = ''
+    -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every call.
+    set plan_cache_mode = force_generic_plan
+    as $b$
+    declare
+      v_base jobs.job_spec;{write_vars}
+    begin
+      -- ONE SPEC (most calls): one row, without the batch statement's set-up.
+      if pg_catalog.jsonb_array_length(p_specs) = 1 then
+        select o.id, o.queue, o.run_at into id, queue, run_at
+          from jobs.insert_job(p_specs->0, p_now, p_ids[1]) o;
+        if id is not null then
+          ord := 1;
+          return next;
+        end if;
+        return;
+      end if;
+      -- A BATCH: one statement.
+      v_base := pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults});{write}
     end
-    $b$ $f$, '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
+    $b$ $f$, '{write_vars}', v_write_vars),
+      '{write}', jobs.batch_write(v_insert,
+        $g$p_specs @? '$[*] ? (@.singleton == true || @.debounce_s != null)'$g$)),
+      '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
       '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
                       from pg_catalog.unnest(v_columns) c)),
       '{values}', (select pg_catalog.string_agg('(s.r).' || pg_catalog.quote_ident(c), ', ')
@@ -434,21 +522,7 @@ begin
   -- created: the insert of jobs.insert_jobs for jobs that share one spec (already
   -- checked), each with its own key and payload (null: {}). The shared fields are read
   -- once, not once per job. In key order (one name and tenant), as insert_jobs locks.
-  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
-    create or replace function jobs.insert_batch(p_spec jsonb, p_keys text[],
-                                                 p_payloads jsonb, p_now timestamptz)
-    returns table (ord integer, id bigint, queue text, run_at timestamptz)
-    language plpgsql volatile set search_path = ''
-    set plan_cache_mode = force_generic_plan
-    as $b$
-    declare
-      v_r      jobs.job_spec := pg_catalog.jsonb_populate_record(
-                  pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults}),
-                  jobs.spec_given(p_spec));
-      v_run_at timestamptz := coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
-                  secs => coalesce(v_r.delay_s, v_r.debounce_s, 0)));
-    begin
-      return query
+  v_insert := $i$
       with sorted as materialized (
         -- in lock order, the ids drawn in that order too
         select o.ord, pg_catalog.nextval('jobs.job_id_seq') as id, o.key, o.payload
@@ -462,12 +536,28 @@ begin
         insert into jobs.job as j (id, {columns}, run_at, created_at)
         select s.id, {values}, v_run_at, p_now
           from sorted s
-        on conflict do nothing  -- the key, or a singleton's group
+        {on_conflict}
         returning j.id, j.queue, j.run_at
-      )
-      select s.ord, ins.id, ins.queue, ins.run_at from ins join sorted s on s.id = ins.id;
+      )$i$;
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+          pg_catalog.replace($f$
+    create or replace function jobs.insert_batch(p_spec jsonb, p_keys text[],
+                                                 p_payloads jsonb, p_now timestamptz)
+    returns table (ord integer, id bigint, queue text, run_at timestamptz)
+    language plpgsql volatile set search_path = ''
+    set plan_cache_mode = force_generic_plan
+    as $b$
+    declare
+      v_r      jobs.job_spec := pg_catalog.jsonb_populate_record(
+                  pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults}),
+                  jobs.spec_given(p_spec));
+      v_run_at timestamptz := coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
+                  secs => coalesce(v_r.delay_s, v_r.debounce_s, 0)));{write_vars}
+    begin{write}
     end
-    $b$ $f$, '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
+    $b$ $f$, '{write_vars}', v_write_vars),
+      '{write}', jobs.batch_write(v_insert, 'v_r.singleton or v_r.debounce_s is not null')),
+      '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
       '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
                       from pg_catalog.unnest(v_columns) c)),
       '{values}', (select pg_catalog.string_agg(case c when 'key' then 's.key'

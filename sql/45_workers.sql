@@ -175,7 +175,8 @@ as $$
   select w.id, w.started_at, w.heartbeat_at, w.expires_at, w.queues, w.names,
          w.concurrency, w.host, w.pid,
          (select pg_catalog.count(*) from jobs.job j
-           where j.state = 'running' and j.worker = w.id) as running
+           where j.state = 'running' and j.lease_expires_at is not null  -- job_lease_idx
+             and j.worker = w.id) as running
     from jobs.worker w
    where w.expires_at > jobs.now()
    order by w.started_at, w.id

@@ -576,7 +576,7 @@ as $$
      where b.blocked_on is not null and b.state in ('ready', 'interrupted')
     union all
     select r.queue, r.name, r.state, r.run_at, r.blocked_on, r.deferred_by from jobs.job r
-     where r.state = 'running'
+     where r.state = 'running' and r.lease_expires_at is not null  -- job_lease_idx
     union all
     select p.queue, p.name, p.state, p.run_at, p.blocked_on, p.deferred_by from jobs.job p
      where p.state = 'parked'

@@ -65,7 +65,8 @@ as $$
   ),
   running as (
     select r.queue, pg_catalog.count(*) as n from jobs.job r
-     where r.state = 'running' group by r.queue
+     where r.state = 'running' and r.lease_expires_at is not null  -- job_lease_idx
+     group by r.queue
   ),
   parked as (
     select p.queue, pg_catalog.count(*) as n from jobs.job p

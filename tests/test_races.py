@@ -9,6 +9,7 @@ the assertions hold for every interleaving, never for a timing.
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -260,6 +261,39 @@ def test_batches_and_single_enqueues_of_shared_keys_neither_duplicate_nor_deadlo
         assert set(answered) == set(table)
         assert all(ids == {table[k]} for k, ids in answered.items())
         assert all(created[k] == 1 for k in table), [k for k in table if created[k] != 1]
+
+
+@pytest.mark.parametrize("call", ["enqueue_many", "enqueue_batch"])
+def test_a_batch_waiting_on_its_group_holds_no_key_that_the_group_holder_then_enqueues(
+    conn: psycopg.Connection[Any], db_dsn: str, call: str
+) -> None:
+    """A batch whose singleton group has an uncommitted job elsewhere waits for that
+    transaction holding none of its keys, so the transaction can still enqueue one of them
+    and commit. (A batch's plain insert, jobs.batch_write, writes a row's key entry before
+    it waits on the group: a batch with grouped rows takes ON CONFLICT at once.)"""
+    name = f"grp-{call}"
+    single = {"singleton": True, "group_key": "g"}
+    with session(db_dsn) as holder, session(db_dsn) as batcher:
+        answers: list[list[Enqueued]] = []
+        with holder.transaction():
+            Client(holder).run(queries.enqueue(name, "held", {}, single))
+            if call == "enqueue_many":
+                batch = queries.enqueue_many([JobSpec(name=name, key="k", **single),
+                                              JobSpec(name=name, key="z")])
+            else:
+                batch = queries.enqueue_batch({"name": name, **single}, ["k", "z"])
+            waiting = threading.Thread(target=lambda: answers.append(Client(batcher).run(batch)))
+            waiting.start()
+            wait_until_blocked_on_lock(conn, batcher.info.backend_pid)
+            try:  # the batch's key, in the transaction the batch waits for
+                Client(holder).run(queries.enqueue(name, "k", {}, {}))
+            except psycopg.errors.DeadlockDetected as error:  # pragma: no cover - the bug
+                pytest.fail(f"enqueue deadlocked: {error}")
+        waiting.join()
+    table = dict(conn.execute("select key, id from jobs.job where name = %s", (name,)).fetchall())
+    assert [(e.id, e.outcome) for e in answers[0]] == (
+        [(table["k"], "deduped"), (table["z"], "created")] if call == "enqueue_many"
+        else [(table["k"], "deduped"), (table["held"], "deduped")])
 
 
 # -- skip locked ---------------------------------------------------------------------------

@@ -51,13 +51,25 @@
 --     two per group (the same rows, skip locked as before), and works out the groups'
 --     order with the groups themselves; jobs.slots_freed finds each released slot row
 --     by its whole key (grp, job_id). Same admissions, same locks.
+--   * job_lease_idx is rebuilt with `lease_expires_at is not null` in its predicate (the
+--     same rows: only a claim makes a row running, and it sets the lease), so a
+--     statement that finds jobs by id and checks state = 'running' (the fence of
+--     ack_many, nack_many, heartbeat_many, step_put) is planned as primary-key probes,
+--     never as a scan of every running row (which, under a snapshot held open, walked
+--     every lease entry since: an ack of 10 jobs took 5 ms after 40,000 jobs). The
+--     running counts of queue_gauges, workers and the operator list name it too.
+--   * A batch enqueue (jobs.enqueue_batch, enqueue_many, the relay's publish) tries a
+--     plain insert first and falls back to ON CONFLICT DO NOTHING when a key or group
+--     has a job (private jobs.batch_write, plain_insert_allowed: at most 8 tries, each
+--     a subtransaction, per transaction). The same answers; no probe of the unique
+--     indexes ahead of each new row.
 -- Locks: eight new, empty tables; three nullable columns added to jobs.job, one to
 -- jobs.event and two to jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog
 -- change only: milliseconds, after waiting for the transactions that hold the table);
--- job_debounce_idx rebuilt (a SHARE lock on jobs.job while it reads the table:
--- enqueues and settles wait, about a second per million rows); job_finished_idx
--- dropped (an ACCESS EXCLUSIVE lock for a catalog change only); function replacements;
--- no table rewrite.
+-- job_debounce_idx and job_lease_idx rebuilt (a SHARE lock on jobs.job while each
+-- reads the table: enqueues and settles wait, about a second per million rows each);
+-- job_finished_idx dropped (an ACCESS EXCLUSIVE lock for a catalog change only);
+-- function replacements; no table rewrite.
 -- Workers: need not drain. A 0.2 worker reads a busy answer
 -- (null) as a lost lease: the job runs again after its lease, as a stalled batch did
 -- before; upgrade the workers to 0.3 to retry it instead. A 0.2 worker keeps calling
@@ -81,6 +93,12 @@ drop index jobs.job_debounce_idx;
 create unique index job_debounce_idx
   on jobs.job (name, (coalesce(tenant, '')), (coalesce(group_key, '')))
   where debounce_s is not null and state = 'ready' and attempt = 0;
+-- The lease index names the lease in its predicate: a by-id fence (ack, nack,
+-- heartbeat) can no longer be planned as a scan of every running row.
+drop index jobs.job_lease_idx;
+create index job_lease_idx
+  on jobs.job (lease_expires_at)
+  where state = 'running' and lease_expires_at is not null;
 alter table jobs.job add column hooks jsonb;
 alter table jobs.job add column actor jsonb;
 alter table jobs.event add column actor jsonb;
@@ -332,6 +350,83 @@ comment on function jobs.check_tenant_policy(jsonb) is
 -- === sql/20_enqueue.sql ===
 
 -- ---------------------------------------------------------------------------
+-- jobs.batch_write(insert, grouped) -> the PL/pgSQL that writes a batch, for insert_jobs and
+-- jobs.insert_batch (made by jobs.define_spec()). `insert` is the statement's WITH list,
+-- ending in `sorted` (ord, id) and `ins` (the insert, with an {on_conflict} slot).
+-- New keys (most batches): a plain insert, which makes no probe of the unique indexes
+-- ahead of each row (ON CONFLICT's cost a quarter of the insert); a key that has a job
+-- raises unique_violation, and the same insert runs again with DO NOTHING. Each try is
+-- a subtransaction: at most jobs.plain_insert_allowed() per transaction. `grouped` is
+-- the expression that says whether a row of the batch is singleton or debounced: such
+-- a batch takes DO NOTHING at once. (A plain insert writes a row's key entry before it
+-- waits on another transaction's job of the same group, and a second enqueue of that
+-- key in that transaction would then deadlock; ON CONFLICT checks every unique index
+-- before it writes any.)
+-- ---------------------------------------------------------------------------
+create or replace function jobs.batch_write(p_insert text, p_grouped text)
+returns text
+language sql
+immutable
+set search_path = ''
+as $$
+select pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($w$
+      if not ({grouped}) and jobs.plain_insert_allowed() then
+        begin
+          {insert_or_raise}
+          select pg_catalog.array_agg(s.ord), pg_catalog.array_agg(ins.id),
+                 pg_catalog.array_agg(ins.queue), pg_catalog.array_agg(ins.run_at)
+            into v_ords, v_ids, v_queues, v_run_ats
+            from ins join sorted s on s.id = ins.id;
+          return query select u.* from rows from (pg_catalog.unnest(v_ords), pg_catalog.unnest(v_ids),
+                                                  pg_catalog.unnest(v_queues),
+                                                  pg_catalog.unnest(v_run_ats)) u;
+          return;
+        exception when unique_violation then
+          null;  -- a key (or a singleton's group) that has a job: the insert below skips it
+        end;
+      end if;
+      return query
+      {insert_or_skip}
+      select s.ord, ins.id, ins.queue, ins.run_at from ins join sorted s on s.id = ins.id;$w$,
+  '{insert_or_raise}', pg_catalog.replace(p_insert, '{on_conflict}', '')),
+  '{insert_or_skip}', pg_catalog.replace(p_insert, '{on_conflict}',
+                                         'on conflict do nothing  -- the key, or a group''s job')),
+  '{grouped}', p_grouped)
+$$;
+
+comment on function jobs.batch_write(text, text) is
+  'Private: the PL/pgSQL that writes a batch of jobs (used by jobs.define_spec()).';
+
+-- jobs.plain_insert_allowed() -> whether this batch may try its plain insert
+-- (jobs.batch_write): true for the first 8 batches of a transaction. Each try is a
+-- subtransaction with its own transaction id, and a transaction with more than 64 of
+-- those makes every other session's snapshot check look them up in pg_subtrans; 8
+-- leaves room for the caller's own savepoints. The count is a transaction-local
+-- setting: a session that sets it only chooses which insert its own batches take.
+create or replace function jobs.plain_insert_allowed()
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_used text := pg_catalog.current_setting('jobs.plain_inserts', true);
+  v_n    integer := case when v_used ~ '^[0-9]$' then v_used::integer
+                         when coalesce(v_used, '') = '' then 0
+                         else 8 end;
+begin
+  if v_n >= 8 then
+    return false;
+  end if;
+  perform pg_catalog.set_config('jobs.plain_inserts', (v_n + 1)::text, true);
+  return true;
+end
+$$;
+
+comment on function jobs.plain_insert_allowed() is
+  'Private: whether a batch may try its plain insert (the first 8 of a transaction).';
+
+-- ---------------------------------------------------------------------------
 -- jobs.define_spec(): derive the job spec from jobs.job. (Re)creates
 --   jobs.job_spec         the spec's fields as a record type
 --   jobs.spec_fields()    {field: type} of every spec field (and delay_s, on_conflict)
@@ -372,6 +467,8 @@ declare
   v_default  jsonb;
   v_wrong    text;
   v_want     text;
+  v_insert   text;            -- a batch's WITH list (jobs.batch_write)
+  v_write_vars text;          -- the variables jobs.batch_write's code assigns
 begin
   -- FIELDS and DEFAULTS, from the columns of jobs.job
   v_order := array(select k from pg_catalog.jsonb_object_keys(v_steering) k order by k);
@@ -671,35 +768,18 @@ begin
   comment on function jobs.insert_job(jsonb, timestamp with time zone, bigint) is
     'Private: the insert of one job (made by jobs.define_spec()).';
 
+  v_write_vars := $w$
+      v_ords     integer[];
+      v_ids      bigint[];
+      v_queues   text[];
+      v_run_ats  timestamptz[];$w$;
+
   -- jobs.insert_jobs(specs, now, ids) -> (ord, id, queue, run_at) per job it created.
   -- Inserts every spec (already checked) as a ready job, in (name, tenant, key) order so
   -- two batches that share keys wait for each other instead of deadlocking; a key that
   -- has a job (or that an earlier spec of the batch takes) is skipped, not answered.
   -- ids: the id of each spec (the relay's staged rows); null: from jobs.job_id_seq.
-  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
-    create or replace function jobs.insert_jobs(p_specs jsonb, p_now timestamptz,
-                                                p_ids bigint[] default null)
-    returns table (ord integer, id bigint, queue text, run_at timestamptz)
-    language plpgsql volatile set search_path = ''
-    -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every call.
-    set plan_cache_mode = force_generic_plan
-    as $b$
-    declare
-      v_base jobs.job_spec;
-    begin
-      -- ONE SPEC (most calls): one row, without the batch statement's set-up.
-      if pg_catalog.jsonb_array_length(p_specs) = 1 then
-        select o.id, o.queue, o.run_at into id, queue, run_at
-          from jobs.insert_job(p_specs->0, p_now, p_ids[1]) o;
-        if id is not null then
-          ord := 1;
-          return next;
-        end if;
-        return;
-      end if;
-      -- A BATCH: one statement.
-      v_base := pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults});
-      return query
+  v_insert := $i$
       with s as materialized (
         select e.ord::integer as ord,
                pg_catalog.jsonb_populate_record(v_base,
@@ -727,12 +807,38 @@ begin
                  secs => coalesce((s.r).delay_s, (s.r).debounce_s, 0))),
                p_now
           from sorted s
-        on conflict do nothing  -- the key, or a singleton's or debounced job's group
+        {on_conflict}
         returning j.id, j.queue, j.run_at
-      )
-      select s.ord, ins.id, ins.queue, ins.run_at from ins join sorted s on s.id = ins.id;
+      )$i$;
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+          pg_catalog.replace($f$
+    create or replace function jobs.insert_jobs(p_specs jsonb, p_now timestamptz,
+                                                p_ids bigint[] default null)
+    returns table (ord integer, id bigint, queue text, run_at timestamptz)
+    language plpgsql volatile set search_path = ''
+    -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every call.
+    set plan_cache_mode = force_generic_plan
+    as $b$
+    declare
+      v_base jobs.job_spec;{write_vars}
+    begin
+      -- ONE SPEC (most calls): one row, without the batch statement's set-up.
+      if pg_catalog.jsonb_array_length(p_specs) = 1 then
+        select o.id, o.queue, o.run_at into id, queue, run_at
+          from jobs.insert_job(p_specs->0, p_now, p_ids[1]) o;
+        if id is not null then
+          ord := 1;
+          return next;
+        end if;
+        return;
+      end if;
+      -- A BATCH: one statement.
+      v_base := pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults});{write}
     end
-    $b$ $f$, '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
+    $b$ $f$, '{write_vars}', v_write_vars),
+      '{write}', jobs.batch_write(v_insert,
+        $g$p_specs @? '$[*] ? (@.singleton == true || @.debounce_s != null)'$g$)),
+      '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
       '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
                       from pg_catalog.unnest(v_columns) c)),
       '{values}', (select pg_catalog.string_agg('(s.r).' || pg_catalog.quote_ident(c), ', ')
@@ -744,21 +850,7 @@ begin
   -- created: the insert of jobs.insert_jobs for jobs that share one spec (already
   -- checked), each with its own key and payload (null: {}). The shared fields are read
   -- once, not once per job. In key order (one name and tenant), as insert_jobs locks.
-  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
-    create or replace function jobs.insert_batch(p_spec jsonb, p_keys text[],
-                                                 p_payloads jsonb, p_now timestamptz)
-    returns table (ord integer, id bigint, queue text, run_at timestamptz)
-    language plpgsql volatile set search_path = ''
-    set plan_cache_mode = force_generic_plan
-    as $b$
-    declare
-      v_r      jobs.job_spec := pg_catalog.jsonb_populate_record(
-                  pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults}),
-                  jobs.spec_given(p_spec));
-      v_run_at timestamptz := coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
-                  secs => coalesce(v_r.delay_s, v_r.debounce_s, 0)));
-    begin
-      return query
+  v_insert := $i$
       with sorted as materialized (
         -- in lock order, the ids drawn in that order too
         select o.ord, pg_catalog.nextval('jobs.job_id_seq') as id, o.key, o.payload
@@ -772,12 +864,28 @@ begin
         insert into jobs.job as j (id, {columns}, run_at, created_at)
         select s.id, {values}, v_run_at, p_now
           from sorted s
-        on conflict do nothing  -- the key, or a singleton's group
+        {on_conflict}
         returning j.id, j.queue, j.run_at
-      )
-      select s.ord, ins.id, ins.queue, ins.run_at from ins join sorted s on s.id = ins.id;
+      )$i$;
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+          pg_catalog.replace($f$
+    create or replace function jobs.insert_batch(p_spec jsonb, p_keys text[],
+                                                 p_payloads jsonb, p_now timestamptz)
+    returns table (ord integer, id bigint, queue text, run_at timestamptz)
+    language plpgsql volatile set search_path = ''
+    set plan_cache_mode = force_generic_plan
+    as $b$
+    declare
+      v_r      jobs.job_spec := pg_catalog.jsonb_populate_record(
+                  pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults}),
+                  jobs.spec_given(p_spec));
+      v_run_at timestamptz := coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
+                  secs => coalesce(v_r.delay_s, v_r.debounce_s, 0)));{write_vars}
+    begin{write}
     end
-    $b$ $f$, '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
+    $b$ $f$, '{write_vars}', v_write_vars),
+      '{write}', jobs.batch_write(v_insert, 'v_r.singleton or v_r.debounce_s is not null')),
+      '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
       '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
                       from pg_catalog.unnest(v_columns) c)),
       '{values}', (select pg_catalog.string_agg(case c when 'key' then 's.key'
@@ -2881,6 +2989,39 @@ begin
 end
 $$;
 
+-- ---------------------------------------------------------------------------
+-- jobs.workers() -> live workers (expires_at > now), oldest first, each with the
+-- number of jobs it holds in state running right now.
+-- Read-only; takes no locks.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.workers()
+returns table (
+  id           text,
+  started_at   timestamptz,
+  heartbeat_at timestamptz,
+  expires_at   timestamptz,
+  queues       text[],
+  names        text[],
+  concurrency  integer,
+  host         text,
+  pid          integer,
+  running      bigint
+)
+language sql
+stable
+set search_path = ''
+as $$
+  select jobs.fleet_only('jobs.workers');  -- (sql/15_tenancy.sql)
+  select w.id, w.started_at, w.heartbeat_at, w.expires_at, w.queues, w.names,
+         w.concurrency, w.host, w.pid,
+         (select pg_catalog.count(*) from jobs.job j
+           where j.state = 'running' and j.lease_expires_at is not null  -- job_lease_idx
+             and j.worker = w.id) as running
+    from jobs.worker w
+   where w.expires_at > jobs.now()
+   order by w.started_at, w.id
+$$;
+
 -- === sql/50_steps.sql ===
 
 -- ---------------------------------------------------------------------------
@@ -4545,6 +4686,124 @@ begin
 end
 $$;
 
+-- ---------------------------------------------------------------------------
+-- jobs.queue_stats_v2(): one row per queue that has jobs, or that
+-- jobs.declared_queues() names (zeros when it holds none): the set the dashboard and
+-- the metrics list too. It reads only partial indexes: of the live rows (ready,
+-- interrupted, running, parked), of the dead ones, and job_retention_idx for the
+-- succeeded, failed and cancelled rows that finished within the last
+-- jobs.queue_stats_window (a setting; default 24 hours). Its cost follows the backlog
+-- and the recent throughput, not the table's history.
+-- (v2: jobs.queue_stats() of version 1 has no `limited` column, and a released
+-- function's result never changes: it stays, as these columns but the last.)
+-- ---------------------------------------------------------------------------
+create or replace function jobs.queue_stats_v2()
+returns table (
+  queue           text,
+  paused          boolean,
+  ready           bigint,
+  running         bigint,
+  parked          bigint,
+  interrupted     bigint,
+  succeeded       bigint,
+  failed          bigint,
+  dead            bigint,
+  cancelled       bigint,
+  oldest_ready_s  double precision,
+  unserved        bigint,
+  limited         bigint
+)
+language sql
+stable
+set search_path = ''
+as $$
+  select jobs.fleet_only('jobs.queue_stats_v2');  -- (sql/15_tenancy.sql)
+  with window_start as materialized (
+    select jobs.now() - coalesce(nullif(pg_catalog.current_setting('jobs.queue_stats_window', true),
+                                        ''), '24 hours')::interval as since
+  ),
+  listed as (  -- each branch reads one partial index (sql/00_schema.sql)
+    select c.queue, c.name, c.state, c.run_at, c.blocked_on, c.deferred_by from jobs.job c
+     where c.state in ('ready', 'interrupted') and c.blocked_on is null
+    union all
+    select b.queue, b.name, b.state, b.run_at, b.blocked_on, b.deferred_by from jobs.job b
+     where b.blocked_on is not null and b.state in ('ready', 'interrupted')
+    union all
+    select r.queue, r.name, r.state, r.run_at, r.blocked_on, r.deferred_by from jobs.job r
+     where r.state = 'running' and r.lease_expires_at is not null  -- job_lease_idx
+    union all
+    select p.queue, p.name, p.state, p.run_at, p.blocked_on, p.deferred_by from jobs.job p
+     where p.state = 'parked'
+    union all
+    select d.queue, d.name, d.state, d.run_at, d.blocked_on, d.deferred_by from jobs.job d
+     where d.state = 'dead'
+    union all
+    select f.queue, f.name, f.state, f.run_at, f.blocked_on, f.deferred_by from jobs.job f
+     where f.finished_at is not null
+       and f.finished_at >= (select w.since from window_start w)
+       and f.state in ('succeeded', 'failed', 'cancelled')
+  ),
+  unserved as (  -- as jobs.unserved_jobs(), over the rows read above
+    select j.queue, pg_catalog.count(*) as waiting
+      from listed j
+     where j.state in ('ready', 'interrupted')
+       and not exists (select 1 from jobs.worker w
+                        where w.expires_at > jobs.now()
+                          and j.queue = any (w.queues)
+                          and j.name = any (w.names))
+     group by j.queue
+  ),
+  full_limits as (  -- global and queue limits with no free slot (sql/35_limits.sql)
+    select l.scope, l.target
+      from jobs.limit l
+     where l.scope in ('global', 'queue') and l.concurrency is not null
+       and l.concurrency <= (select pg_catalog.count(*) from jobs.slot s
+                              where s.grp = l.name || '|')
+  ),
+  held as (
+    select exists (select from full_limits f where f.scope = 'global') as everywhere,
+           array(select f.target from full_limits f where f.scope = 'queue') as queues
+  ),
+  counts as (
+    select j.queue,
+           pg_catalog.count(*) filter (where j.state = 'ready') as ready,
+           pg_catalog.count(*) filter (where j.state = 'running') as running,
+           pg_catalog.count(*) filter (where j.state = 'parked') as parked,
+           pg_catalog.count(*) filter (where j.state = 'interrupted') as interrupted,
+           pg_catalog.count(*) filter (where j.state = 'succeeded') as succeeded,
+           pg_catalog.count(*) filter (where j.state = 'failed') as failed,
+           pg_catalog.count(*) filter (where j.state = 'dead') as dead,
+           pg_catalog.count(*) filter (where j.state = 'cancelled') as cancelled,
+           pg_catalog.min(j.run_at) filter (where j.state in ('ready', 'interrupted')
+                                              and j.run_at <= jobs.now()
+                                              and j.blocked_on is null) as oldest_ready_at,
+           pg_catalog.count(*) filter (where j.state in ('ready', 'interrupted')
+                                         and (j.blocked_on is not null
+                                              or (j.deferred_by is not null
+                                                  and j.run_at > jobs.now())
+                                              or (j.run_at <= jobs.now()
+                                                  and (h.everywhere or j.queue = any (h.queues)))
+                                             )) as limited
+      from listed j
+     cross join held h
+     group by j.queue
+  ),
+  names as (
+    select c.queue from counts c union select d.queue from jobs.declared_queues() d
+  )
+  select n.queue, coalesce(q.paused, false),
+         coalesce(c.ready, 0), coalesce(c.running, 0), coalesce(c.parked, 0),
+         coalesce(c.interrupted, 0), coalesce(c.succeeded, 0), coalesce(c.failed, 0),
+         coalesce(c.dead, 0), coalesce(c.cancelled, 0),
+         coalesce(extract(epoch from jobs.now() - c.oldest_ready_at)::double precision, 0),
+         coalesce(u.waiting, 0), coalesce(c.limited, 0)
+    from names n
+    left join counts c on c.queue = n.queue
+    left join jobs.queue q on q.name = n.queue
+    left join unserved u on u.queue = n.queue
+   order by n.queue
+$$;
+
 -- === sql/92_introspection.sql ===
 
 -- Why p_def is not a job type definition (null when it is one):
@@ -4792,6 +5051,94 @@ end
 $$;
 
 -- === sql/93_metrics.sql ===
+
+-- ---------------------------------------------------------------------------
+-- jobs.queue_gauges() -> one row per queue that has a live or dead job, or that
+-- jobs.declared_queues() names (zeros when it holds nothing):
+--   ready           ready or interrupted, due now (run_at <= now), waiting for a worker
+--                   or for a limit's slot
+--   scheduled       ready or interrupted with run_at in the future (a delay, a retry's
+--                   backoff, a rate limit's deferral)
+--   running, parked, dead   counts by state
+--   blocked         of `ready`, those waiting for a concurrency limit's slot (blocked_on)
+--   oldest_ready_s  age (by jobs.now()) of the oldest due job not waiting for a slot; 0: none
+--   demand          what the fleet should have slots for: running + the due jobs not
+--                   waiting for a slot (0 of those while the queue is paused). Adding
+--                   workers beyond it only adds idle slots.
+-- Read-only, no locks. Each count reads one partial index: ready and scheduled
+-- job_claimable_idx and job_blocked_idx, running job_lease_idx, parked job_parked_idx,
+-- dead job_dead_idx.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.queue_gauges()
+returns table (
+  queue          text,
+  paused         boolean,
+  ready          bigint,
+  scheduled      bigint,
+  running        bigint,
+  parked         bigint,
+  dead           bigint,
+  blocked        bigint,
+  oldest_ready_s double precision,
+  demand         bigint
+)
+language sql
+stable
+set search_path = ''
+as $$
+  select jobs.fleet_only('jobs.queue_gauges');  -- (sql/15_tenancy.sql)
+  with clock as materialized (  -- jobs.now() once, not once per row
+    select jobs.now() as at
+  ),
+  waiting as (
+    select w.queue,
+           pg_catalog.count(*) filter (where w.run_at <= k.at) as ready,
+           pg_catalog.count(*) filter (where w.run_at > k.at) as scheduled,
+           pg_catalog.count(*) filter (where w.run_at <= k.at
+                                         and w.blocked_on is not null) as blocked,
+           pg_catalog.min(w.run_at) filter (where w.run_at <= k.at
+                                              and w.blocked_on is null) as oldest_at
+      from (select c.queue, c.run_at, c.blocked_on from jobs.job c
+             where c.state in ('ready', 'interrupted') and c.blocked_on is null
+            union all
+            select b.queue, b.run_at, b.blocked_on from jobs.job b
+             where b.blocked_on is not null and b.state in ('ready', 'interrupted')) w
+     cross join clock k
+     group by w.queue
+  ),
+  running as (
+    select r.queue, pg_catalog.count(*) as n from jobs.job r
+     where r.state = 'running' and r.lease_expires_at is not null  -- job_lease_idx
+     group by r.queue
+  ),
+  parked as (
+    select p.queue, pg_catalog.count(*) as n from jobs.job p
+     where p.state = 'parked' group by p.queue
+  ),
+  dead as (
+    select d.queue, pg_catalog.count(*) as n from jobs.job d
+     where d.state = 'dead' group by d.queue
+  ),
+  names as (
+    select w.queue from waiting w union select r.queue from running r
+    union select p.queue from parked p union select d.queue from dead d
+    union select dq.queue from jobs.declared_queues() dq
+  )
+  select n.queue, coalesce(q.paused, false),
+         coalesce(w.ready, 0), coalesce(w.scheduled, 0), coalesce(r.n, 0), coalesce(p.n, 0),
+         coalesce(d.n, 0), coalesce(w.blocked, 0),
+         coalesce(extract(epoch from k.at - w.oldest_at)::double precision, 0),
+         coalesce(r.n, 0) + case when coalesce(q.paused, false) then 0
+                                 else coalesce(w.ready, 0) - coalesce(w.blocked, 0) end
+    from names n
+    cross join clock k
+    left join waiting w on w.queue = n.queue
+    left join running r on r.queue = n.queue
+    left join parked p on p.queue = n.queue
+    left join dead d on d.queue = n.queue
+    left join jobs.queue q on q.name = n.queue
+   order by n.queue
+$$;
 
 -- ---------------------------------------------------------------------------
 -- jobs.stats(window_s) -> one row per queue with a job finished in the last window_s
