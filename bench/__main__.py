@@ -313,6 +313,8 @@ def pressure_part(args: argparse.Namespace, command: str) -> str:
     dump(runs, meta(), OUT / "pressure.json")
     plot = args.results.parent / "pressure.png"  # beside the report it belongs to
     drawn = bool(runs) and pressure_png(runs, plot)
+    if not drawn:  # an earlier run's plot would pass for this one's
+        plot.unlink(missing_ok=True)
     return render_pressure(runs, meta(), plot.name if drawn else None)
 
 
