@@ -377,9 +377,11 @@ select pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($w$
                  pg_catalog.array_agg(ins.queue), pg_catalog.array_agg(ins.run_at)
             into v_ords, v_ids, v_queues, v_run_ats
             from ins join sorted s on s.id = ins.id;
-          return query select u.* from rows from (pg_catalog.unnest(v_ords), pg_catalog.unnest(v_ids),
-                                                  pg_catalog.unnest(v_queues),
-                                                  pg_catalog.unnest(v_run_ats)) u;
+          return query
+            select u.ord, u.id, u.queue, u.run_at
+              from rows from (pg_catalog.unnest(v_ords), pg_catalog.unnest(v_ids),
+                              pg_catalog.unnest(v_queues), pg_catalog.unnest(v_run_ats))
+                   as u(ord, id, queue, run_at);
           return;
         exception when unique_violation then
           null;  -- a key (or a singleton's group) that has a job: the insert below skips it
