@@ -79,6 +79,25 @@ def test_declared_limits_are_written_when_a_worker_starts(db_dsn: str,
     assert {r.origin for r in by_name.values()} == {"declared"}
 
 
+def test_a_worker_held_back_by_a_full_limit_claims_again_once_its_own_settles_commit(
+        db_dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """A claim that a full limit cut short is taken up again when the worker's own
+    settles free the limit, not at the next poll or wake-up: with LISTEN off and an hour
+    between polls, the queue still drains (every claim after the first is one of those)."""
+    app = App(db_dsn)
+
+    @app.job(name="held.job", queue="held", concurrency=3)
+    def job(ctx: JobContext, payload: Capture) -> None:
+        return None
+
+    with app:
+        job.enqueue_many([({"account": str(i)}, fresh_key()) for i in range(12)])
+        with running(app, concurrency=10, listen=False, poll_interval=3600.0):
+            wait_for(lambda: scalar(conn, "select count(*) = 12 from jobs.job where name = "
+                                          "'held.job' and state = 'succeeded'"),
+                     "the twelve jobs to run, three at a time")
+
+
 def test_a_limit_set_at_run_time_wins_over_the_declared_one(db_dsn: str,
                                                             conn: psycopg.Connection[Any]) -> None:
     app = make_app(db_dsn)

@@ -8,7 +8,9 @@ leases renewed like running ones, and start as slots free: a slot that frees sta
 the next job at once while the next claim is in flight.
 
 A claim is made when asked for (`want()`: a NOTIFY on `jobs_wake` named one of our
-queues, or a slot freed after a full claim), and at least every `poll_interval`
+queues, a slot freed after a full claim, or, when the app declares limits, a batch of
+this worker's settles committed: they free what the limits count, and waiting for the
+wake-up their trigger sends left the runners idle), and at least every `poll_interval`
 seconds regardless. Only that periodic claim recovers lapsed leases and wakes due
 parked jobs: it is most of a claim's cost, and once per poll keeps recovery within
 lease TTL + one poll. A poll that finds no room to claim into (every slot and the

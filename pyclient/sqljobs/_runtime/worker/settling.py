@@ -96,9 +96,11 @@ class Settler:
     forced exit.
     """
 
-    def __init__(self, client: AsyncClient, worker_id: str) -> None:
+    def __init__(self, client: AsyncClient, worker_id: str,
+                 after_write: Callable[[], None] = lambda: None) -> None:
         self._client = client
         self._worker_id = worker_id
+        self._after_write = after_write  # once a batch is committed
         self._pending: list[_Pending] = []
         self._ready = asyncio.Event()
         self._retries: set[asyncio.Task[None]] = set()
@@ -170,6 +172,7 @@ class Settler:
                 failed(logger, f"settling {len(acks) + len(nacks)} job(s)", error, pause,
                        {"worker_id": self._worker_id})
                 await asyncio.sleep(pause)
+        self._after_write()
 
     def _later_if_any(self, busy: list[_Pending]) -> None:
         if busy:

@@ -116,6 +116,9 @@ class Worker(Role):
             d.queue is None for d in definitions.values())
         self.names = sorted(definitions)
         self.code_version = app.code_version  # routes its claims (docs/howto-deploying.md)
+        # A limit counts a job until its settle commits: with limits declared, the worker
+        # claims again as soon as its own settles are written (claim_after_settling).
+        self._limited = bool(app.declared_limits)
         self.concurrency = concurrency
         self.prefetch = Prefetch(prefetch, concurrency)  # None: auto (prefetching.py)
         self.lease_s = float(lease_s)
@@ -223,7 +226,7 @@ class Worker(Role):
     def _wire(self, client: AsyncClient, dsn: str, wake_tokens: frozenset[str],
               also: Mapping[str, Callable[[], None]]) -> None:
         """The parts a running worker is made of (see the module docstring)."""
-        self._settler = Settler(client, self.id)
+        self._settler = Settler(client, self.id, after_write=self._claim_after_settling)
         self._runner = Runner(definitions=self._definitions, client=client,
                               threads=self._threads, worker_id=self.id, lease_s=self.lease_s,
                               log_extra=self._log_extra, observer=self.observers)
@@ -240,6 +243,13 @@ class Worker(Role):
                 accept=wake_tokens.__contains__, retry_s=self.listen_retry_s,
                 poll_interval=self.poll_interval, holder=self.id, log=logger,
                 log_extra=self._log_extra, also=also)
+
+    def _claim_after_settling(self) -> None:
+        """With limits declared, the settles just written freed room in them: claim now
+        rather than at the wake-up their trigger sends (a round trip through NOTIFY, while
+        this worker's runners may wait for work)."""
+        if self._limited and self._claims is not None:
+            self._claims.want()
 
     async def _register(self) -> None:
         assert self._client is not None
