@@ -180,6 +180,8 @@ def _merged(path: Path, runs: list[suite.Measurement], meta: dict[str, Any],
         return runs, meta  # not comparable: start the section afresh
     redone = {(m.workload, m.system) for m in runs}
     kept = [m for m in old_runs if (m.workload, m.system) not in redone]
+    if not kept:  # all redone: the header names this command alone
+        return runs, meta
     merged = {**meta, "command": f"{old_meta['command']}`, then `{meta['command']}",
               "date": f"{old_meta['date']} to {meta['date']}",
               "load_start": old_meta["load_start"]}
@@ -223,8 +225,9 @@ def side_by_side(args: argparse.Namespace, command: str) -> str:
                             runs.append(m)
                             log(m)
     meta = _meta(command, load_start, repeats=args.repeat)
-    runs, meta = _merged(OUT / "side_by_side.json", runs, meta, args)
-    dump(runs, meta, OUT / "side_by_side.json")
+    if not args.no_results:  # a run not written to the results is not merged into them
+        runs, meta = _merged(OUT / "side_by_side.json", runs, meta, args)
+        dump(runs, meta, OUT / "side_by_side.json")
     return (render_side_by_side(runs, meta) + "\n" + _not_measured(skipped) + "\n"
             + render_every_run(runs))
 
@@ -247,8 +250,9 @@ def sustained(args: argparse.Namespace, command: str) -> str:
               flush=True)
     meta = _meta(command, load_start, rate=args.sustained_rate,
                  seconds=args.sustained_seconds)
-    runs, meta = _merged(OUT / "sustained.json", runs, meta, args)
-    dump(runs, meta, OUT / "sustained.json")
+    if not args.no_results:
+        runs, meta = _merged(OUT / "sustained.json", runs, meta, args)
+        dump(runs, meta, OUT / "sustained.json")
     plot = HERE / "sustained.png"
     sustained_png(runs, plot)
     return render_sustained(runs, meta, plot.name) + "\n" + _not_measured(skipped)
