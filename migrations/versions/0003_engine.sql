@@ -371,6 +371,11 @@ set search_path = ''
 as $$
 select pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($w$
       if not ({grouped}) and jobs.plain_insert_allowed() then
+        declare
+          v_ords    integer[];
+          v_ids     bigint[];
+          v_queues  text[];
+          v_run_ats timestamptz[];
         begin
           {insert_or_raise}
           select pg_catalog.array_agg(s.ord), pg_catalog.array_agg(ins.id),
@@ -470,7 +475,6 @@ declare
   v_wrong    text;
   v_want     text;
   v_insert   text;            -- a batch's WITH list (jobs.batch_write)
-  v_write_vars text;          -- the variables jobs.batch_write's code assigns
 begin
   -- FIELDS and DEFAULTS, from the columns of jobs.job
   v_order := array(select k from pg_catalog.jsonb_object_keys(v_steering) k order by k);
@@ -770,12 +774,6 @@ begin
   comment on function jobs.insert_job(jsonb, timestamp with time zone, bigint) is
     'Private: the insert of one job (made by jobs.define_spec()).';
 
-  v_write_vars := $w$
-      v_ords     integer[];
-      v_ids      bigint[];
-      v_queues   text[];
-      v_run_ats  timestamptz[];$w$;
-
   -- jobs.insert_jobs(specs, now, ids) -> (ord, id, queue, run_at) per job it created.
   -- Inserts every spec (already checked) as a ready job, in (name, tenant, key) order so
   -- two batches that share keys wait for each other instead of deadlocking; a key that
@@ -812,8 +810,7 @@ begin
         {on_conflict}
         returning j.id, j.queue, j.run_at
       )$i$;
-  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
-          pg_catalog.replace($f$
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
     create or replace function jobs.insert_jobs(p_specs jsonb, p_now timestamptz,
                                                 p_ids bigint[] default null)
     returns table (ord integer, id bigint, queue text, run_at timestamptz)
@@ -822,7 +819,7 @@ begin
     set plan_cache_mode = force_generic_plan
     as $b$
     declare
-      v_base jobs.job_spec;{write_vars}
+      v_base jobs.job_spec;
     begin
       -- ONE SPEC (most calls): one row, without the batch statement's set-up.
       if pg_catalog.jsonb_array_length(p_specs) = 1 then
@@ -837,8 +834,7 @@ begin
       -- A BATCH: one statement.
       v_base := pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults});{write}
     end
-    $b$ $f$, '{write_vars}', v_write_vars),
-      '{write}', jobs.batch_write(v_insert,
+    $b$ $f$, '{write}', jobs.batch_write(v_insert,
         $g$p_specs @? '$[*] ? (@.singleton == true || @.debounce_s != null)'$g$)),
       '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
       '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
@@ -869,8 +865,7 @@ begin
         {on_conflict}
         returning j.id, j.queue, j.run_at
       )$i$;
-  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
-          pg_catalog.replace($f$
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
     create or replace function jobs.insert_batch(p_spec jsonb, p_keys text[],
                                                  p_payloads jsonb, p_now timestamptz)
     returns table (ord integer, id bigint, queue text, run_at timestamptz)
@@ -882,11 +877,10 @@ begin
                   pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults}),
                   jobs.spec_given(p_spec));
       v_run_at timestamptz := coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
-                  secs => coalesce(v_r.delay_s, v_r.debounce_s, 0)));{write_vars}
+                  secs => coalesce(v_r.delay_s, v_r.debounce_s, 0)));
     begin{write}
     end
-    $b$ $f$, '{write_vars}', v_write_vars),
-      '{write}', jobs.batch_write(v_insert, 'v_r.singleton or v_r.debounce_s is not null')),
+    $b$ $f$, '{write}', jobs.batch_write(v_insert, 'v_r.singleton or v_r.debounce_s is not null')),
       '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
       '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
                       from pg_catalog.unnest(v_columns) c)),
