@@ -106,6 +106,52 @@ def test_the_one_job_ack_waits_for_the_lock_and_then_settles(
     assert state(conn, job.id) == "succeeded"
 
 
+def lapsed(conn: psycopg.Connection[Any], job_id: int) -> bool:
+    return bool(scalar(conn, "select lease_expires_at < clock_timestamp() from jobs.job "
+                             "where id = %s", (job_id,)))
+
+
+@pytest.mark.parametrize("verb", ["ack_many", "nack_many"])
+def test_a_waiting_batch_settle_keeps_lease_recovery_off_its_job(
+        conn: psycopg.Connection[Any], db_dsn: str, locker: psycopg.Connection[Any],
+        verb: str) -> None:
+    [job] = claimed(conn, 1, lease_s=0.2)
+    wait_for(lambda: lapsed(conn, job.id), "the lease to lapse")
+    lock_row(locker, job.id)  # (this transaction's clock reads the lease as lapsed)
+    answers: list[Any] = []
+
+    def settle() -> None:
+        # as a worker does: a first write answers busy, a second waits for the row
+        with psycopg.connect(db_dsn, autocommit=True) as worker:
+            client = Client(worker)
+            for wait in (False, True):
+                if verb == "ack_many":
+                    answers.extend(client.run(queries.ack_many([job.id], [job.claim], ["r"],
+                                                               wait=wait)))
+                else:
+                    answers.extend(client.run(queries.nack_many([job.id], [job.claim],
+                                                                 wait=wait)))
+
+    thread = threading.Thread(target=settle)
+    thread.start()
+    try:
+        wait_for(lambda: len(answers) == 1, "the first write to answer busy")
+        wait_for_lock_wait(conn, f"%jobs.{verb}(%", "the second to wait for the row lock")
+        # The locker holds the row, so its own recovery is not kept off by skip
+        # locked: only the waiting settle's key keeps it off.
+        assert scalar(locker, "select jobs.recover(array[%s])", (QUEUE,)) == 0
+    finally:
+        locker.rollback()
+        thread.join(60)
+    assert [a.ok for a in answers] == [None, True]
+    assert scalar(conn, "select state::text || ' ' || attempt from jobs.job where id = %s",
+                  (job.id,)) == ("succeeded 1" if verb == "ack_many" else "ready 1")
+    # with nothing waiting, the same recovery takes a lapsed lease
+    [other] = claimed(conn, 1, lease_s=0.2)
+    wait_for(lambda: lapsed(conn, other.id), "the second lease to lapse")
+    assert scalar(conn, "select jobs.recover(array[%s])", (QUEUE,)) == 1
+
+
 class Nap(BaseModel):
     release: str = ""
 
@@ -183,3 +229,28 @@ def test_a_busy_worker_recovers_a_dead_workers_lapsed_leases_without_claiming(
             wait_for(lambda: state(conn, orphan) == "succeeded", "the orphan run again")
     finally:
         app.close()
+
+
+def test_an_outcome_whose_row_is_locked_past_its_lease_is_written_not_run_again(
+        db_dsn: str, conn: psycopg.Connection[Any], locker: psycopg.Connection[Any],
+        release_table: None) -> None:
+    """The chaos suite's idle-lock duplicates: the job finished, its ack found the row
+    locked, its lease lapsed meanwhile; once the lock is released the worker's waiting
+    ack goes first, and a recovery at that moment leaves the job alone."""
+    app = busy_app(db_dsn)
+    handle = app.job_handle("busy.hold")
+    try:
+        with running(app, concurrency=1, lease_s=1.0, poll_interval=0.2):
+            job_id = handle.enqueue({"release": "done"}, key=fresh_key()).id
+            wait_for(lambda: state(conn, job_id) == "running", "the job to run")
+            lock_row(locker, job_id)
+            conn.execute("insert into public.busy_release values ('done')")
+            wait_for_lock_wait(conn, "%jobs.ack_many(%", "the worker's ack to wait for the row")
+            wait_for(lambda: lapsed(conn, job_id), "the lease to lapse while the row is held")
+            locker.rollback()
+            scalar(conn, "select jobs.recover(array[%s])", (QUEUE,))
+            wait_for(lambda: state(conn, job_id) == "succeeded", "the waiting ack")
+    finally:
+        app.close()
+    assert scalar(conn, "select attempt = 1 and claim >> 32 = 1 and attempts is null "
+                        "from jobs.job where id = %s", (job_id,))

@@ -312,11 +312,15 @@ def ack(job_id: int, claim: int, result: Any = None) -> Call[None]:
 
 
 def ack_many(
-    ids: Sequence[int], claims: Sequence[int], results: Sequence[Any] | None = None
+    ids: Sequence[int], claims: Sequence[int], results: Sequence[Any] | None = None,
+    *, wait: bool = False,
 ) -> Call[list[Settled]]:
+    """ok None: the row was busy (locked by another transaction), call again; with
+    `wait`, busy rows are waited for instead."""
     return Call(
-        "select id, ok from jobs.ack_many(%s, %s, %s::jsonb[])",
-        (list(ids), list(claims), None if results is None else [_json(r) for r in results]),
+        "select id, ok from jobs.ack_many(%s, %s, %s::jsonb[], %s)",
+        (list(ids), list(claims), None if results is None else [_json(r) for r in results],
+         wait),
         _settled, tuples=True,
     )
 
@@ -341,16 +345,20 @@ def nack_many(
     errors: Sequence[Any] | None = None,
     modes: Sequence[NackMode] | None = None,
     delays_s: Sequence[float | None] | None = None,
+    *,
+    wait: bool = False,
 ) -> Call[list[Settled]]:
+    """ok None: the row was busy, call again; with `wait`, busy rows are waited for."""
     return Call(
         "select id, ok, state::text as state "
-        "from jobs.nack_many(%s, %s, %s::jsonb[], %s::text[], %s::float8[])",
+        "from jobs.nack_many(%s, %s, %s::jsonb[], %s::text[], %s::float8[], %s)",
         (
             list(ids),
             list(claims),
             None if errors is None else [_json(e) for e in errors],
             None if modes is None else list(modes),
             None if delays_s is None else list(delays_s),
+            wait,
         ),
         _settled_in, tuples=True,
     )

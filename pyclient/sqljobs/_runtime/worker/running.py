@@ -52,7 +52,6 @@ from sqljobs._runtime.worker.redacting import redacted_settlement
 from sqljobs._runtime.worker.runs import JobLog, Run
 from sqljobs._runtime.worker.settling import (
     ACK,
-    BUSY_RETRY_S,
     Settlement,
     clean_text,
     error_record,
@@ -227,13 +226,14 @@ class Runner:
         job = run.job
 
         async def fail_attempt() -> JobState | None:
-            while True:
+            # its row locked elsewhere (busy): wait for the lock, as the settler does
+            for wait in (False, True):
                 answer = (await self._client.run(queries.nack_many(
                     [job.id], [job.claim], [settlement.error], [settlement.mode],
-                    [settlement.delay_s])))[0]
+                    [settlement.delay_s], wait=wait)))[0]
                 if not answer.busy:
-                    return answer.state if answer.ok else None
-                await asyncio.sleep(BUSY_RETRY_S)  # its row is locked elsewhere: again
+                    break
+            return answer.state if answer.ok else None
 
         end = await steps.conclude(succeeded=settlement.ack, stop_reason=run.stop_reason,
                                    fail_attempt=fail_attempt)

@@ -75,7 +75,9 @@ class Worker(Role):
 
     kind = "worker"
     log = logger
-    pool_size = (2, 4)  # claim, settle, heartbeats and progress; never one per job
+    # claim, settle, heartbeats, progress, and a settle that waits for busy rows
+    # (sqljobs._runtime.worker.settling); never one per job
+    pool_size = (2, 5)
 
     def __init__(
         self,
