@@ -326,8 +326,8 @@ comment on function jobs.claim(text[], text, integer, double precision, jsonb) i
 --                   one always goes back to ready: its saga unwind must finish). The
 --                   lapsed attempt joins the job's attempt history (outcome
 --                   lease_expired, ended_at its lease's expiry; jobs.attempts_push).
---                   A job whose settle waits for its row's lock (held elsewhere) is
---                   left to that settle (jobs.settle_waiting).
+--                   A job whose outcome waits for its busy row, under a settle key
+--                   another transaction holds, is left to it (jobs.settle_waiting).
 --   parked jobs     whose wake-up time passed become ready (at most `limit`).
 --   free slots      jobs waiting for a limit's free slot are made claimable
 --                   (jobs.unblock_free).
@@ -382,7 +382,7 @@ begin
      where l.state = 'running' and l.lease_expires_at < v_now
        and l.queue = any (p_queues)
        and (v_tenant is null or l.tenant = v_tenant)
-       -- its outcome waits for the row's lock (sql/40_settle.sql, "Busy rows")
+       -- its outcome waits for its busy row (sql/40_settle.sql, "Busy rows")
        and not jobs.settle_waiting(l.id)
      order by l.lease_expires_at
      limit p_limit

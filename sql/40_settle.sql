@@ -156,13 +156,14 @@ comment on function jobs.watch_outcome(bigint) is
 -- commits, a millisecond or so), and answer ok = null for a row still locked after
 -- that: nothing was written, the job is still this claim's as far as the caller can
 -- tell, call again. The one-job functions (ack, nack) wait for the lock instead, as a
--- plain UPDATE would, and then answer or raise as always; so does a batch call with
--- p_wait (ack_many, nack_many). A worker writes the outcomes a first write found busy
--- that way, in a statement of their own. The answer "busy" makes the job's settle key
--- (a jobs.lock_key row), a waiting settle holds it until it commits, and lease recovery
--- leaves a job whose settle key is held (jobs.settle_waiting): a lease that lapsed while the row was held
--- elsewhere is the waiting outcome's once the lock is released, never a recovery's
--- (which would run the job again). jobs.lock_batch takes the locks (null: all of them, so the writes need no filter); jobs.unwritten_answer
+-- plain UPDATE would, and then answer or raise as always.
+-- A busy answer also makes the job's settle key (a jobs.lock_key row, committed with
+-- the answer). The caller holds it (jobs.settle_hold, in a transaction of its own kept
+-- open) until the outcome is written, and lease recovery leaves a job whose settle key
+-- another transaction holds (jobs.settle_waiting): a lease that lapses while another
+-- transaction holds the row goes to the outcome sent again once the lock is released,
+-- not to a recovery that would run the job again. jobs.lock_batch takes the locks
+-- (null: all of them, so the writes need no filter); jobs.unwritten_answer
 -- answers for a job the batch did not write: busy (null) when, as the statement sees
 -- it, it still runs under the caller's claim (a row the batch could not lock), else
 -- false (the fence failed). It is called only for unwritten jobs:
@@ -178,6 +179,9 @@ declare
   v_held bigint[];
   v_rest bigint[];
 begin
+  if p_wait then
+    return null;  -- every row: the update that follows waits for each row's lock
+  end if;
   v_held := array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
                      for no key update of j skip locked);
   if pg_catalog.cardinality(v_held) = pg_catalog.cardinality(p_ids) then
@@ -189,19 +193,9 @@ begin
   if v_rest = '{}' then  -- (ids named twice, or of no job)
     return v_held;
   end if;
-  if p_wait then
-    -- The write that follows waits for each busy row's lock. Meanwhile the busy jobs'
-    -- settle keys, held to commit, tell lease recovery that their outcome is on its
-    -- way (jobs.settle_waiting): a lease that lapses while the row is held elsewhere
-    -- is not recovered in the moment between that lock's release and this write.
-    perform jobs.lock_keys(array(select 'settle|' || r.id from pg_catalog.unnest(v_rest) as r(id)),
-                           pg_catalog.array_fill('update'::text, array[pg_catalog.cardinality(v_rest)]));
-    return null;
-  end if;
   v_held := v_held || jobs.lock_briefly(v_rest);
-  -- Rows still busy: their settle keys are made now, with the answer "busy", so that
-  -- the waiting settle that follows locks a row recovery can see (one made by the
-  -- waiting settle itself is not visible to others until it commits).
+  -- Rows still busy: their settle keys, committed with this answer, for the caller to
+  -- hold (jobs.settle_hold) while it sends the outcome again.
   insert into jobs.lock_key (key, created_at)
   select 'settle|' || r.id, pg_catalog.now()
     from pg_catalog.unnest(v_rest) as r(id)
@@ -212,11 +206,11 @@ end
 $$;
 
 comment on function jobs.lock_batch(bigint[], boolean) is
-  'Private: lock the rows of a settle batch (a busy row waited for at most 50 ms, unless p_wait: waited for under its settle key); answers the ids held, null for all.';
+  'Private: lock the rows of a settle batch (a busy row waited for at most 50 ms and its settle key made, unless p_wait: all waited for); answers the ids held, null for all.';
 
--- jobs.settle_waiting(id): whether a settle of the job waits for its row's lock (its
--- settle key, taken by jobs.lock_batch, is held by another transaction). Lease
--- recovery leaves such a job: its outcome is written as soon as the lock is released.
+-- jobs.settle_waiting(id): whether the job's outcome waits for its busy row (its settle
+-- key, made by jobs.lock_batch, is held by another transaction: jobs.settle_hold).
+-- Lease recovery leaves such a job: its outcome is written once the lock is released.
 create or replace function jobs.settle_waiting(p_id bigint)
 returns boolean
 language sql
@@ -229,7 +223,44 @@ as $$
 $$;
 
 comment on function jobs.settle_waiting(bigint) is
-  'Private: whether another transaction''s settle of this job waits for its row (lease recovery leaves it).';
+  'Private: whether another transaction holds this job''s settle key (lease recovery leaves it).';
+
+-- ---------------------------------------------------------------------------
+-- jobs.settle_hold(ids, claims) -> the ids whose settle keys this transaction now holds.
+-- For jobs a batch settle (ack_many, nack_many) answered busy: their outcomes wait for
+-- a row another transaction holds locked. Call it in a transaction of its own, kept
+-- open until those outcomes are written (sent again by the batch functions, on other
+-- connections): while it holds a job's settle key, lease recovery leaves the job, so
+-- a lease that lapses meanwhile is not recovered the moment the row's lock is released.
+-- Fenced: only a job still running under the claim given is held (a busy answer's key
+-- must exist: one made later than this call's snapshot is not held). Like the
+-- transaction that holds the row, it holds back vacuum while it stays open.
+-- Errors: invalid_argument (SJ001) as jobs.ack_many; tenant_refused (SJ018).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.settle_hold(p_ids bigint[], p_claims bigint[])
+returns bigint[]
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  perform jobs.check_batch(p_ids, p_claims, null::text[]);
+  perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
+  -- (the job rows are read, not locked: another transaction holds them)
+  return array(
+    select pg_catalog.substr(k.key, 8)::bigint
+      from jobs.lock_key k
+     where k.key = any (array(select 'settle|' || j.id
+                                from unnest(p_ids, p_claims) as u(id, claim)
+                                join jobs.job j on j.id = u.id and j.claim = u.claim
+                               where j.state = 'running'))
+     order by k.key
+       for update of k);
+end
+$$;
+
+comment on function jobs.settle_hold(bigint[], bigint[]) is
+  'Hold the settle keys of running jobs whose outcomes wait for busy rows, until this transaction ends (lease recovery leaves them); answers the ids held.';
 
 -- The rows a first pass could not lock, waited for at most 50 ms each; none when one
 -- wait runs out (its lock is still held elsewhere: the rest answer busy, call again).
@@ -353,28 +384,6 @@ $$;
 comment on function jobs.ack_many(bigint[], bigint[], jsonb[]) is
   'Settle running jobs as succeeded with their results; fenced per job, answers ok per job (null: busy, call again).';
 
--- jobs.ack_many(ids, claims, results, wait): the same, and with wait true a busy row is
--- waited for, under its settle key (above), instead of answered null. (Its own
--- signature, every argument required: the released one above keeps its own.)
-create or replace function jobs.ack_many(
-  p_ids     bigint[],
-  p_claims  bigint[],
-  p_results jsonb[],
-  p_wait    boolean
-)
-returns table (id bigint, ok boolean)
-language plpgsql
-volatile
-set search_path = ''
-as $$
-begin
-  return query select a.id, a.ok
-                 from jobs.ack_batch(p_ids, p_claims, p_results, coalesce(p_wait, false)) a;
-end
-$$;
-
-comment on function jobs.ack_many(bigint[], bigint[], jsonb[], boolean) is
-  'Settle running jobs as succeeded with their results; fenced per job; p_wait: a busy row is waited for instead of answered null.';
 
 -- jobs.ack(id, claim, result): one job; raises lease_lost (SJ004) when the fence fails.
 create or replace function jobs.ack(p_id bigint, p_claim bigint, p_result jsonb default null)
@@ -691,30 +700,6 @@ $$;
 comment on function jobs.nack_many(bigint[], bigint[], jsonb[], text[], double precision[]) is
   'Settle running jobs that did not succeed (retry, fail, park, shed, interrupt); fenced per job (ok null: busy, call again).';
 
--- jobs.nack_many(ids, claims, errors, modes, delays_s, wait): the same, and with wait
--- true a busy row is waited for, under its settle key (above), instead of answered null.
-create or replace function jobs.nack_many(
-  p_ids      bigint[],
-  p_claims   bigint[],
-  p_errors   jsonb[],
-  p_modes    text[],
-  p_delays_s double precision[],
-  p_wait     boolean
-)
-returns table (id bigint, ok boolean, state jobs.job_state)
-language plpgsql
-volatile
-set search_path = ''
-as $$
-begin
-  return query select n.id, n.ok, n.state
-                 from jobs.nack_batch(p_ids, p_claims, p_errors, p_modes, p_delays_s,
-                                      coalesce(p_wait, false)) n;
-end
-$$;
-
-comment on function jobs.nack_many(bigint[], bigint[], jsonb[], text[], double precision[], boolean) is
-  'Settle running jobs that did not succeed; fenced per job; p_wait: a busy row is waited for instead of answered null.';
 
 -- jobs.nack(id, claim, error, mode, delay_s) -> the job's new state; raises lease_lost.
 create or replace function jobs.nack(

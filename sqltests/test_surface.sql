@@ -164,7 +164,6 @@ select set_eq(
   $$ values
     ('ack', 'p_id bigint, p_claim bigint, p_result jsonb'),
     ('ack_many', 'p_ids bigint[], p_claims bigint[], p_results jsonb[]'),
-    ('ack_many', 'p_ids bigint[], p_claims bigint[], p_results jsonb[], p_wait boolean'),
     ('backoff_s', 'p_attempt integer, p_base_s double precision, p_cap_s double precision, p_jitter text'),
     ('cancel', 'p_id bigint'),
     ('cancel_where', 'p_filter jsonb, p_max integer'),
@@ -178,7 +177,6 @@ select set_eq(
     ('max_payload_bytes', ''),
     ('nack', 'p_id bigint, p_claim bigint, p_error jsonb, p_mode text, p_delay_s double precision'),
     ('nack_many', 'p_ids bigint[], p_claims bigint[], p_errors jsonb[], p_modes text[], p_delays_s double precision[]'),
-    ('nack_many', 'p_ids bigint[], p_claims bigint[], p_errors jsonb[], p_modes text[], p_delays_s double precision[], p_wait boolean'),
     ('now', ''),
     ('pause_queue', 'p_queue text'),
     ('progress', 'p_id bigint, p_claim bigint, p_progress jsonb'),

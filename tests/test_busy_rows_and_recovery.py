@@ -112,44 +112,49 @@ def lapsed(conn: psycopg.Connection[Any], job_id: int) -> bool:
 
 
 @pytest.mark.parametrize("verb", ["ack_many", "nack_many"])
-def test_a_waiting_batch_settle_keeps_lease_recovery_off_its_job(
+def test_a_held_settle_key_keeps_lease_recovery_off_a_busy_job(
         conn: psycopg.Connection[Any], db_dsn: str, locker: psycopg.Connection[Any],
         verb: str) -> None:
     [job] = claimed(conn, 1, lease_s=0.2)
     wait_for(lambda: lapsed(conn, job.id), "the lease to lapse")
     lock_row(locker, job.id)  # (this transaction's clock reads the lease as lapsed)
-    answers: list[Any] = []
+    with psycopg.connect(db_dsn, autocommit=True) as worker, \
+            psycopg.connect(db_dsn) as holder:
+        client = Client(worker)
 
-    def settle() -> None:
-        # as a worker does: a first write answers busy, a second waits for the row
-        with psycopg.connect(db_dsn, autocommit=True) as worker:
-            client = Client(worker)
-            for wait in (False, True):
-                if verb == "ack_many":
-                    answers.extend(client.run(queries.ack_many([job.id], [job.claim], ["r"],
-                                                               wait=wait)))
-                else:
-                    answers.extend(client.run(queries.nack_many([job.id], [job.claim],
-                                                                 wait=wait)))
+        def settle() -> list[Any]:
+            if verb == "ack_many":
+                return client.run(queries.ack_many([job.id], [job.claim], ["r"]))
+            return client.run(queries.nack_many([job.id], [job.claim]))
 
-    thread = threading.Thread(target=settle)
-    thread.start()
-    try:
-        wait_for(lambda: len(answers) == 1, "the first write to answer busy")
-        wait_for_lock_wait(conn, f"%jobs.{verb}(%", "the second to wait for the row lock")
+        assert [a.ok for a in settle()] == [None]  # busy: its settle key is made
+        assert Client(holder).run(queries.settle_hold([job.id], [job.claim])) == [job.id]
         # The locker holds the row, so its own recovery is not kept off by skip
-        # locked: only the waiting settle's key keeps it off.
+        # locked: only the held settle key keeps it off.
         assert scalar(locker, "select jobs.recover(array[%s])", (QUEUE,)) == 0
-    finally:
-        locker.rollback()
-        thread.join(60)
-    assert [a.ok for a in answers] == [None, True]
-    assert scalar(conn, "select state::text || ' ' || attempt from jobs.job where id = %s",
-                  (job.id,)) == ("succeeded 1" if verb == "ack_many" else "ready 1")
-    # with nothing waiting, the same recovery takes a lapsed lease
-    [other] = claimed(conn, 1, lease_s=0.2)
-    wait_for(lambda: lapsed(conn, other.id), "the second lease to lapse")
-    assert scalar(conn, "select jobs.recover(array[%s])", (QUEUE,)) == 1
+        holder.rollback()  # the key released: now the same recovery takes the job
+        assert scalar(locker, "select jobs.recover(array[%s])", (QUEUE,)) == 1
+        locker.commit()
+        assert [a.ok for a in settle()] == [False]  # recovered: no longer this claim's
+        assert scalar(conn, "select state::text || ' ' || attempt from jobs.job "
+                            "where id = %s", (job.id,)) == "ready 1"
+
+
+def test_only_a_running_jobs_existing_settle_key_is_held_under_its_claim(
+        conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    running_job, finished = claimed(conn, 2)
+    conn.execute("insert into jobs.lock_key (key, created_at) select 'settle|' || id, now() "
+                 "from jobs.job where id = any(%s)", ([running_job.id, finished.id],))
+    Client(conn).run(queries.ack(finished.id, finished.claim))
+    [other] = claimed(conn, 1)  # no key: no busy answer made one
+    with psycopg.connect(db_dsn) as holder:
+        held = Client(holder).run(queries.settle_hold(
+            [running_job.id, running_job.id, finished.id, other.id],
+            [running_job.claim + 1, running_job.claim, finished.claim, other.claim]))
+        assert held == [running_job.id]
+        assert scalar(conn, "select jobs.settle_waiting(%s)", (running_job.id,)) is True
+        assert scalar(conn, "select jobs.settle_waiting(%s)", (other.id,)) is False
+    assert scalar(conn, "select jobs.settle_waiting(%s)", (running_job.id,)) is False
 
 
 class Nap(BaseModel):
@@ -235,8 +240,8 @@ def test_an_outcome_whose_row_is_locked_past_its_lease_is_written_not_run_again(
         db_dsn: str, conn: psycopg.Connection[Any], locker: psycopg.Connection[Any],
         release_table: None) -> None:
     """The chaos suite's idle-lock duplicates: the job finished, its ack found the row
-    locked, its lease lapsed meanwhile; once the lock is released the worker's waiting
-    ack goes first, and a recovery at that moment leaves the job alone."""
+    locked, its lease lapsed meanwhile; the worker holds the job's settle key, so a
+    recovery the moment the lock is released leaves the job to the ack sent again."""
     app = busy_app(db_dsn)
     handle = app.job_handle("busy.hold")
     try:
@@ -245,11 +250,14 @@ def test_an_outcome_whose_row_is_locked_past_its_lease_is_written_not_run_again(
             wait_for(lambda: state(conn, job_id) == "running", "the job to run")
             lock_row(locker, job_id)
             conn.execute("insert into public.busy_release values ('done')")
-            wait_for_lock_wait(conn, "%jobs.ack_many(%", "the worker's ack to wait for the row")
+            wait_for(lambda: scalar(conn, "select jobs.settle_waiting(%s)", (job_id,)),
+                     "the worker to hold the busy job's settle key")
             wait_for(lambda: lapsed(conn, job_id), "the lease to lapse while the row is held")
             locker.rollback()
-            scalar(conn, "select jobs.recover(array[%s])", (QUEUE,))
-            wait_for(lambda: state(conn, job_id) == "succeeded", "the waiting ack")
+            assert scalar(conn, "select jobs.recover(array[%s])", (QUEUE,)) == 0
+            wait_for(lambda: state(conn, job_id) == "succeeded", "the ack sent again")
+            wait_for(lambda: not scalar(conn, "select jobs.settle_waiting(%s)", (job_id,)),
+                     "the worker to let the key go once its outcome is written")
     finally:
         app.close()
     assert scalar(conn, "select attempt = 1 and claim >> 32 = 1 and attempts is null "

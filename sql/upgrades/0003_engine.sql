@@ -6,12 +6,12 @@
 --     transaction holds locked) and answer ok = null for it, so one locked row no
 --     longer stalls a worker's whole batch until its other leases lapse (jobs.ack_many,
 --     nack_many, heartbeat_many, heartbeat; private jobs.lock_batch, lock_briefly,
---     unwritten_answer, ack_batch, nack_batch). New overloads ack_many(ids, claims, results,
---     wait) and nack_many(ids, claims, errors, modes, delays_s, wait) wait for busy rows
---     instead, under each job's settle key (a jobs.lock_key row), which lease recovery
---     honours (private jobs.settle_waiting): a 0.3 worker sends the outcomes a first
---     write found busy that way, so a lease that lapsed while another transaction held
---     the row is not recovered (and the job run again) when the lock is released.
+--     unwritten_answer, ack_batch, nack_batch). A busy answer makes the job's settle key (a
+--     jobs.lock_key row); jobs.settle_hold holds it in a transaction kept open until
+--     the outcome is written, and lease recovery leaves a job whose settle key another
+--     transaction holds (private jobs.settle_waiting): a 0.3 worker holds the keys of
+--     its busy outcomes, so a lease that lapsed while another transaction held the row
+--     is not recovered (and the job run again) when the lock is released.
 --   * jobs.channel_token, ack_many and nack_many are PL/pgSQL: a session keeps their
 --     plans (as SQL functions they were planned in every transaction).
 --   * jobs.recover(queues, limit): the claim's recovery on its own, so a worker with no

@@ -109,8 +109,17 @@ class AsyncClient:
 
     async def run_all(self, calls: list[Call[T]]) -> list[T]:
         """Run calls in one transaction: all take effect, or none (see Client.run_all)."""
+        async with self.transaction() as client:
+            return [await client.run(call) for call in calls]
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncClient]:
+        """One connection, in one transaction for as long as the block runs: committed
+        when it ends, rolled back when it raises. On a connection already in a transaction
+        the block runs in that one, which its caller commits or rolls back."""
         async with self._connection() as conn:
             if not conn.autocommit:
-                return [await AsyncClient(conn).run(call) for call in calls]
-            async with conn.transaction():
-                return [await AsyncClient(conn).run(call) for call in calls]
+                yield AsyncClient(conn)
+            else:
+                async with conn.transaction():
+                    yield AsyncClient(conn)

@@ -312,15 +312,11 @@ def ack(job_id: int, claim: int, result: Any = None) -> Call[None]:
 
 
 def ack_many(
-    ids: Sequence[int], claims: Sequence[int], results: Sequence[Any] | None = None,
-    *, wait: bool = False,
+    ids: Sequence[int], claims: Sequence[int], results: Sequence[Any] | None = None
 ) -> Call[list[Settled]]:
-    """ok None: the row was busy (locked by another transaction), call again; with
-    `wait`, busy rows are waited for instead."""
     return Call(
-        "select id, ok from jobs.ack_many(%s, %s, %s::jsonb[], %s)",
-        (list(ids), list(claims), None if results is None else [_json(r) for r in results],
-         wait),
+        "select id, ok from jobs.ack_many(%s, %s, %s::jsonb[])",
+        (list(ids), list(claims), None if results is None else [_json(r) for r in results]),
         _settled, tuples=True,
     )
 
@@ -345,23 +341,26 @@ def nack_many(
     errors: Sequence[Any] | None = None,
     modes: Sequence[NackMode] | None = None,
     delays_s: Sequence[float | None] | None = None,
-    *,
-    wait: bool = False,
 ) -> Call[list[Settled]]:
-    """ok None: the row was busy, call again; with `wait`, busy rows are waited for."""
     return Call(
         "select id, ok, state::text as state "
-        "from jobs.nack_many(%s, %s, %s::jsonb[], %s::text[], %s::float8[], %s)",
+        "from jobs.nack_many(%s, %s, %s::jsonb[], %s::text[], %s::float8[])",
         (
             list(ids),
             list(claims),
             None if errors is None else [_json(e) for e in errors],
             None if modes is None else list(modes),
             None if delays_s is None else list(delays_s),
-            wait,
         ),
         _settled_in, tuples=True,
     )
+
+
+def settle_hold(ids: Sequence[int], claims: Sequence[int]) -> Call[list[int]]:
+    """Hold the settle keys of jobs a batch settle answered busy for, until the
+    transaction ends (run it in one kept open): answers the ids held."""
+    return Call("select jobs.settle_hold(%s, %s) as held", (list(ids), list(claims)),
+                lambda rows: list(rows[0]["held"] or []))
 
 
 def heartbeat(job_id: int, claim: int, lease_s: float = 30.0) -> Call[bool | None]:

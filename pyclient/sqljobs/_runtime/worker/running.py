@@ -50,8 +50,10 @@ from sqljobs._runtime.threads import DaemonThreadPool
 from sqljobs._runtime.worker.progressing import ProgressThrottle
 from sqljobs._runtime.worker.redacting import redacted_settlement
 from sqljobs._runtime.worker.runs import JobLog, Run
+from sqljobs._runtime.worker.settle_keys import SettleKeys
 from sqljobs._runtime.worker.settling import (
     ACK,
+    BUSY_RETRY_S,
     Settlement,
     clean_text,
     error_record,
@@ -68,9 +70,11 @@ class Runner:
 
     def __init__(self, *, definitions: Mapping[str, JobDefinition[Any]], client: AsyncClient,
                  threads: DaemonThreadPool, worker_id: str, lease_s: float,
-                 log_extra: Mapping[str, Any], observer: RunObserver) -> None:
+                 log_extra: Mapping[str, Any], observer: RunObserver,
+                 keys: SettleKeys) -> None:
         self._definitions = definitions
         self._client = client
+        self._keys = keys  # held while a saga's failure waits for a busy row
         self._threads = threads
         self._worker_id = worker_id
         self._lease_s = lease_s
@@ -226,14 +230,18 @@ class Runner:
         job = run.job
 
         async def fail_attempt() -> JobState | None:
-            # its row locked elsewhere (busy): wait for the lock, as the settler does
-            for wait in (False, True):
-                answer = (await self._client.run(queries.nack_many(
-                    [job.id], [job.claim], [settlement.error], [settlement.mode],
-                    [settlement.delay_s], wait=wait)))[0]
-                if not answer.busy:
-                    break
-            return answer.state if answer.ok else None
+            try:
+                while True:
+                    answer = (await self._client.run(queries.nack_many(
+                        [job.id], [job.claim], [settlement.error], [settlement.mode],
+                        [settlement.delay_s])))[0]
+                    if not answer.busy:
+                        return answer.state if answer.ok else None
+                    # its row is locked elsewhere: again, its settle key held meanwhile
+                    self._keys.hold([(job.id, job.claim)])
+                    await asyncio.sleep(BUSY_RETRY_S)
+            finally:
+                self._keys.release(job.id)
 
         end = await steps.conclude(succeeded=settlement.ack, stop_reason=run.stop_reason,
                                    fail_attempt=fail_attempt)

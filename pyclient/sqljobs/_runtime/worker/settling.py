@@ -8,10 +8,8 @@ What a crash can lose or repeat: a written outcome is never lost; an outcome not
 committed is lost with the process, so that job's lease lapses and another worker runs
 it again (at-least-once). A job whose row another transaction holds locked past the
 batch's short wait answers "busy" (ok None): the rest are written at once, and the busy
-ones are written again by a statement of their own that waits for their locks
-(`p_wait`), on another connection. It waits in each row's lock queue, so once the lock
-is released the worker's outcome goes first: a recovery (which skips locked rows)
-cannot take a lease that lapsed meanwhile and run the job again.
+ones go into the next write after a short pause, their settle keys held meanwhile so that
+lease recovery leaves them (`sqljobs._runtime.worker.settle_keys`).
 """
 
 from __future__ import annotations
@@ -31,11 +29,13 @@ from sqljobs._client.errors import TRANSIENT_ERRORS, DatabaseError
 from sqljobs._client.records import JobState, NackMode, Settled
 from sqljobs._runtime.lifecycle import Backoff, failed
 from sqljobs._runtime.worker.runs import Run
+from sqljobs._runtime.worker.settle_keys import SettleKeys
 
 logger = logging.getLogger("sqljobs.worker")
 
 _MESSAGE_LIMIT = 2_000
 _TRACEBACK_LIMIT = 16_000
+BUSY_RETRY_S = 0.2  # a busy row's outcome is written again after this pause
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,15 +98,15 @@ class Settler:
     forced exit.
     """
 
-    def __init__(self, client: AsyncClient, worker_id: str,
+    def __init__(self, client: AsyncClient, worker_id: str, keys: SettleKeys,
                  after_write: Callable[[], None] = lambda: None) -> None:
         self._client = client
         self._worker_id = worker_id
+        self._keys = keys  # held for outcomes waiting for busy rows
         self._after_write = after_write  # once a batch is committed
         self._pending: list[_Pending] = []
         self._ready = asyncio.Event()
-        self._busy: list[_Pending] = []  # outcomes of busy rows, for the waiting write
-        self._waiting: asyncio.Task[None] | None = None
+        self._retries: set[asyncio.Task[None]] = set()
         self.batches = 0
 
     def submit(self, run: Run, settlement: Settlement, written: Written) -> None:
@@ -115,45 +115,37 @@ class Settler:
         self._ready.set()
 
     def _later(self, busy: list[_Pending]) -> None:
-        """Outcomes of busy rows: written by the waiting write (their lock may be held
-        for long; the rest of the worker's outcomes must not wait for them). One such
-        write at a time: what turns busy while it waits goes into the next one."""
-        self._busy.extend(busy)
-        if self._waiting is None or self._waiting.done():
-            self._waiting = asyncio.get_running_loop().create_task(
-                self._write_busy(), name="settler-busy-rows")
+        """Outcomes of busy rows: into a write after a short pause (their lock may be
+        held for long; the rest of the worker's outcomes must not wait for them), their
+        settle keys held meanwhile."""
+        self._keys.hold((run.job.id, run.job.claim) for run, _, _ in busy)
 
-    async def _write_busy(self) -> None:
-        while self._busy:
-            batch, self._busy = self._busy, []
-            await self._guarded(batch, wait=True)
+        async def again() -> None:
+            await asyncio.sleep(BUSY_RETRY_S)
+            self._pending.extend(busy)
+            self._ready.set()
+
+        task = asyncio.get_running_loop().create_task(again())
+        self._retries.add(task)
+        task.add_done_callback(self._retries.discard)
 
     async def serve(self) -> None:
-        try:
-            while True:
-                await self._ready.wait()
-                self._ready.clear()
-                batch, self._pending = self._pending, []
-                if batch:
-                    await self._guarded(batch, wait=False)
-        finally:
-            if self._waiting is not None:
-                self._waiting.cancel()
-            self._give_up(self._busy)
-
-    async def _guarded(self, batch: list[_Pending], *, wait: bool) -> None:
-        """Write a batch; whatever goes wrong, answer every outcome in it."""
-        try:
-            await self._write(batch, wait=wait)
-        except asyncio.CancelledError:
-            self._give_up(batch)
-            raise
-        except Exception:
-            # Not a connection problem: a bug or a refused argument. Never let the
-            # settler die; these jobs' leases lapse and they run again.
-            logger.exception("settling %d job(s) failed; their leases will lapse",
-                             len(batch), extra={"worker_id": self._worker_id})
-            self._give_up(batch)
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            batch, self._pending = self._pending, []
+            if batch:
+                try:
+                    await self._write(batch)
+                except asyncio.CancelledError:
+                    self._give_up(batch)
+                    raise
+                except Exception:
+                    # Not a connection problem: a bug or a refused argument. Never let
+                    # the settler die; these jobs' leases lapse and they run again.
+                    logger.exception("settling %d job(s) failed; their leases will lapse",
+                                     len(batch), extra={"worker_id": self._worker_id})
+                    self._give_up(batch)
 
     def _give_up(self, batch: list[_Pending]) -> None:
         for pending in batch:
@@ -161,6 +153,7 @@ class Settler:
 
     def _answer(self, pending: _Pending, state: JobState | None) -> None:
         run, settlement, written = pending
+        self._keys.release(run.job.id)
         if run.is_settled:
             return  # answered already: acked before a retried partial batch
         try:
@@ -169,18 +162,17 @@ class Settler:
             logger.exception("job %s: after its settle", run.job.id,
                              extra={"worker_id": self._worker_id})
 
-    async def _write(self, batch: list[_Pending], *, wait: bool) -> None:
-        """Write a batch's acks and nacks; with `wait`, wait for busy rows' locks."""
+    async def _write(self, batch: list[_Pending]) -> None:
         acks = [p for p in batch if p[1].ack]
         nacks = [p for p in batch if not p[1].ack]
         backoff = Backoff(first=0.1)
         while acks or nacks:
             try:
                 if acks:
-                    self._later_if_any(await self._acks(acks, wait))
+                    self._later_if_any(await self._acks(acks))
                     acks = []
                 if nacks:
-                    self._later_if_any(await self._nacks(nacks, wait))
+                    self._later_if_any(await self._nacks(nacks))
                     nacks = []
             except TRANSIENT_ERRORS as error:
                 pause = backoff.next()
@@ -193,13 +185,13 @@ class Settler:
         if busy:
             self._later(busy)
 
-    async def _acks(self, acks: list[_Pending], wait: bool) -> list[_Pending]:
+    async def _acks(self, acks: list[_Pending]) -> list[_Pending]:
         """Write the acks; answers those whose row was busy. Transient errors propagate
         and the caller retries."""
         try:
             answers = await self._client.run(queries.ack_many(
                 [p[0].job.id for p in acks], [p[0].job.claim for p in acks],
-                [p[1].result for p in acks], wait=wait))
+                [p[1].result for p in acks]))
         except TRANSIENT_ERRORS:
             raise
         except (psycopg.Error, DatabaseError) as error:
@@ -208,11 +200,11 @@ class Settler:
             if len(acks) > 1:
                 busy = []
                 for pending in acks:
-                    busy += await self._acks([pending], wait)
+                    busy += await self._acks([pending])
                 return busy
             run, _, written = acks[0]
             retry = Settlement(ack=False, error=error_record("result_not_json", error))
-            return await self._nacks([(run, retry, written)], wait)
+            return await self._nacks([(run, retry, written)])
         self.batches += 1
         busy = []
         for pending, answer in zip(acks, answers, strict=True):
@@ -222,12 +214,12 @@ class Settler:
                 self._answer(pending, JobState.SUCCEEDED if answer.ok else None)
         return busy
 
-    async def _nacks(self, nacks: list[_Pending], wait: bool) -> list[_Pending]:
+    async def _nacks(self, nacks: list[_Pending]) -> list[_Pending]:
         """Write the nacks; answers those whose row was busy."""
         answers: list[Settled] = await self._client.run(queries.nack_many(
             [p[0].job.id for p in nacks], [p[0].job.claim for p in nacks],
             [p[1].error for p in nacks], [p[1].mode for p in nacks],
-            [p[1].delay_s for p in nacks], wait=wait))
+            [p[1].delay_s for p in nacks]))
         self.batches += 1
         busy = []
         for pending, answer in zip(nacks, answers, strict=True):

@@ -59,6 +59,7 @@ from sqljobs._runtime.worker.leases import LeaseKeeper
 from sqljobs._runtime.worker.prefetching import Prefetch
 from sqljobs._runtime.worker.running import Runner
 from sqljobs._runtime.worker.runs import Run, Slots
+from sqljobs._runtime.worker.settle_keys import SettleKeys
 from sqljobs._runtime.worker.settling import Settlement, Settler, error_record
 
 if TYPE_CHECKING:
@@ -75,8 +76,8 @@ class Worker(Role):
 
     kind = "worker"
     log = logger
-    # claim, settle, heartbeats, progress, and a settle that waits for busy rows
-    # (sqljobs._runtime.worker.settling); never one per job
+    # claim, settle, heartbeats, progress, and the transaction that holds the settle
+    # keys of outcomes waiting for busy rows (settle_keys.py); never one per job
     pool_size = (2, 5)
 
     def __init__(
@@ -141,6 +142,7 @@ class Worker(Role):
         self._claims: ClaimLoop | None = None
         self._runner: Runner | None = None
         self._settler: Settler | None = None
+        self._settle_keys: SettleKeys | None = None
         self._listener: Listener | None = None
         self._threads = DaemonThreadPool(concurrency, name=f"sqljobs-{self.pid}")
         self.counts = {}
@@ -193,7 +195,9 @@ class Worker(Role):
                              log_extra=self._log_extra)
         self._wire(client, dsn, frozenset(tokens.values()), {cancel_token: leases.beat_now})
         assert self._settler is not None and self._claims is not None
+        assert self._settle_keys is not None
         background.append(asyncio.create_task(self._settler.serve(), name="settler"))
+        background.append(asyncio.create_task(self._settle_keys.serve(), name="settle-keys"))
         background += [asyncio.create_task(self._serve_runs(), name=f"runner-{i}")
                        for i in range(self.concurrency)]
         background.append(asyncio.create_task(leases.serve(), name="heartbeats"))
@@ -228,10 +232,11 @@ class Worker(Role):
     def _wire(self, client: AsyncClient, dsn: str, wake_tokens: frozenset[str],
               also: Mapping[str, Callable[[], None]]) -> None:
         """The parts a running worker is made of (see the module docstring)."""
-        self._settler = Settler(client, self.id, after_write=self._claim_after_settling)
+        keys = self._settle_keys = SettleKeys(client, self._log_extra)
+        self._settler = Settler(client, self.id, keys, after_write=self._claim_after_settling)
         self._runner = Runner(definitions=self._definitions, client=client,
                               threads=self._threads, worker_id=self.id, lease_s=self.lease_s,
-                              log_extra=self._log_extra, observer=self.observers)
+                              log_extra=self._log_extra, observer=self.observers, keys=keys)
         self._claims = ClaimLoop(
             client=client, slots=self._slots, worker_id=self.id, queues=self.queues,
             names=self.names, version=self.code_version, lease_s=self.lease_s,
