@@ -383,7 +383,7 @@ begin
        and l.queue = any (p_queues)
        and (v_tenant is null or l.tenant = v_tenant)
        -- its outcome waits for its busy row (sql/40_settle.sql, "Busy rows")
-       and not jobs.settle_waiting(l.id)
+       and not jobs.settle_waiting(l.id, l.claim)
      order by l.lease_expires_at
      limit p_limit
        for update skip locked

@@ -1,8 +1,9 @@
--- Settle keys (sql/40_settle.sql "Busy rows"): jobs.settle_hold holds, until the
--- transaction ends, the existing settle keys of jobs still running under the claims
--- given, and answers their ids; nothing else (a stale claim, a finished job, a job with
--- no key, an id named twice is answered once). It makes no key. jobs.settle_waiting is
--- false for a job with no key, and for a key only this transaction holds. (A key held
+-- Settle keys (sql/40_settle.sql "Busy rows"), one per job and claim: jobs.settle_hold
+-- holds, until the transaction ends, the existing settle keys of jobs still running
+-- under the claims given, and answers their ids; nothing else (a stale claim, a
+-- finished job, a job with no key; an id named twice is answered once). It makes no
+-- key. jobs.settle_waiting is false for a job with no key, and for a key only this
+-- transaction holds. (A key held
 -- by another session, which lease recovery honours, takes two sessions:
 -- tests/test_busy_rows_and_recovery.py.)
 begin;
@@ -19,7 +20,7 @@ create temp table t (id bigint, claim bigint) on commit drop;
 insert into t select * from unnest(current_setting('t.ids')::bigint[], current_setting('t.claims')::bigint[]);
 -- what a busy answer makes: the keys of a and b (c has none)
 insert into jobs.lock_key (key, created_at)
-select 'settle|' || t.id, now() from t order by t.id limit 2;
+select jobs.settle_key(t.id, t.claim), now() from t order by t.id limit 2;
 select jobs.ack((select min(id) + 1 from t), (select claim from t where id = (select min(id) + 1 from t)));
 
 select is(jobs.settle_hold((select array_agg(id order by id) from t) || (select min(id) from t),
@@ -30,9 +31,9 @@ select is(jobs.settle_hold(array[(select min(id) from t)], array[(select claim +
           '{}'::bigint[], 'settle_hold: nothing under a stale claim');
 select is((select count(*)::int from jobs.lock_key k where k.key like 'settle|%'), 2,
           'settle_hold makes no key');
-select is(jobs.settle_waiting((select min(id) from t)), false,
+select is(jobs.settle_waiting((select min(id) from t), (select claim from t order by id limit 1)), false,
           'settle_waiting: false for a key only this transaction holds');
-select is(jobs.settle_waiting((select max(id) from t)), false,
+select is(jobs.settle_waiting((select max(id) from t), (select claim from t order by id desc limit 1)), false,
           'settle_waiting: false for a job with no key');
 select throws_ok($$ select jobs.settle_hold(null, array[1]::bigint[]) $$, 'SJ001', null,
                  'settle_hold: null ids refused');

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from pydantic import BaseModel
 
-from sqljobs import App, JobContext, fresh_key
+from sqljobs import App, InvalidArgument, JobContext, fresh_key
 from sqljobs._client import queries
 from sqljobs._client.connection import Client
 from tests.processes import scalar, wait_for, wait_for_lock_wait
@@ -140,21 +140,42 @@ def test_a_held_settle_key_keeps_lease_recovery_off_a_busy_job(
                             "where id = %s", (job.id,)) == "ready 1"
 
 
-def test_only_a_running_jobs_existing_settle_key_is_held_under_its_claim(
+def test_only_a_running_jobs_settle_key_under_its_claim_is_held(
         conn: psycopg.Connection[Any], db_dsn: str) -> None:
     running_job, finished = claimed(conn, 2)
-    conn.execute("insert into jobs.lock_key (key, created_at) select 'settle|' || id, now() "
-                 "from jobs.job where id = any(%s)", ([running_job.id, finished.id],))
+    conn.execute("insert into jobs.lock_key (key, created_at) "
+                 "select jobs.settle_key(id, claim), now() from jobs.job where id = any(%s)",
+                 ([running_job.id, finished.id],))
     Client(conn).run(queries.ack(finished.id, finished.claim))
     [other] = claimed(conn, 1)  # no key: no busy answer made one
+    waiting = "select jobs.settle_waiting(%s, %s)"
     with psycopg.connect(db_dsn) as holder:
         held = Client(holder).run(queries.settle_hold(
             [running_job.id, running_job.id, finished.id, other.id],
             [running_job.claim + 1, running_job.claim, finished.claim, other.claim]))
         assert held == [running_job.id]
-        assert scalar(conn, "select jobs.settle_waiting(%s)", (running_job.id,)) is True
-        assert scalar(conn, "select jobs.settle_waiting(%s)", (other.id,)) is False
-    assert scalar(conn, "select jobs.settle_waiting(%s)", (running_job.id,)) is False
+        # a holder that goes idle is ended after 10 s, and its keys with it
+        assert scalar(holder, "show idle_in_transaction_session_timeout") == "10s"
+        assert scalar(conn, waiting, (running_job.id, running_job.claim)) is True
+        assert scalar(conn, waiting, (running_job.id, running_job.claim + 1)) is False
+        assert scalar(conn, waiting, (other.id, other.claim)) is False
+    assert scalar(conn, waiting, (running_job.id, running_job.claim)) is False
+    with psycopg.connect(db_dsn) as holder:
+        holder.execute("set transaction isolation level repeatable read")
+        with pytest.raises(InvalidArgument, match="READ COMMITTED"):
+            Client(holder).run(queries.settle_hold([running_job.id], [running_job.claim]))
+
+
+def test_naming_a_job_under_a_claim_not_its_own_locks_nothing(
+        conn: psycopg.Connection[Any], db_dsn: str, worker_conn: psycopg.Connection[Any]
+        ) -> None:
+    [job] = claimed(conn, 1)
+    with psycopg.connect(db_dsn) as other:  # a transaction left open after the call
+        assert [h.ok for h in Client(other).run(
+            queries.heartbeat_many([job.id], [job.claim + 1], 30.0))] == [False]
+        # the row is not pinned: its holder's ack is not busy
+        assert [a.ok for a in Client(worker_conn).run(
+            queries.ack_many([job.id], [job.claim]))] == [True]
 
 
 class Nap(BaseModel):
@@ -250,13 +271,14 @@ def test_an_outcome_whose_row_is_locked_past_its_lease_is_written_not_run_again(
             wait_for(lambda: state(conn, job_id) == "running", "the job to run")
             lock_row(locker, job_id)
             conn.execute("insert into public.busy_release values ('done')")
-            wait_for(lambda: scalar(conn, "select jobs.settle_waiting(%s)", (job_id,)),
+            waiting = "select jobs.settle_waiting(id, claim) from jobs.job where id = %s"
+            wait_for(lambda: scalar(conn, waiting, (job_id,)),
                      "the worker to hold the busy job's settle key")
             wait_for(lambda: lapsed(conn, job_id), "the lease to lapse while the row is held")
             locker.rollback()
             assert scalar(conn, "select jobs.recover(array[%s])", (QUEUE,)) == 0
             wait_for(lambda: state(conn, job_id) == "succeeded", "the ack sent again")
-            wait_for(lambda: not scalar(conn, "select jobs.settle_waiting(%s)", (job_id,)),
+            wait_for(lambda: not scalar(conn, waiting, (job_id,)),
                      "the worker to let the key go once its outcome is written")
     finally:
         app.close()

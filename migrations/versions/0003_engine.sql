@@ -1888,7 +1888,7 @@ begin
        and l.queue = any (p_queues)
        and (v_tenant is null or l.tenant = v_tenant)
        -- its outcome waits for its busy row (sql/40_settle.sql, "Busy rows")
-       and not jobs.settle_waiting(l.id)
+       and not jobs.settle_waiting(l.id, l.claim)
      order by l.lease_expires_at
      limit p_limit
        for update skip locked
@@ -2352,19 +2352,21 @@ $$;
 -- that: nothing was written, the job is still this claim's as far as the caller can
 -- tell, call again. The one-job functions (ack, nack) wait for the lock instead, as a
 -- plain UPDATE would, and then answer or raise as always.
--- A busy answer also makes the job's settle key (a jobs.lock_key row, committed with
--- the answer). The caller holds it (jobs.settle_hold, in a transaction of its own kept
--- open) until the outcome is written, and lease recovery leaves a job whose settle key
--- another transaction holds (jobs.settle_waiting): a lease that lapses while another
--- transaction holds the row goes to the outcome sent again once the lock is released,
--- not to a recovery that would run the job again. jobs.lock_batch takes the locks
--- (null: all of them, so the writes need no filter); jobs.unwritten_answer
+-- A busy answer also makes the job's settle key under the claim (a jobs.lock_key row,
+-- committed with the answer). The caller holds it (jobs.settle_hold, in a transaction
+-- of its own kept open) until the outcome is written, and lease recovery leaves a job
+-- whose settle key under its claim another transaction holds (jobs.settle_waiting): a
+-- lease that lapses while another transaction holds the row goes to the outcome sent
+-- again once the lock is released, not to a recovery that would run the job again.
+-- jobs.lock_batch takes the locks of the rows that run under the claims given (null:
+-- all of them, so the writes need no filter; a row named with a claim that is not its
+-- own is never locked, so naming it pins nothing); jobs.unwritten_answer
 -- answers for a job the batch did not write: busy (null) when, as the statement sees
 -- it, it still runs under the caller's claim (a row the batch could not lock), else
 -- false (the fence failed). It is called only for unwritten jobs:
 -- a SQL function is planned again in each statement that calls it.
 -- ---------------------------------------------------------------------------
-create or replace function jobs.lock_batch(p_ids bigint[], p_wait boolean)
+create or replace function jobs.lock_batch(p_ids bigint[], p_claims bigint[], p_wait boolean)
 returns bigint[]
 language plpgsql
 volatile
@@ -2377,60 +2379,85 @@ begin
   if p_wait then
     return null;  -- every row: the update that follows waits for each row's lock
   end if;
-  v_held := array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
+  -- Only a row that runs under the claim given is locked: naming a job with a claim
+  -- that is not its own pins nothing.
+  v_held := array(select j.id from jobs.job j
+                   where j.id = any (p_ids) and j.state = 'running'
+                     and (j.id, j.claim) in (select u.id, u.claim
+                                               from unnest(p_ids, p_claims) as u(id, claim))
+                   order by j.id
                      for no key update of j skip locked);
   if pg_catalog.cardinality(v_held) = pg_catalog.cardinality(p_ids) then
     return null;  -- every row held (the common case): the writes need no filter
   end if;
-  v_rest := array(select u.id from pg_catalog.unnest(p_ids) as u(id)
-                   where u.id <> all (v_held)
-                     and exists (select from jobs.job j where j.id = u.id));
-  if v_rest = '{}' then  -- (ids named twice, or of no job)
-    return v_held;
+  -- the rest that run under the claim given, as read without a lock: busy rows
+  v_rest := array(select j.id from jobs.job j
+                   where j.id = any (p_ids) and j.id <> all (v_held) and j.state = 'running'
+                     and (j.id, j.claim) in (select u.id, u.claim
+                                               from unnest(p_ids, p_claims) as u(id, claim)));
+  if v_rest = '{}' then  -- (ids named twice, or not under the claim given)
+    return null;  -- every row the writes may change is held: they need no filter
   end if;
   v_held := v_held || jobs.lock_briefly(v_rest);
-  -- Rows still busy: their settle keys, committed with this answer, for the caller to
-  -- hold (jobs.settle_hold) while it sends the outcome again.
+  -- Rows still busy: their settle keys, one per job and claim, committed with this
+  -- answer, for the caller to hold (jobs.settle_hold) while it sends the outcome again.
   insert into jobs.lock_key (key, created_at)
-  select 'settle|' || r.id, pg_catalog.now()
-    from pg_catalog.unnest(v_rest) as r(id)
-   where r.id <> all (v_held)
+  select jobs.settle_key(j.id, j.claim), pg_catalog.now()
+    from jobs.job j
+   where j.id = any (v_rest) and j.id <> all (v_held)
   on conflict (key) do nothing;
   return v_held;
 end
 $$;
 
-comment on function jobs.lock_batch(bigint[], boolean) is
-  'Private: lock the rows of a settle batch (a busy row waited for at most 50 ms and its settle key made, unless p_wait: all waited for); answers the ids held, null for all.';
+comment on function jobs.lock_batch(bigint[], bigint[], boolean) is
+  'Private: lock the rows of a settle batch that run under the claims given (a busy row waited for at most 50 ms and its settle key made, unless p_wait: all waited for); answers the ids held, null for all.';
 
--- jobs.settle_waiting(id): whether the job's outcome waits for its busy row (its settle
--- key, made by jobs.lock_batch, is held by another transaction: jobs.settle_hold).
--- Lease recovery leaves such a job: its outcome is written once the lock is released.
-create or replace function jobs.settle_waiting(p_id bigint)
+-- jobs.settle_key(id, claim): the name of a job's settle key under one claim: a key
+-- held under a claim the job no longer runs under keeps nothing from recovery.
+create or replace function jobs.settle_key(p_id bigint, p_claim bigint)
+returns text
+language sql
+immutable
+set search_path = ''
+as $$
+  select 'settle|' || p_id || '|' || p_claim
+$$;
+
+comment on function jobs.settle_key(bigint, bigint) is
+  'Private: the jobs.lock_key name of a job''s settle key under a claim.';
+
+-- jobs.settle_waiting(id, claim): whether the job's outcome under this claim waits for
+-- its busy row (its settle key, made by jobs.lock_batch, is held by another
+-- transaction: jobs.settle_hold). Lease recovery leaves such a job.
+create or replace function jobs.settle_waiting(p_id bigint, p_claim bigint)
 returns boolean
 language sql
 volatile
 set search_path = ''
 as $$
-  select exists (select from jobs.lock_key k where k.key = 'settle|' || p_id)
-     and not exists (select from jobs.lock_key k where k.key = 'settle|' || p_id
+  select exists (select from jobs.lock_key k where k.key = jobs.settle_key(p_id, p_claim))
+     and not exists (select from jobs.lock_key k where k.key = jobs.settle_key(p_id, p_claim)
                         for key share skip locked)
 $$;
 
-comment on function jobs.settle_waiting(bigint) is
-  'Private: whether another transaction holds this job''s settle key (lease recovery leaves it).';
+comment on function jobs.settle_waiting(bigint, bigint) is
+  'Private: whether another transaction holds this job''s settle key under this claim (lease recovery leaves it).';
 
 -- ---------------------------------------------------------------------------
 -- jobs.settle_hold(ids, claims) -> the ids whose settle keys this transaction now holds.
--- For jobs a batch settle (ack_many, nack_many) answered busy: their outcomes wait for
--- a row another transaction holds locked. Call it in a transaction of its own, kept
--- open until those outcomes are written (sent again by the batch functions, on other
--- connections): while it holds a job's settle key, lease recovery leaves the job, so
--- a lease that lapses meanwhile is not recovered the moment the row's lock is released.
--- Fenced: only a job still running under the claim given is held (a busy answer's key
--- must exist: one made later than this call's snapshot is not held). Like the
--- transaction that holds the row, it holds back vacuum while it stays open.
--- Errors: invalid_argument (SJ001) as jobs.ack_many; tenant_refused (SJ018).
+-- For jobs a batch settle (ack_many, nack_many, heartbeat_many) answered busy: their
+-- outcomes wait for a row another transaction holds locked. Call it in a READ
+-- COMMITTED transaction of its own, kept open until those outcomes are written (sent
+-- again by the batch functions, on other connections), and again at least every few
+-- seconds meanwhile: it sets idle_in_transaction_session_timeout to 10 s for the
+-- transaction (unless lower), so that the keys of a holder that vanished go with it.
+-- While it holds a job's settle key, lease recovery leaves the job, so a lease that
+-- lapses meanwhile is not recovered the moment the row's lock is released. Fenced:
+-- only a job still running under the claim given, whose key a busy answer under that
+-- claim made, is held. Like the transaction that holds the row, it holds back vacuum.
+-- Errors: invalid_argument (SJ001) as jobs.ack_many, and outside READ COMMITTED;
+-- tenant_refused (SJ018).
 -- ---------------------------------------------------------------------------
 create or replace function jobs.settle_hold(p_ids bigint[], p_claims bigint[])
 returns bigint[]
@@ -2438,14 +2465,26 @@ language plpgsql
 volatile
 set search_path = ''
 as $$
+declare
+  v_idle double precision := pg_catalog.date_part('epoch',
+             pg_catalog.current_setting('idle_in_transaction_session_timeout')::interval);
 begin
   perform jobs.check_batch(p_ids, p_claims, null::text[]);
   perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
+  if pg_catalog.current_setting('transaction_isolation') <> 'read committed' then
+    -- a later call would not see the keys made since the transaction's snapshot
+    perform jobs.raise_error('invalid_argument',
+      'settle_hold runs in a READ COMMITTED transaction',
+      pg_catalog.format('this transaction is %s', pg_catalog.current_setting('transaction_isolation')));
+  end if;
+  if v_idle = 0 or v_idle > 10 then
+    perform pg_catalog.set_config('idle_in_transaction_session_timeout', '10s', true);
+  end if;
   -- (the job rows are read, not locked: another transaction holds them)
   return array(
-    select pg_catalog.substr(k.key, 8)::bigint
+    select pg_catalog.split_part(k.key, '|', 2)::bigint
       from jobs.lock_key k
-     where k.key = any (array(select 'settle|' || j.id
+     where k.key = any (array(select jobs.settle_key(j.id, j.claim)
                                 from unnest(p_ids, p_claims) as u(id, claim)
                                 join jobs.job j on j.id = u.id and j.claim = u.claim
                                where j.state = 'running'))
@@ -2453,9 +2492,6 @@ begin
        for update of k);
 end
 $$;
-
-comment on function jobs.settle_hold(bigint[], bigint[]) is
-  'Hold the settle keys of running jobs whose outcomes wait for busy rows, until this transaction ends (lease recovery leaves them); answers the ids held.';
 
 -- The rows a first pass could not lock, waited for at most 50 ms each; none when one
 -- wait runs out (its lock is still held elsewhere: the rest answer busy, call again).
@@ -2522,7 +2558,7 @@ begin
   perform jobs.check_batch(p_ids, p_claims, p_results);
   perform jobs.check_values(p_results, 'result');
   perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
-  v_locked := jobs.lock_batch(p_ids, p_wait);
+  v_locked := jobs.lock_batch(p_ids, p_claims, p_wait);
   with input as (
     select u.id, u.claim, u.result
       from unnest(p_ids, p_claims,
@@ -2680,7 +2716,7 @@ begin
       || ' (send {"kind": "...", "message": "...", "detail": ...}, see docs/howto-other-languages.md)');
   end if;
 
-  v_locked := jobs.lock_batch(p_ids, p_wait);
+  v_locked := jobs.lock_batch(p_ids, p_claims, p_wait);
   with input as (
       select u.id, u.claim, u.error, coalesce(u.mode, 'retry') as mode, u.delay_s, u.ord
         from unnest(
@@ -2856,7 +2892,7 @@ begin
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('lease_s must be positive and at most 1e9 seconds, got %s', p_lease_s));
   end if;
-  v_locked := jobs.lock_batch(p_ids, false);  -- a busy row answers null (above)
+  v_locked := jobs.lock_batch(p_ids, p_claims, false);  -- a busy row answers null (above)
   return query
     with input as (
       select u.id, u.claim, u.ord

@@ -113,13 +113,18 @@ class AsyncClient:
             return [await client.run(call) for call in calls]
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncClient]:
+    async def transaction(self, *, read_committed: bool = False
+                          ) -> AsyncIterator[AsyncClient]:
         """One connection, in one transaction for as long as the block runs: committed
-        when it ends, rolled back when it raises. On a connection already in a transaction
-        the block runs in that one, which its caller commits or rolls back."""
+        when it ends, rolled back when it raises (`read_committed`: at that isolation
+        level, whatever the session's default). On a connection that is not in autocommit
+        mode the block runs in the caller's transaction, which the caller commits or
+        rolls back (see Client.run_all)."""
         async with self._connection() as conn:
             if not conn.autocommit:
                 yield AsyncClient(conn)
             else:
                 async with conn.transaction():
+                    if read_committed:
+                        await conn.execute("set transaction isolation level read committed")
                     yield AsyncClient(conn)

@@ -38,7 +38,7 @@ from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient
 from sqljobs._client.encoding import ResultNotJSON, json_result
 from sqljobs._client.errors import InvalidPayload
-from sqljobs._client.records import JobState
+from sqljobs._client.records import JobState, Settled
 from sqljobs._client.transactions import RUN_FENCE, RunFence
 from sqljobs._declare.control import Retry, Snooze
 from sqljobs._declare.jobs import JobDefinition, RetryPolicy
@@ -53,7 +53,6 @@ from sqljobs._runtime.worker.runs import JobLog, Run
 from sqljobs._runtime.worker.settle_keys import SettleKeys
 from sqljobs._runtime.worker.settling import (
     ACK,
-    BUSY_RETRY_S,
     Settlement,
     clean_text,
     error_record,
@@ -230,18 +229,14 @@ class Runner:
         job = run.job
 
         async def fail_attempt() -> JobState | None:
-            try:
-                while True:
-                    answer = (await self._client.run(queries.nack_many(
-                        [job.id], [job.claim], [settlement.error], [settlement.mode],
-                        [settlement.delay_s])))[0]
-                    if not answer.busy:
-                        return answer.state if answer.ok else None
-                    # its row is locked elsewhere: again, its settle key held meanwhile
-                    self._keys.hold([(job.id, job.claim)])
-                    await asyncio.sleep(BUSY_RETRY_S)
-            finally:
-                self._keys.release(job.id)
+            async def write() -> Settled:
+                return (await self._client.run(queries.nack_many(
+                    [job.id], [job.claim], [settlement.error], [settlement.mode],
+                    [settlement.delay_s])))[0]
+
+            # its row locked elsewhere (busy): sent again, its settle key held meanwhile
+            answer = await self._keys.resend(job.id, job.claim, write)
+            return answer.state if answer.ok else None
 
         end = await steps.conclude(succeeded=settlement.ack, stop_reason=run.stop_reason,
                                    fail_attempt=fail_attempt)

@@ -6,28 +6,39 @@ the outcome is sent again after a short pause until the lock is released. Heartb
 stop once a run has finished, so a lock held longer than the lease lets the lease
 lapse, and the moment the lock is released a recovery could take the job and run it
 again. The busy answer therefore also makes the job's settle key (sql/40_settle.sql,
-"Busy rows"), and `SettleKeys` holds those keys with `jobs.settle_hold`, in one
-transaction kept open on a pool connection, until every such outcome is written or
-given up: `jobs.recover` leaves a job whose settle key another transaction holds.
+"Busy rows"; one per job and claim), and `SettleKeys` holds those keys with
+`jobs.settle_hold`, in one transaction kept open on a pool connection while any such
+outcome waits: `jobs.recover` leaves a job whose settle key under its claim another
+transaction holds.
 
-That transaction locks the key rows only, never a job's; it ends as soon as no outcome
-waits, and while it lasts it holds back vacuum, as the transaction holding the row does.
-A key it could not hold (the job is no longer this claim's, or its key was swept) is not
-asked for again: that outcome is sent again all the same.
+That transaction locks the key rows only, never a job's. It holds every key it took
+until it ends (a key of a job whose outcome is written keeps nothing from recovery: the
+job no longer runs under that claim), it ends as soon as no outcome waits, and while it
+lasts it holds back vacuum, as the transaction holding the row does. A key it could not
+hold (the job is no longer this claim's, or its key was swept) is asked for again at
+every change and every PING_S; the outcome is sent again all the same.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient
+from sqljobs._client.records import Settled
 from sqljobs._runtime.lifecycle import Backoff, failed
 
 logger = logging.getLogger("sqljobs.worker")
+
+BUSY_RETRY_S = 0.2  # a busy row's outcome is sent again after this pause
+# jobs.settle_hold is sent again at least this often while outcomes wait: it keeps the
+# keys' transaction from being ended as idle (the function sets 10 s), which is what
+# lets a vanished worker's keys go, and holds what a busy answer keyed since.
+PING_S = 2.0
 
 
 class SettleKeys:
@@ -40,22 +51,36 @@ class SettleKeys:
         self._changed = asyncio.Event()
 
     def hold(self, jobs: Iterable[tuple[int, int]]) -> None:
-        """Hold these jobs' (id, claim) settle keys until `release`."""
+        """Hold these jobs' settle keys, (id, claim), until `release`."""
         for job_id, claim in jobs:
             self._waiting[job_id] = claim
         self._changed.set()
 
     def release(self, job_id: int) -> None:
-        """The job's outcome is written (or given up): its key may go."""
+        """The job's outcome is written (or given up): it no longer needs its key, which
+        goes when the keys' transaction ends (once no outcome waits)."""
         if self._waiting.pop(job_id, None) is not None:
             self._changed.set()
+
+    async def resend(self, job_id: int, claim: int,
+                     write: Callable[[], Awaitable[Settled]]) -> Settled:
+        """Send one outcome until its row is not busy, its key held meanwhile."""
+        try:
+            while True:
+                answer = await write()
+                if not answer.busy:
+                    return answer
+                self.hold([(job_id, claim)])
+                await asyncio.sleep(BUSY_RETRY_S)
+        finally:
+            self.release(job_id)
 
     async def serve(self) -> None:
         backoff = Backoff(first=0.1)
         while True:
             await self._changed.wait()
-            self._changed.clear()
             if not self._waiting:
+                self._changed.clear()
                 continue
             try:
                 await self._hold_while_waiting()
@@ -67,18 +92,15 @@ class SettleKeys:
                 self._changed.set()  # try again for what still waits
 
     async def _hold_while_waiting(self) -> None:
-        """One transaction: hold each waiting job's key as it comes, end once none waits."""
-        asked: set[int] = set()
-        async with self._client.transaction() as held:
+        """One READ COMMITTED transaction: hold every waiting job's key, again at each
+        change and every PING_S, and end once none waits (its keys go with it)."""
+        async with self._client.transaction(read_committed=True) as held:
             while self._waiting:
-                new = {i: c for i, c in self._waiting.items() if i not in asked}
-                if new:
-                    await held.run(queries.settle_hold(list(new), list(new.values())))
-                    asked.update(new)
                 self._changed.clear()
-                if self._waiting.keys() - asked:
-                    continue  # more came while that statement ran
-                await self._changed.wait()
+                pairs = dict(self._waiting)
+                await held.run(queries.settle_hold(list(pairs), list(pairs.values())))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), PING_S)
 
 
-__all__ = ["SettleKeys"]
+__all__ = ["BUSY_RETRY_S", "SettleKeys"]

@@ -29,13 +29,12 @@ from sqljobs._client.errors import TRANSIENT_ERRORS, DatabaseError
 from sqljobs._client.records import JobState, NackMode, Settled
 from sqljobs._runtime.lifecycle import Backoff, failed
 from sqljobs._runtime.worker.runs import Run
-from sqljobs._runtime.worker.settle_keys import SettleKeys
+from sqljobs._runtime.worker.settle_keys import BUSY_RETRY_S, SettleKeys
 
 logger = logging.getLogger("sqljobs.worker")
 
 _MESSAGE_LIMIT = 2_000
 _TRACEBACK_LIMIT = 16_000
-BUSY_RETRY_S = 0.2  # a busy row's outcome is written again after this pause
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +105,8 @@ class Settler:
         self._after_write = after_write  # once a batch is committed
         self._pending: list[_Pending] = []
         self._ready = asyncio.Event()
-        self._retries: set[asyncio.Task[None]] = set()
+        self._busy: list[_Pending] = []  # outcomes of busy rows, written again after a pause
+        self._again: asyncio.Task[None] | None = None
         self.batches = 0
 
     def submit(self, run: Run, settlement: Settlement, written: Written) -> None:
@@ -119,33 +119,39 @@ class Settler:
         held for long; the rest of the worker's outcomes must not wait for them), their
         settle keys held meanwhile."""
         self._keys.hold((run.job.id, run.job.claim) for run, _, _ in busy)
+        self._busy.extend(busy)
+        if self._again is None or self._again.done():
+            self._again = asyncio.get_running_loop().create_task(self._write_again())
 
-        async def again() -> None:
-            await asyncio.sleep(BUSY_RETRY_S)
-            self._pending.extend(busy)
-            self._ready.set()
-
-        task = asyncio.get_running_loop().create_task(again())
-        self._retries.add(task)
-        task.add_done_callback(self._retries.discard)
+    async def _write_again(self) -> None:
+        await asyncio.sleep(BUSY_RETRY_S)
+        self._pending.extend(self._busy)
+        self._busy = []
+        self._ready.set()
 
     async def serve(self) -> None:
-        while True:
-            await self._ready.wait()
-            self._ready.clear()
-            batch, self._pending = self._pending, []
-            if batch:
-                try:
-                    await self._write(batch)
-                except asyncio.CancelledError:
-                    self._give_up(batch)
-                    raise
-                except Exception:
-                    # Not a connection problem: a bug or a refused argument. Never let
-                    # the settler die; these jobs' leases lapse and they run again.
-                    logger.exception("settling %d job(s) failed; their leases will lapse",
-                                     len(batch), extra={"worker_id": self._worker_id})
-                    self._give_up(batch)
+        try:
+            while True:
+                await self._ready.wait()
+                self._ready.clear()
+                batch, self._pending = self._pending, []
+                if batch:
+                    try:
+                        await self._write(batch)
+                    except asyncio.CancelledError:
+                        self._give_up(batch)
+                        raise
+                    except Exception:
+                        # Not a connection problem: a bug or a refused argument. Never let
+                        # the settler die; these jobs' leases lapse and they run again.
+                        logger.exception("settling %d job(s) failed; their leases will "
+                                         "lapse", len(batch), extra={"worker_id": self._worker_id})
+                        self._give_up(batch)
+        finally:  # the worker stops: what is still unwritten is given up, and told so
+            if self._again is not None:
+                self._again.cancel()
+            unwritten, self._pending, self._busy = self._pending + self._busy, [], []
+            self._give_up(unwritten)
 
     def _give_up(self, batch: list[_Pending]) -> None:
         for pending in batch:
