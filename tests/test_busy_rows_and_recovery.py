@@ -284,3 +284,36 @@ def test_an_outcome_whose_row_is_locked_past_its_lease_is_written_not_run_again(
         app.close()
     assert scalar(conn, "select attempt = 1 and claim >> 32 = 1 and attempts is null "
                         "from jobs.job where id = %s", (job_id,))
+
+
+def test_a_run_whose_row_stays_locked_past_its_lease_goes_on_and_runs_once(
+        db_dsn: str, conn: psycopg.Connection[Any], locker: psycopg.Connection[Any],
+        release_table: None) -> None:
+    """A long run whose row another session holds: its heartbeats answer busy, so its
+    lease lapses; the worker holds the job's settle key instead, which keeps recovery
+    off the job and keeps the run going past its lease, instead of stopping it at its
+    deadline and running the job again once the lock is released."""
+    app = busy_app(db_dsn)
+    handle = app.job_handle("busy.hold")
+    waiting = "select jobs.settle_waiting(id, claim) from jobs.job where id = %s"
+    try:
+        with running(app, concurrency=1, lease_s=1.0, poll_interval=0.2):
+            job_id = handle.enqueue({"release": "long"}, key=fresh_key()).id
+            wait_for(lambda: state(conn, job_id) == "running", "the job to run")
+            lock_row(locker, job_id)
+            wait_for(lambda: scalar(conn, waiting, (job_id,)),
+                     "the worker to hold the job's settle key once a heartbeat is busy")
+            # well past the lease on the database's clock: a run held to its lease
+            # deadline would have been stopped by now
+            wait_for(lambda: scalar(conn, "select lease_expires_at < clock_timestamp() "
+                                          "- interval '2 s' from jobs.job where id = %s",
+                                    (job_id,)), "the lease to lapse two seconds ago")
+            assert scalar(conn, "select jobs.recover(array[%s])", (QUEUE,)) == 0
+            locker.rollback()
+            conn.execute("insert into public.busy_release values ('long')")
+            wait_for(lambda: state(conn, job_id) == "succeeded", "the run to finish")
+            wait_for(lambda: not scalar(conn, waiting, (job_id,)), "the key to go")
+    finally:
+        app.close()
+    assert scalar(conn, "select attempt = 1 and claim >> 32 = 1 and attempts is null "
+                        "and result = '\"long\"' from jobs.job where id = %s", (job_id,))

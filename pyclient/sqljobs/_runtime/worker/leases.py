@@ -6,8 +6,11 @@ registry. A job whose heartbeat answers false (its lease lapsed and was taken ov
 an operator cancelled it) is stopped and writes nothing more; so is any run whose lease
 this worker could not renew before it ran out on this process's clock (the database
 was unreachable): past its deadline another worker may already hold it. A job whose
-row another transaction holds locked answers "busy": it is not renewed that time and
-not stopped, and the next beat tries again.
+row another transaction holds locked answers "busy": it is not renewed that time, the
+next beat tries again, and meanwhile the worker holds the job's settle key
+(`settle_keys.py`), which keeps lease recovery off it: while that key is held the run
+goes on past its lease (up to COVER_S after each hold the database answered), so a row
+locked for longer than the lease neither stops the run nor lets another worker run it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from sqljobs._client import queries
 from sqljobs._client.connection import AsyncClient
 from sqljobs._client.errors import TRANSIENT_ERRORS
 from sqljobs._runtime.worker.runs import Run, Slots
+from sqljobs._runtime.worker.settle_keys import SettleKeys
 
 logger = logging.getLogger("sqljobs.worker")
 
@@ -32,8 +36,10 @@ class LeaseKeeper:
 
     def __init__(self, *, client: AsyncClient, slots: Slots, lease_s: float,
                  heartbeat_s: float, register: Callable[[], Awaitable[None]],
-                 log_extra: Mapping[str, Any]) -> None:
+                 keys: SettleKeys, log_extra: Mapping[str, Any]) -> None:
         self._client = client
+        self._keys = keys  # held for runs whose rows are busy
+        self._busy: set[int] = set()  # job ids whose keys this asked for
         self._slots = slots
         self._lease_s = lease_s
         self._heartbeat_s = heartbeat_s
@@ -56,16 +62,24 @@ class LeaseKeeper:
             except Exception:
                 logger.exception("heartbeat failed", extra=self._log_extra)
 
+    def _unbusy(self, job_id: int) -> None:
+        if job_id in self._busy:
+            self._busy.discard(job_id)
+            self._keys.release(job_id)
+
     async def renew(self) -> None:
         now = time.monotonic()
         held: list[Run] = []
+        for job_id in [i for i in self._busy if i not in self._slots.runs]:
+            self._unbusy(job_id)  # the run is over
         for run in list(self._slots.runs.values()):
             if run.settling or run.stop_reason is not None:
-                continue
+                continue  # (a settling run's key, if any, is the settler's now)
             if now > run.lease_deadline:
                 logger.warning("job %s: lease could not be renewed in time; stopping the "
                                "run", run.job.id, extra={**self._log_extra, **run.log_fields})
                 run.stop("lease_lost")
+                self._unbusy(run.job.id)
             else:
                 held.append(run)
         if held:
@@ -79,18 +93,23 @@ class LeaseKeeper:
                 for run, answer in zip(held, answers, strict=True):
                     if answer.ok:
                         run.lease_deadline = sent + self._lease_s
+                        self._unbusy(run.job.id)
                     elif answer.busy:
                         # another transaction holds the row locked: not renewed this
-                        # time, still ours; the next beat tries again (and the run
-                        # stops if its lease runs out first, above)
+                        # time, still ours; the next beat tries again, and its settle
+                        # key, held meanwhile, stands for the lease (the run stops if
+                        # neither covers it, above)
                         logger.debug("job %s: its row is busy; lease not renewed this "
                                      "time", run.job.id,
                                      extra={**self._log_extra, **run.log_fields})
+                        self._busy.add(run.job.id)
+                        self._keys.hold([(run.job.id, run.job.claim)], covered=run.cover)
                     elif not run.settling:
                         logger.warning("job %s is no longer held (cancelled, or its lease "
                                        "lapsed); stopping the run", run.job.id,
                                        extra={**self._log_extra, **run.log_fields})
                         run.stop("lease_lost")
+                        self._unbusy(run.job.id)
         try:
             await self._register()
         except TRANSIENT_ERRORS as error:

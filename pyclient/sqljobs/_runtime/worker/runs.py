@@ -81,6 +81,11 @@ class Run:
         self._settled = False
         self._settled_event: asyncio.Event | None = None
 
+    def cover(self, until: float) -> None:
+        """Its job's settle key is held until `until` (monotonic): recovery cannot take
+        the job before then, so the run may go on past its lease (leases.py)."""
+        self.lease_deadline = max(self.lease_deadline, until)
+
     def stop(self, reason: StopReason) -> None:
         """Tell the run to stop: its ctx.cancelled is set, and an async handler being
         awaited gets CancelledError at its next await (running.py)."""

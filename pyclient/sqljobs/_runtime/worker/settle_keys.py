@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -39,6 +40,14 @@ BUSY_RETRY_S = 0.2  # a busy row's outcome is sent again after this pause
 # keys' transaction from being ended as idle (the function sets 10 s), which is what
 # lets a vanished worker's keys go, and holds what a busy answer keyed since.
 PING_S = 2.0
+# How long after a hold was sent the worker counts on its key: a run whose heartbeat
+# found its row busy keeps running past its lease that long (sqljobs._runtime.worker.
+# leases). Shorter than the 10 s after which the server ends an idle holder, so a worker
+# cut off from the database stops such a run before its key goes and a recovery could
+# run the job elsewhere.
+COVER_S = 2 * PING_S
+
+Covered = Callable[[float], None]  # told the monotonic time a held key covers until
 
 
 class SettleKeys:
@@ -47,18 +56,24 @@ class SettleKeys:
     def __init__(self, client: AsyncClient, log_extra: Mapping[str, Any]) -> None:
         self._client = client
         self._log_extra = dict(log_extra)
-        self._waiting: dict[int, int] = {}  # job id -> claim: outcomes waiting for a busy row
+        self._waiting: dict[int, int] = {}  # job id -> claim: waiting for a busy row
+        self._covered: dict[int, Covered] = {}  # told after each hold that held the key
         self._changed = asyncio.Event()
 
-    def hold(self, jobs: Iterable[tuple[int, int]]) -> None:
-        """Hold these jobs' settle keys, (id, claim), until `release`."""
+    def hold(self, jobs: Iterable[tuple[int, int]], covered: Covered | None = None) -> None:
+        """Hold these jobs' settle keys, (id, claim), until `release`; `covered` is told,
+        after each hold that held a key, until when (monotonic) it may be counted on."""
         for job_id, claim in jobs:
             self._waiting[job_id] = claim
+            if covered is not None:
+                self._covered[job_id] = covered
         self._changed.set()
 
     def release(self, job_id: int) -> None:
-        """The job's outcome is written (or given up): it no longer needs its key, which
-        goes when the keys' transaction ends (once no outcome waits)."""
+        """The job's outcome is written (or given up), or its row is no longer busy: it
+        no longer needs its key, which goes when the keys' transaction ends (once none
+        waits)."""
+        self._covered.pop(job_id, None)
         if self._waiting.pop(job_id, None) is not None:
             self._changed.set()
 
@@ -98,7 +113,11 @@ class SettleKeys:
             while self._waiting:
                 self._changed.clear()
                 pairs = dict(self._waiting)
-                await held.run(queries.settle_hold(list(pairs), list(pairs.values())))
+                sent = time.monotonic()
+                for job_id in await held.run(queries.settle_hold(list(pairs),
+                                                                 list(pairs.values()))):
+                    if job_id in self._covered:
+                        self._covered[job_id](sent + COVER_S)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), PING_S)
 

@@ -190,14 +190,14 @@ class Worker(Role):
         tokens = await client.run(queries.wake_tokens(self.queues))
         cancel_token = await client.run(queries.worker_token(self.id))
         await self._register()
+        keys = self._settle_keys = SettleKeys(client, self._log_extra)
         leases = LeaseKeeper(client=client, slots=self._slots, lease_s=self.lease_s,
                              heartbeat_s=self.heartbeat_s, register=self._register,
-                             log_extra=self._log_extra)
+                             keys=keys, log_extra=self._log_extra)
         self._wire(client, dsn, frozenset(tokens.values()), {cancel_token: leases.beat_now})
         assert self._settler is not None and self._claims is not None
-        assert self._settle_keys is not None
         background.append(asyncio.create_task(self._settler.serve(), name="settler"))
-        background.append(asyncio.create_task(self._settle_keys.serve(), name="settle-keys"))
+        background.append(asyncio.create_task(keys.serve(), name="settle-keys"))
         background += [asyncio.create_task(self._serve_runs(), name=f"runner-{i}")
                        for i in range(self.concurrency)]
         background.append(asyncio.create_task(leases.serve(), name="heartbeats"))
@@ -232,7 +232,8 @@ class Worker(Role):
     def _wire(self, client: AsyncClient, dsn: str, wake_tokens: frozenset[str],
               also: Mapping[str, Callable[[], None]]) -> None:
         """The parts a running worker is made of (see the module docstring)."""
-        keys = self._settle_keys = SettleKeys(client, self._log_extra)
+        keys = self._settle_keys
+        assert keys is not None
         self._settler = Settler(client, self.id, keys, after_write=self._claim_after_settling)
         self._runner = Runner(definitions=self._definitions, client=client,
                               threads=self._threads, worker_id=self.id, lease_s=self.lease_s,
