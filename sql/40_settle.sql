@@ -272,6 +272,7 @@ as $$
 declare
   v_idle double precision := pg_catalog.date_part('epoch',
              pg_catalog.current_setting('idle_in_transaction_session_timeout')::interval);
+  v_keys text[];
 begin
   perform jobs.check_batch(p_ids, p_claims, null::text[]);
   perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
@@ -285,17 +286,28 @@ begin
     perform pg_catalog.set_config('idle_in_transaction_session_timeout', '10s', true);
   end if;
   -- (the job rows are read, not locked: another transaction holds them)
-  return array(
-    select pg_catalog.split_part(k.key, '|', 2)::bigint
-      from jobs.lock_key k
-     where k.key = any (array(select jobs.settle_key(j.id, j.claim)
-                                from unnest(p_ids, p_claims) as u(id, claim)
-                                join jobs.job j on j.id = u.id and j.claim = u.claim
-                               where j.state = 'running'))
-     order by k.key
-       for update of k);
+  v_keys := array(select k.key
+                    from jobs.lock_key k
+                   where k.key = any (array(select jobs.settle_key(j.id, j.claim)
+                                              from unnest(p_ids, p_claims) as u(id, claim)
+                                              join jobs.job j on j.id = u.id and j.claim = u.claim
+                                             where j.state = 'running'))
+                   order by k.key
+                     for update of k);
+  -- Read again now that the keys are held (a recovery that held one, key share, until
+  -- it committed may have moved its job meanwhile): only what still runs under its claim.
+  return array(select j.id
+                 from pg_catalog.unnest(v_keys) as h(key)
+                 join jobs.job j
+                   on j.id = pg_catalog.split_part(h.key, '|', 2)::bigint
+                  and j.claim = pg_catalog.split_part(h.key, '|', 3)::bigint
+                where j.state = 'running'
+                order by j.id);
 end
 $$;
+
+comment on function jobs.settle_hold(bigint[], bigint[]) is
+  'Hold the settle keys of running jobs whose outcomes or renewals wait for busy rows, until this transaction ends (lease recovery leaves them); answers the ids held.';
 
 
 -- The rows a first pass could not lock, waited for at most 50 ms each; none when one

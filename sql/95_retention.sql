@@ -453,11 +453,18 @@ begin
   end if;
 
   -- Lock rows (jobs.lock_key) unused for a day: not counted, at most 1,000 a call; one
-  -- locked now is skipped (and one deleted under a locker is made again by it).
+  -- locked now is skipped (and one deleted under a locker is made again by it), and so
+  -- is the settle key of a job that still runs under its claim (sql/40_settle.sql: a
+  -- run of more than a day may need it again).
   if not p_dry_run then
     delete from jobs.lock_key k
      using (select o.key from jobs.lock_key o
              where o.created_at < v_now - interval '1 day'
+               and not (o.key like 'settle|%' and exists (
+                          select from jobs.job j
+                           where j.id = pg_catalog.split_part(o.key, '|', 2)::bigint
+                             and j.claim = pg_catalog.split_part(o.key, '|', 3)::bigint
+                             and j.state = 'running'))
              limit 1000
                for update skip locked) as old
      where k.key = old.key;

@@ -3,11 +3,12 @@
 -- under the claims given, and answers their ids; nothing else (a stale claim, a
 -- finished job, a job with no key; an id named twice is answered once). It makes no
 -- key. jobs.settle_waiting is false for a job with no key, and for a key only this
--- transaction holds. (A key held
+-- transaction holds. jobs.purge keeps the settle key of a job that still runs under its
+-- claim, however old. (A key held
 -- by another session, which lease recovery honours, takes two sessions:
 -- tests/test_busy_rows_and_recovery.py.)
 begin;
-select plan(8);
+select plan(9);
 
 set local jobs.notify = off;
 do $$ begin
@@ -40,6 +41,11 @@ select throws_ok($$ select jobs.settle_hold(null, array[1]::bigint[]) $$, 'SJ001
 select throws_ok($$ select jobs.settle_hold(array[1, 2]::bigint[], array[1]::bigint[]) $$, 'SJ001', null,
                  'settle_hold: arrays of different lengths refused');
 select is(jobs.recover('{q_sk}'), 0, 'nothing lapsed: recovery moves nothing');
+update jobs.lock_key set created_at = now() - interval '2 days' where key like 'settle|%';
+do $$ begin perform jobs.purge(); end $$;
+select is((select array_agg(k.key) from jobs.lock_key k where k.key like 'settle|%'),
+          array[jobs.settle_key((select min(id) from t), (select claim from t order by id limit 1))],
+          'purge sweeps a day-old settle key, but not that of a job still running under its claim');
 
 select * from finish();
 rollback;

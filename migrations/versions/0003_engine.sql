@@ -2467,6 +2467,7 @@ as $$
 declare
   v_idle double precision := pg_catalog.date_part('epoch',
              pg_catalog.current_setting('idle_in_transaction_session_timeout')::interval);
+  v_keys text[];
 begin
   perform jobs.check_batch(p_ids, p_claims, null::text[]);
   perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
@@ -2480,17 +2481,28 @@ begin
     perform pg_catalog.set_config('idle_in_transaction_session_timeout', '10s', true);
   end if;
   -- (the job rows are read, not locked: another transaction holds them)
-  return array(
-    select pg_catalog.split_part(k.key, '|', 2)::bigint
-      from jobs.lock_key k
-     where k.key = any (array(select jobs.settle_key(j.id, j.claim)
-                                from unnest(p_ids, p_claims) as u(id, claim)
-                                join jobs.job j on j.id = u.id and j.claim = u.claim
-                               where j.state = 'running'))
-     order by k.key
-       for update of k);
+  v_keys := array(select k.key
+                    from jobs.lock_key k
+                   where k.key = any (array(select jobs.settle_key(j.id, j.claim)
+                                              from unnest(p_ids, p_claims) as u(id, claim)
+                                              join jobs.job j on j.id = u.id and j.claim = u.claim
+                                             where j.state = 'running'))
+                   order by k.key
+                     for update of k);
+  -- Read again now that the keys are held (a recovery that held one, key share, until
+  -- it committed may have moved its job meanwhile): only what still runs under its claim.
+  return array(select j.id
+                 from pg_catalog.unnest(v_keys) as h(key)
+                 join jobs.job j
+                   on j.id = pg_catalog.split_part(h.key, '|', 2)::bigint
+                  and j.claim = pg_catalog.split_part(h.key, '|', 3)::bigint
+                where j.state = 'running'
+                order by j.id);
 end
 $$;
+
+comment on function jobs.settle_hold(bigint[], bigint[]) is
+  'Hold the settle keys of running jobs whose outcomes or renewals wait for busy rows, until this transaction ends (lease recovery leaves them); answers the ids held.';
 
 -- The rows a first pass could not lock, waited for at most 50 ms each; none when one
 -- wait runs out (its lock is still held elsewhere: the rest answer busy, call again).
@@ -5317,6 +5329,188 @@ begin
     from recent r
    group by r.queue
    order by r.queue;
+end
+$$;
+
+-- === sql/95_retention.sql ===
+
+-- ---------------------------------------------------------------------------
+-- jobs.purge(max, dry_run, policy) -> (what, deleted, remaining), one row each for
+-- 'job', 'outbox' and 'event'.
+--
+-- Contract:
+--   * Deletes at most p_max (1..100000) jobs and events in all, oldest first, by the
+--     rules at the top of this file; a job's steps, event waits and outbox row go with
+--     it ('outbox' counts those). Answers what it deleted and how many jobs / events
+--     are still eligible, counted up to p_max per state so the call stays bounded
+--     (outbox: null, they go with their jobs). Call again while remaining > 0.
+--   * p_dry_run: deletes nothing, answers deleted = 0 and the exact eligible counts.
+--   * p_policy overrides the stored policy for this call (see the top of this file).
+-- Locks: the deleted rows only (for update skip locked), in one short transaction.
+-- Errors: invalid_retention (SJ014) for p_max outside 1..100000 or a bad age;
+--         unknown_retention_key (SJ015) for a key that is not a final state, awaited,
+--         events or queues.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.purge(
+  p_max     integer default 1000,
+  p_dry_run boolean default false,
+  p_policy  jsonb default null
+)
+returns table (what text, deleted bigint, remaining bigint)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_now      timestamptz := jobs.now();
+  v_left     integer;
+  v_state    jobs.job_state;
+  v_queues   text[];        -- the queues with their own ages ('*' excluded)
+  v_cuts     timestamptz[]; -- per queue: the cutoff of v_state
+  v_awaits   timestamptz[]; -- per queue: the awaited cutoff
+  v_dcut     timestamptz;   -- every other queue: the cutoff of v_state
+  v_dawait   timestamptz;
+  v_maxcut   timestamptz;   -- the latest cutoff of v_state over all queues (index bound)
+  v_ecut     timestamptz;   -- events: created before this
+  v_jobs     bigint := 0;
+  v_outbox   bigint := 0;
+  v_events   bigint := 0;
+  v_jrest    bigint := 0;
+  v_erest    bigint := 0;
+  v_n        bigint;
+  v_o        bigint;
+  v_bound    bigint;
+  v_cap      bigint;        -- a counted remainder stops here (dry runs count it all)
+begin
+  perform jobs.fleet_only('jobs.purge');  -- (sql/15_tenancy.sql)
+  -- GUARD
+  if p_max is null or p_max not between 1 and 100000 then
+    perform jobs.raise_error('invalid_retention',
+      pg_catalog.format('max must be between 1 and 100000, not %s', coalesce(p_max::text, 'null')));
+  end if;
+  if p_dry_run is null then
+    perform jobs.raise_error('invalid_retention', 'dry_run must be true or false');
+  end if;
+  v_left := p_max;
+  v_cap := p_max;
+
+  -- JOBS, one final state at a time (the policy is resolved once per state).
+  foreach v_state in array array['succeeded', 'cancelled', 'failed', 'dead']::jobs.job_state[] loop
+    select pg_catalog.array_agg(p.queue order by p.queue) filter (where p.queue <> '*'),
+           pg_catalog.array_agg(jobs.purge_cutoff(v_now, a.age) order by p.queue)
+             filter (where p.queue <> '*'),
+           pg_catalog.array_agg(jobs.purge_cutoff(v_now, p.awaited_s) order by p.queue)
+             filter (where p.queue <> '*'),
+           pg_catalog.max(jobs.purge_cutoff(v_now, a.age)) filter (where p.queue = '*'),
+           pg_catalog.max(jobs.purge_cutoff(v_now, p.awaited_s)) filter (where p.queue = '*'),
+           pg_catalog.max(jobs.purge_cutoff(v_now, a.age)),
+           pg_catalog.max(jobs.purge_cutoff(v_now, p.events_s))
+      into v_queues, v_cuts, v_awaits, v_dcut, v_dawait, v_maxcut, v_ecut
+      from jobs.retention_policy(p_policy) p
+     cross join lateral (select case v_state when 'succeeded' then p.succeeded_s
+                                             when 'failed' then p.failed_s
+                                             when 'dead' then p.dead_s
+                                             else p.cancelled_s end as age) a;
+    continue when v_maxcut = '-infinity';
+    v_queues := coalesce(v_queues, '{}');
+
+    if not p_dry_run and v_left > 0 then
+      -- DELETE at most v_left of them, oldest first; rows others hold are skipped.
+      with victims as (
+        select j.id from jobs.job j
+         where j.state = v_state and j.finished_at is not null and j.finished_at < v_maxcut
+           and j.finished_at < coalesce(v_cuts[pg_catalog.array_position(v_queues, j.queue)], v_dcut)
+           and (not j.settle_watched
+                or j.finished_at < coalesce(v_awaits[pg_catalog.array_position(v_queues, j.queue)],
+                                            v_dawait))
+           and jobs.purge_unreferenced(j.id, j.parent_id)
+         order by j.state, j.finished_at  -- job_retention_idx's order: read, not sorted
+         limit v_left
+           for update of j skip locked
+      ), gone as (
+        delete from jobs.job j using victims v
+         where j.id = v.id and j.state = v_state
+        returning j.id
+      ), staged as (
+        -- the outbox row that created the job carries its id
+        delete from jobs.outbox o using gone g
+         where o.id = g.id and o.published_at is not null
+        returning o.id
+      )
+      select (select pg_catalog.count(*) from gone), (select pg_catalog.count(*) from staged)
+        into v_n, v_o;
+      v_jobs := v_jobs + v_n;
+      v_outbox := v_outbox + v_o;
+      v_left := v_left - v_n::integer;
+    end if;
+    -- COUNT what is (still) eligible, by the same rules: all of it in a dry run, else
+    -- up to v_cap (a call stays bounded however large the backlog; rows others held
+    -- stay eligible)
+    select pg_catalog.count(*) into v_n from (
+      select 1 from jobs.job j
+       where j.state = v_state and j.finished_at is not null and j.finished_at < v_maxcut
+         and j.finished_at < coalesce(v_cuts[pg_catalog.array_position(v_queues, j.queue)], v_dcut)
+         and (not j.settle_watched
+              or j.finished_at < coalesce(v_awaits[pg_catalog.array_position(v_queues, j.queue)],
+                                          v_dawait))
+         and jobs.purge_unreferenced(j.id, j.parent_id)
+       limit case when p_dry_run then null else v_cap end) e;
+    v_jrest := v_jrest + v_n;
+  end loop;
+
+  -- EVENTS: by age, never one a waiting job may still look back to.
+  if v_ecut is null then
+    select jobs.purge_cutoff(v_now, p.events_s) into v_ecut
+      from jobs.retention_policy(p_policy) p where p.queue = '*';
+  end if;
+  v_ecut := least(v_ecut, (select pg_catalog.min(coalesce(j.first_started_at, j.created_at))
+                             from jobs.event_wait w join jobs.job j on j.id = w.job_id
+                            where j.state in ('ready', 'running', 'parked', 'interrupted')));
+  if v_ecut > '-infinity' then
+    -- Events are deleted oldest first, so the first event (by id) not old enough bounds
+    -- the old ones: every smaller id is older (ids are taken in time order; an event
+    -- written late by a long transaction only waits longer).
+    select pg_catalog.min(e.id) into v_bound from jobs.event e where e.created_at >= v_ecut;
+    select pg_catalog.count(*) into v_erest
+      from (select 1 from jobs.event e where v_bound is null or e.id < v_bound
+             limit case when p_dry_run then null else v_cap end) x;
+    if not p_dry_run and v_left > 0 and v_erest > 0 then
+      with victims as (
+        select e.id from jobs.event e
+         where (v_bound is null or e.id < v_bound) and e.created_at < v_ecut
+         order by e.id
+         limit v_left
+           for update skip locked
+      ), gone as (
+        delete from jobs.event e using victims v where e.id = v.id returning e.id
+      )
+      select pg_catalog.count(*) into v_n from gone;
+      v_events := v_n;
+      v_erest := v_erest - v_n;  -- at the cap: still at least this many
+    end if;
+  end if;
+
+  -- Lock rows (jobs.lock_key) unused for a day: not counted, at most 1,000 a call; one
+  -- locked now is skipped (and one deleted under a locker is made again by it), and so
+  -- is the settle key of a job that still runs under its claim (sql/40_settle.sql: a
+  -- run of more than a day may need it again).
+  if not p_dry_run then
+    delete from jobs.lock_key k
+     using (select o.key from jobs.lock_key o
+             where o.created_at < v_now - interval '1 day'
+               and not (o.key like 'settle|%' and exists (
+                          select from jobs.job j
+                           where j.id = pg_catalog.split_part(o.key, '|', 2)::bigint
+                             and j.claim = pg_catalog.split_part(o.key, '|', 3)::bigint
+                             and j.state = 'running'))
+             limit 1000
+               for update skip locked) as old
+     where k.key = old.key;
+  end if;
+
+  return query values ('job'::text, v_jobs, v_jrest),
+                      ('outbox'::text, v_outbox, null::bigint),
+                      ('event'::text, v_events, v_erest);
 end
 $$;
 

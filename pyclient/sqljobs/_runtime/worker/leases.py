@@ -8,15 +8,21 @@ this worker could not renew before it ran out on this process's clock (the datab
 was unreachable): past its deadline another worker may already hold it. A job whose
 row another transaction holds locked answers "busy": it is not renewed that time, the
 next beat tries again, and meanwhile the worker holds the job's settle key
-(`settle_keys.py`), which keeps lease recovery off it: while that key is held the run
-goes on past its lease (up to COVER_S after each hold the database answered), so a row
-locked for longer than the lease neither stops the run nor lets another worker run it.
+(`settle_keys.py`), which keeps lease recovery off it. While the key is held the run
+goes on past its lease: each hold the database answered covers it for COVER_S (4 s)
+from when the hold was sent, and a timer stops the run once neither its lease nor a
+cover is left, whatever the heartbeats are doing. So a row locked for longer than the
+lease neither stops the run nor lets another worker run it. What it does not promise:
+if the keys' session ends early (terminated by an operator, a failover) the keys go at
+once, and until the worker's next hold fails and withdraws the cover (at most PING_S,
+2 s, later) a recovery may start the job elsewhere while this run still goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -65,22 +71,36 @@ class LeaseKeeper:
     def _unbusy(self, job_id: int) -> None:
         if job_id in self._busy:
             self._busy.discard(job_id)
-            self._keys.release(job_id)
+            self._keys.release(job_id, "renewal")
+
+    def _stop_if_late(self, run: Run) -> bool:
+        """Stop a run past its lease and its key's cover: another worker may hold it."""
+        if run.settling or run.stop_reason is not None or time.monotonic() <= run.deadline:
+            return False
+        logger.warning("job %s: lease could not be renewed in time; stopping the run",
+                       run.job.id, extra={**self._log_extra, **run.log_fields})
+        run.stop("lease_lost")
+        self._unbusy(run.job.id)
+        return True
+
+    def _covered(self, run: Run, until: float) -> None:
+        """Its key is held until `until` (0: no longer): checked again then."""
+        run.covered_until = until
+        if not self._stop_if_late(run):
+            loop = asyncio.get_running_loop()
+            loop.call_at(loop.time() + max(0.0, run.deadline - time.monotonic()) + 0.01,
+                         self._stop_if_late, run)
 
     async def renew(self) -> None:
-        now = time.monotonic()
         held: list[Run] = []
-        for job_id in [i for i in self._busy if i not in self._slots.runs]:
-            self._unbusy(job_id)  # the run is over
+        for job_id in list(self._busy):
+            gone = self._slots.runs.get(job_id)
+            if gone is None or gone.stop_reason is not None:
+                self._unbusy(job_id)  # the run is over or stopped
         for run in list(self._slots.runs.values()):
             if run.settling or run.stop_reason is not None:
-                continue  # (a settling run's key, if any, is the settler's now)
-            if now > run.lease_deadline:
-                logger.warning("job %s: lease could not be renewed in time; stopping the "
-                               "run", run.job.id, extra={**self._log_extra, **run.log_fields})
-                run.stop("lease_lost")
-                self._unbusy(run.job.id)
-            else:
+                continue  # (a settling run's key, if any, is the settler's)
+            if not self._stop_if_late(run):
                 held.append(run)
         if held:
             sent = time.monotonic()
@@ -103,7 +123,8 @@ class LeaseKeeper:
                                      "time", run.job.id,
                                      extra={**self._log_extra, **run.log_fields})
                         self._busy.add(run.job.id)
-                        self._keys.hold([(run.job.id, run.job.claim)], covered=run.cover)
+                        self._keys.hold(run.job.id, run.job.claim, "renewal",
+                                        covered=functools.partial(self._covered, run))
                     elif not run.settling:
                         logger.warning("job %s is no longer held (cancelled, or its lease "
                                        "lapsed); stopping the run", run.job.id,

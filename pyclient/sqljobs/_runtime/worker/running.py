@@ -198,7 +198,7 @@ class Runner:
         return Steps(
             job_id=job.id, claim=job.claim, stored=job.steps, started_at=job.started_at,
             lease_s=self._lease_s, run=self._client.run_again_once, cancelled=ctx.cancelled,
-            lost=lambda: run.stop("lease_lost"), lease_deadline=lambda: run.lease_deadline,
+            lost=lambda: run.stop("lease_lost"), lease_deadline=lambda: run.deadline,
             loop=ctx._loop, watch=run.watch,
             job_retry=RetryPolicy(job.max_attempts, job.retry_base_s, job.retry_cap_s,
                                   job.retry_jitter))
@@ -235,7 +235,7 @@ class Runner:
                     [settlement.delay_s])))[0]
 
             # its row locked elsewhere (busy): sent again, its settle key held meanwhile
-            answer = await self._keys.resend(job.id, job.claim, write)
+            answer = await self._keys.resend(job.id, job.claim, "failure", write)
             return answer.state if answer.ok else None
 
         end = await steps.conclude(succeeded=settlement.ack, stop_reason=run.stop_reason,

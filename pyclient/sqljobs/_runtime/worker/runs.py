@@ -49,6 +49,7 @@ class Run:
         "_settled",
         "_settled_event",
         "_stopped",
+        "covered_until",
         "ctx",
         "ended",
         "holds_slot",
@@ -66,6 +67,7 @@ class Run:
     def __init__(self, job: ClaimedJob, lease_deadline: float) -> None:
         self.job = job
         self.lease_deadline = lease_deadline  # monotonic: past it, assume the lease lost
+        self.covered_until = 0.0  # monotonic: its settle key stands for the lease (leases.py)
         self.ctx: JobContext | None = None
         self.stop_reason: StopReason | None = None
         self.settling = False  # an outcome was handed to the settler
@@ -81,10 +83,11 @@ class Run:
         self._settled = False
         self._settled_event: asyncio.Event | None = None
 
-    def cover(self, until: float) -> None:
-        """Its job's settle key is held until `until` (monotonic): recovery cannot take
-        the job before then, so the run may go on past its lease (leases.py)."""
-        self.lease_deadline = max(self.lease_deadline, until)
+    @property
+    def deadline(self) -> float:
+        """Past this (monotonic), another worker may hold the job: its lease, or the
+        cover of its settle key while its row is busy (leases.py)."""
+        return max(self.lease_deadline, self.covered_until)
 
     def stop(self, reason: StopReason) -> None:
         """Tell the run to stop: its ctx.cancelled is set, and an async handler being
@@ -182,7 +185,7 @@ class Slots:
                 break  # start more when it writes
             run = self.waiting.popleft()
             now = time.monotonic()
-            if run.stop_reason is None and now > run.lease_deadline:
+            if run.stop_reason is None and now > run.deadline:
                 run.stop("lease_lost")  # it waited past its lease (a stall): not ours now
             if run.stop_reason is not None:
                 dropped += 1

@@ -118,7 +118,8 @@ class Settler:
         """Outcomes of busy rows: into a write after a short pause (their lock may be
         held for long; the rest of the worker's outcomes must not wait for them), their
         settle keys held meanwhile."""
-        self._keys.hold((run.job.id, run.job.claim) for run, _, _ in busy)
+        for run, _, _ in busy:
+            self._keys.hold(run.job.id, run.job.claim, "outcome")
         self._busy.extend(busy)
         if self._again is None or self._again.done():
             self._again = asyncio.get_running_loop().create_task(self._write_again())
@@ -159,7 +160,7 @@ class Settler:
 
     def _answer(self, pending: _Pending, state: JobState | None) -> None:
         run, settlement, written = pending
-        self._keys.release(run.job.id)
+        self._keys.release(run.job.id, "outcome")
         if run.is_settled:
             return  # answered already: acked before a retried partial batch
         try:
