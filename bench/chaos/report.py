@@ -19,7 +19,8 @@ ROWS = [("jobs", "jobs (incl. relayed)"), ("faults", "faults injected"), ("kills
         ("outbox_relayed_twice", "outbox relayed twice"), ("ticks_fired", "ticks fired"),
         ("ticks_fired_twice", "ticks fired twice"), ("ticks_run_twice", "ticks run twice"),
         ("limited_runs", "limited runs"), ("limit_peaks", "peak at once / limit"),
-        ("groups_over_limit", "groups over their limit")]
+        ("groups_over_limit", "groups over their limit"),
+        ("permission_denied", "fleet refused a function (log lines)")]
 
 
 def _cell(value: Any) -> str:

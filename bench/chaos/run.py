@@ -56,7 +56,7 @@ do $$ begin
     create role {FLEET_USER} login;
   end if;
 end $$;
-grant sqljobs_worker, sqljobs_operator to {FLEET_USER};
+grant sqljobs_worker, sqljobs_operator, sqljobs_scheduler to {FLEET_USER};
 grant select, insert, update, delete on all tables in schema public to {FLEET_USER};
 -- the handlers' probe of re-executed steps reads what was stored (bench/chaos/app.py)
 grant usage on schema jobs to {FLEET_USER};
@@ -426,7 +426,17 @@ def run_scenario(cluster: Cluster, scenario: str, profile: Profile, jobs: int,
             cluster.restart(max_connections=Cluster.MAX_CONNECTIONS)
     with _connect(dsn) as check:
         outcome.figures = checks(check, outcome)
+    outcome.figures["permission_denied"] = permission_denied(scenario_logs)
     return outcome
+
+
+def permission_denied(logs: Path) -> int:
+    """Lines of the fleet's logs where the server refused its role a function: a part of
+    the fleet that cannot do its work leaves its checks nothing to find (a scheduler
+    without sqljobs_scheduler fires no tick, and "no tick fired twice" holds vacuously)."""
+    return sum(line.count("permission denied")
+               for log in sorted(logs.glob("*.log"))
+               for line in log.read_text(errors="replace").splitlines())
 
 
 def checks(conn: psycopg.Connection[Any], outcome: Outcome) -> dict[str, Any]:
@@ -545,7 +555,7 @@ def failures(figures: dict[str, Any]) -> list[str]:
     """What must be zero and is not."""
     must_be_zero = ("lost", "settled_twice", "steps_reexecuted", "outbox_unpublished",
                     "outbox_relayed_twice", "outbox_without_job", "ticks_fired_twice",
-                    "groups_over_limit")
+                    "groups_over_limit", "permission_denied")
     bad = [f"{name} = {figures[name]}" for name in must_be_zero if figures.get(name)]
     # every job has 100 attempts: one that ran out of them met an error, not a fault
     if figures.get("states", {}).get("dead"):
