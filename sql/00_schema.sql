@@ -487,9 +487,10 @@ comment on table jobs.retention is
 -- ---------------------------------------------------------------------------
 -- jobs.lock_key: one row per key the engine serializes on (a limit group's admission,
 -- an event name's waits against its emits, a staging ordering key, a busy job's settle
--- waiting for its row; jobs.lock_keys in sql/10_errors.sql). Row locks on a private table: no caller can take or hold one but
--- through the functions, unlike advisory locks, which pg_locks shows to everyone and
--- pg_advisory_lock lets anyone take. Rows are made on first use and swept by jobs.purge.
+-- key under its claim; jobs.lock_keys in sql/10_errors.sql). Row locks on a private
+-- table: no caller can take or hold one but through the functions, unlike advisory
+-- locks, which pg_locks shows to everyone and pg_advisory_lock lets anyone take. Rows
+-- are made on first use and swept by jobs.purge (a running job's settle key is kept).
 -- ---------------------------------------------------------------------------
 create table if not exists jobs.lock_key (
   key         text primary key,

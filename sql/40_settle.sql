@@ -285,23 +285,20 @@ begin
   if v_idle = 0 or v_idle > 10 then
     perform pg_catalog.set_config('idle_in_transaction_session_timeout', '10s', true);
   end if;
-  -- (the job rows are read, not locked: another transaction holds them)
+  -- The keys first (a key names its claim, so one of a job no longer running under it
+  -- keeps nothing from recovery), then the jobs, read once the keys are held: a
+  -- recovery that held a key (key share) until it committed may have moved its job.
   v_keys := array(select k.key
                     from jobs.lock_key k
-                   where k.key = any (array(select jobs.settle_key(j.id, j.claim)
-                                              from unnest(p_ids, p_claims) as u(id, claim)
-                                              join jobs.job j on j.id = u.id and j.claim = u.claim
-                                             where j.state = 'running'))
+                   where k.key = any (array(select jobs.settle_key(u.id, u.claim)
+                                              from unnest(p_ids, p_claims) as u(id, claim)))
                    order by k.key
                      for update of k);
-  -- Read again now that the keys are held (a recovery that held one, key share, until
-  -- it committed may have moved its job meanwhile): only what still runs under its claim.
-  return array(select j.id
-                 from pg_catalog.unnest(v_keys) as h(key)
-                 join jobs.job j
-                   on j.id = pg_catalog.split_part(h.key, '|', 2)::bigint
-                  and j.claim = pg_catalog.split_part(h.key, '|', 3)::bigint
-                where j.state = 'running'
+  -- (the job rows are read, not locked: another transaction holds them)
+  return array(select distinct j.id
+                 from unnest(p_ids, p_claims) as u(id, claim)
+                 join jobs.job j on j.id = u.id and j.claim = u.claim
+                where j.state = 'running' and jobs.settle_key(u.id, u.claim) = any (v_keys)
                 order by j.id);
 end
 $$;

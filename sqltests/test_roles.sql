@@ -4,7 +4,7 @@
 -- configuration (leadership, schedules, limits, job types, retention) from the worker
 -- into sqljobs_scheduler.
 begin;
-select plan(66 + 5 * (select pg_catalog.count(*)::int from pg_catalog.pg_class c
+select plan(68 + 5 * (select pg_catalog.count(*)::int from pg_catalog.pg_class c
                        where c.relnamespace = 'jobs'::regnamespace and c.relkind in ('r', 'S')));
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
@@ -23,6 +23,8 @@ select lives_ok($$ select jobs.watch_token(pg_catalog.current_setting('roles_tes
                 'producer: jobs.watch_token');
 select throws_ok($$ select jobs.wake_tokens(array['roles']) $$, '42501', null, 'producer cannot ask the queues'' wake tokens');
 select throws_ok($$ select jobs.claim(array['roles'], 'w', 1) $$, '42501', null, 'producer cannot claim');
+select throws_ok($$ select jobs.settle_hold(array[1]::bigint[], array[1]::bigint[]) $$, '42501', null,
+                 'producer cannot hold settle keys');
 select throws_ok($$ select jobs.cancel(1) $$, '42501', null, 'producer cannot cancel');
 select throws_ok($$ select jobs.queue_stats() $$, '42501', null, 'producer cannot read queue_stats');
 select throws_ok($$ select jobs.job_payload(1) $$, '42501', null, 'producer cannot read a payload');
@@ -39,6 +41,9 @@ select lives_ok($$ select pg_catalog.set_config('roles_test.claim',
 select lives_ok($$ select jobs.step_put(pg_catalog.current_setting('roles_test.id')::bigint,
                                         pg_catalog.current_setting('roles_test.claim')::bigint, 'one', '1') $$,
                 'worker: jobs.step_put');
+select lives_ok($$ select jobs.settle_hold(array[pg_catalog.current_setting('roles_test.id')::bigint],
+                                           array[pg_catalog.current_setting('roles_test.claim')::bigint]) $$,
+                'worker: jobs.settle_hold');
 select lives_ok($$ select jobs.ack(pg_catalog.current_setting('roles_test.id')::bigint,
                                    pg_catalog.current_setting('roles_test.claim')::bigint, '{"ok": true}') $$,
                 'worker: jobs.ack');

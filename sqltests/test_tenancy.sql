@@ -7,7 +7,7 @@
 -- The bound roles are not superusers, so their sessions run on the real clock
 -- (jobs.fake_now is the superuser's: SJ019 for them).
 begin;
-select plan(93);
+select plan(94);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 set local jobs.notify = off;
@@ -88,6 +88,9 @@ select throws_ok($$ select jobs.heartbeat(current_setting('t.g')::bigint, curren
 select throws_ok($$ select jobs.heartbeat_many(array[current_setting('t.g')::bigint],
                                                array[current_setting('t.gc')::bigint], 30) $$,
                  'SJ018', null, 'heartbeat_many of G (version 2: refused)');
+select throws_ok($$ select jobs.settle_hold(array[current_setting('t.g')::bigint],
+                                            array[current_setting('t.gc')::bigint]) $$,
+                 'SJ018', null, 'settle_hold of G (a tenant cannot keep recovery off another''s job)');
 select throws_ok($$ select jobs.progress(current_setting('t.g')::bigint, current_setting('t.gc')::bigint, '{"p": 1}') $$,
                  'SJ018', null, 'progress of G (version 2: refused, not false)');
 select throws_ok($$ select jobs.ack_many(array[current_setting('t.a')::bigint, current_setting('t.g')::bigint],
