@@ -36,6 +36,7 @@ def test_the_short_chaos_profile_loses_nothing_and_settles_once(
     assert sigkill["kills"] == PROFILES["short"].kills, sigkill
     assert sigkill["jobs_held_at_kills"] > 0 and sigkill["recovery_s"]["n"] > 0, sigkill
     assert sigkill["recovery_s"]["max"] != float("inf"), sigkill
+    assert sigkill["lease_recovered_s"]["n"] > 0, sigkill  # recovery took leases back
     # The schedule fired (so "no occurrence fired twice" is not vacuous): the scenario
     # lasts until its kills are sent, and its schedulers start with the fleet.
     assert sigkill["ticks_fired"] > 0, sigkill

@@ -474,7 +474,7 @@ def checks(conn: psycopg.Connection[Any], outcome: Outcome) -> dict[str, Any]:
         "ticks_run_twice": q("select count(*) from (select job_id from public.chaos_exec "
                              "where kind = 'tick' group by job_id having count(*) > 1) t"),
     }
-    delays = []
+    delays, recoveries, lapses = [], [], []
     for kill in outcome.kills:
         for job_id, claim in kill.held.items():
             rerun = q("select min(at) from public.chaos_exec where job_id = %s and claim > %s",
@@ -483,16 +483,19 @@ def checks(conn: psycopg.Connection[Any], outcome: Outcome) -> dict[str, Any]:
                 delays.append((rerun - kill.at).total_seconds())
             elif q("select state::text from jobs.job where id = %s", job_id) not in FINAL:
                 delays.append(float("inf"))
+            # the engine's part alone: when jobs.recover took the lapsed lease back (the
+            # attempt it closed records the lapse and, in its error, the recovery)
+            taken = conn.execute(RECOVERED, (job_id, claim)).fetchone()
+            if taken is not None:
+                recoveries.append((taken[0] - kill.at).total_seconds())
+                lapses.append((taken[0] - taken[1]).total_seconds())
     figures["kills"] = len(outcome.kills)
     figures["worker_restarts"] = outcome.restarts
     figures["jobs_held_at_kills"] = sum(len(k.held) for k in outcome.kills)
-    if delays:
-        ordered = sorted(delays)
-        figures["recovery_s"] = {
-            "n": len(ordered), "p50": round(statistics.median(ordered), 2),
-            "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 2),
-            "p99": round(ordered[int(0.99 * (len(ordered) - 1))], 2),
-            "max": round(ordered[-1], 2)}
+    for key, values in (("recovery_s", delays), ("lease_recovered_s", recoveries),
+                        ("lapse_to_recovery_s", lapses)):
+        if values:
+            figures[key] = _spread(values)
     if outcome.scenario == "limits":
         figures |= limit_figures(conn)
     return figures
@@ -524,6 +527,23 @@ with runs as (
     from edges
 )
 select lim, grp, max(n)::int from level group by lim, grp order by lim, grp
+"""
+
+
+def _spread(values: list[float]) -> dict[str, Any]:
+    ordered = sorted(values)
+    return {"n": len(ordered), "p50": round(statistics.median(ordered), 2),
+            "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 2),
+            "p99": round(ordered[int(0.99 * (len(ordered) - 1))], 2),
+            "max": round(ordered[-1], 2)}
+
+
+# When lease recovery took back the attempt a killed worker held (job, claim): the time
+# in the error jobs.recover recorded, and the lease's expiry it closed the attempt at.
+RECOVERED = """
+select (a->'error'->>'at')::timestamptz, (a->>'ended_at')::timestamptz
+  from jobs.job j, jsonb_array_elements(j.attempts) a
+ where j.id = %s and a->>'outcome' = 'lease_expired' and (a->>'claim')::bigint = %s::bigint >> 32
 """
 
 
