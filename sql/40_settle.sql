@@ -176,6 +176,11 @@ returns bigint[]
 language plpgsql
 volatile
 set search_path = ''
+-- One generic plan per session, index probes whatever the batch's size (as jobs.claim)
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
 as $$
 declare
   v_held bigint[];
@@ -361,6 +366,13 @@ returns table (id bigint, ok boolean)
 language plpgsql
 volatile
 set search_path = ''
+-- One generic plan per session (planning the update was most of a one-job ack), kept
+-- to index probes whatever the batch's size: no sequential or bitmap scans, no JIT
+-- (as jobs.claim, sql/30_claim.sql).
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
 as $$
 declare
   v_now     timestamptz := jobs.now();

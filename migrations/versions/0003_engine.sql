@@ -252,6 +252,28 @@ comment on table jobs.consumer is
 comment on table jobs.job_fork is 'Private: which job and step a forked job was made from.';
 
 -- ---------------------------------------------------------------------------
+-- Fencing tokens: a job's claim token (sql/30_claim.sql) and a named lease's token
+-- (sql/35_limits.sql). Each new token is greater than the one before it (its high bits
+-- count them, so a guarded resource may keep the highest it saw) and unguessable (its
+-- low 32 bits are random, from the server's strong generator): a fenced call's token
+-- is the proof that its caller holds the job or the lease, which no other caller can
+-- forge and which no error message or view prints.
+--   new token = ((old >> 32) + 1) << 32 | 32 random bits
+-- ---------------------------------------------------------------------------
+-- PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and called from
+-- PL/pgSQL it is parsed and planned again in every transaction (60 µs of each claim).
+create or replace function jobs.random32()
+returns bigint
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  return ('x' || pg_catalog.substr(pg_catalog.gen_random_uuid()::text, 1, 8))::bit(32)::bigint;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
 -- Version. Bump with each schema change that ships a new Alembic revision; the
 -- client refuses to run against an older schema (sqljobs/_version.py).
 -- ---------------------------------------------------------------------------
@@ -2377,6 +2399,11 @@ returns bigint[]
 language plpgsql
 volatile
 set search_path = ''
+-- One generic plan per session, index probes whatever the batch's size (as jobs.claim)
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
 as $$
 declare
   v_held bigint[];
@@ -2561,6 +2588,13 @@ returns table (id bigint, ok boolean)
 language plpgsql
 volatile
 set search_path = ''
+-- One generic plan per session (planning the update was most of a one-job ack), kept
+-- to index probes whatever the batch's size: no sequential or bitmap scans, no JIT
+-- (as jobs.claim, sql/30_claim.sql).
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
 as $$
 declare
   v_now     timestamptz := jobs.now();
