@@ -588,6 +588,11 @@ returns table (id bigint, ok boolean, state jobs.job_state)
 language plpgsql
 volatile
 set search_path = ''
+-- One generic plan per session, kept to index probes (as jobs.ack_batch)
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
 as $$
 declare
   v_now     timestamptz := jobs.now();
@@ -803,6 +808,11 @@ returns table (id bigint, ok boolean)
 language plpgsql
 volatile
 set search_path = ''
+-- One generic plan per session, kept to index probes (as jobs.ack_batch)
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
 as $$
 declare
   v_now    timestamptz := jobs.now();
