@@ -31,6 +31,7 @@ from sqljobs import (
     queries,
 )
 from sqljobs._cli import app as cli
+from sqljobs._runtime.worker.worker import SPLIT_FLOOR
 from tests.processes import scalar, wait_for
 from tests.worker_helpers import running
 
@@ -96,6 +97,36 @@ def test_a_worker_held_back_by_a_full_limit_claims_again_once_its_own_settles_co
             wait_for(lambda: scalar(conn, "select count(*) = 12 from jobs.job where name = "
                                           "'held.job' and state = 'succeeded'"),
                      "the twelve jobs to run, three at a time")
+
+
+def test_under_a_full_limit_a_worker_settles_in_halves_of_its_largest_claim(
+        db_dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """Short jobs under a global limit the worker fills: each claim brings back what the
+    limit has room for, and every one of its jobs finishes before its settle is written.
+    Written whole, that settle would free the limit all at once and the next claim would
+    wait for it; the worker writes at most half its largest claim at a time instead, so
+    the next claim takes the first half's slots while the rest is written. A claim's jobs
+    share their started_at (the admission's time), a write's their finished_at (its
+    transaction's)."""
+    app = App(db_dsn)
+    app.limit("split.all", scope="global", concurrency=60)
+
+    @app.job(name="split.job", queue="split")
+    def job(ctx: JobContext, payload: Capture) -> None:
+        return None
+
+    with app:
+        job.enqueue_many([({"account": str(i)}, fresh_key()) for i in range(600)])
+        with running(app, concurrency=10, prefetch=200):
+            wait_for(lambda: scalar(conn, "select count(*) = 600 from jobs.job where name = "
+                                          "'split.job' and state = 'succeeded'"),
+                     "the jobs to run, sixty at a time")
+    largest_claim = scalar(conn, "select max(n) from (select count(*) as n from jobs.job "
+                                 "where name = 'split.job' group by started_at) c")
+    largest_write = scalar(conn, "select max(n) from (select count(*) as n from jobs.job "
+                                 "where name = 'split.job' group by finished_at) w")
+    assert largest_claim == 60  # the first claim filled the limit
+    assert largest_write <= max(SPLIT_FLOOR, (largest_claim + 1) // 2)
 
 
 def test_a_limit_set_at_run_time_wins_over_the_declared_one(db_dsn: str,

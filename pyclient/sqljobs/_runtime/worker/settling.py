@@ -4,6 +4,8 @@ A finished run hands its `Settlement` to the `Settler` (`submit`, with what to c
 once it is written) and frees its slot at once. The settler writes every outcome
 waiting when a write starts in one `jobs.ack_many` / `jobs.nack_many` statement (group
 commit): nothing waits on a timer, and under load one round trip settles a whole batch.
+A worker may cap a write (`most`): under declared limits it writes in halves (worker.py,
+`_write_most`), the rest going into the next write at once.
 What a crash can lose or repeat: a written outcome is never lost; an outcome not yet
 committed is lost with the process, so that job's lease lapses and another worker runs
 it again (at-least-once). A job whose row another transaction holds locked past the
@@ -89,7 +91,8 @@ _Pending = tuple[Run, Settlement, Written]
 
 
 class Settler:
-    """Writes outcomes in batches: every outcome waiting when a write starts goes into it.
+    """Writes outcomes in batches: every outcome waiting when a write starts goes into it
+    (at most `most()` of them, when that says a number).
 
     Each outcome's `written` callback is called once it is committed, with the state the
     job is in now, or once the fence refused it (None: the job was no longer ours).
@@ -98,11 +101,13 @@ class Settler:
     """
 
     def __init__(self, client: AsyncClient, worker_id: str, keys: SettleKeys,
-                 after_write: Callable[[], None] = lambda: None) -> None:
+                 after_write: Callable[[], None] = lambda: None,
+                 most: Callable[[], int | None] = lambda: None) -> None:
         self._client = client
         self._worker_id = worker_id
         self._keys = keys  # held for outcomes waiting for busy rows
         self._after_write = after_write  # once a batch is committed
+        self._most = most  # how many outcomes one write may take now (None: all)
         self._pending: list[_Pending] = []
         self._ready = asyncio.Event()
         self._busy: list[_Pending] = []  # outcomes of busy rows, written again after a pause
@@ -135,7 +140,12 @@ class Settler:
             while True:
                 await self._ready.wait()
                 self._ready.clear()
-                batch, self._pending = self._pending, []
+                most = self._most()
+                if most is None or len(self._pending) <= most:
+                    batch, self._pending = self._pending, []
+                else:  # the rest go into the next write, which follows at once
+                    batch, self._pending = self._pending[:most], self._pending[most:]
+                    self._ready.set()
                 if batch:
                     try:
                         await self._write(batch)

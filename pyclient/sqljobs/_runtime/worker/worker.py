@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("sqljobs.worker")
 
 _YIELD_S = 0.002  # a runner gives the loop a turn at least this often (see _serve_runs)
+SPLIT_FLOOR = 16  # under limits, settle writes are split in halves no smaller than this
 
 
 class Worker(Role):
@@ -120,7 +121,8 @@ class Worker(Role):
         self.names = sorted(definitions)
         self.code_version = app.code_version  # routes its claims (docs/howto-deploying.md)
         # A limit counts a job until its settle commits: with limits declared, the worker
-        # claims again as soon as its own settles are written (claim_after_settling).
+        # claims again as soon as its own settles are written (claim_after_settling),
+        # and writes them in halves (_write_most).
         self._limited = bool(app.declared_limits)
         self.concurrency = concurrency
         self.prefetch = Prefetch(prefetch, concurrency)  # None: auto (prefetching.py)
@@ -142,6 +144,7 @@ class Worker(Role):
         self._claims: ClaimLoop | None = None
         self._runner: Runner | None = None
         self._settler: Settler | None = None
+        self._largest_claim = 0  # the most jobs one claim brought (_write_most)
         self._settle_keys: SettleKeys | None = None
         self._listener: Listener | None = None
         self._threads = DaemonThreadPool(concurrency, name=f"sqljobs-{self.pid}")
@@ -234,7 +237,8 @@ class Worker(Role):
         """The parts a running worker is made of (see the module docstring)."""
         keys = self._settle_keys
         assert keys is not None
-        self._settler = Settler(client, self.id, keys, after_write=self._claim_after_settling)
+        self._settler = Settler(client, self.id, keys, after_write=self._claim_after_settling,
+                                most=self._write_most)
         self._runner = Runner(definitions=self._definitions, client=client,
                               threads=self._threads, worker_id=self.id, lease_s=self.lease_s,
                               log_extra=self._log_extra, observer=self.observers, keys=keys)
@@ -273,8 +277,23 @@ class Worker(Role):
 
     # -- the path of a job: held, started, run, settled, released ----------------------
 
+    def _write_most(self) -> int | None:
+        """How many outcomes one settle write may take (None: every one waiting).
+
+        With limits declared, half the largest claim this worker has had (at least
+        `SPLIT_FLOOR`). A full global or queue limit counts a job until its settle
+        commits, so a claim brings back about what the last write freed; short jobs all
+        finish before their settle is written, and written whole they would free the
+        limit all at once: the next claim would wait for that write, and claims and
+        settles would take turns. Written in halves, the next claim takes the first
+        half's slots while the second half is written (drain_limited in bench/)."""
+        if not self._limited:
+            return None
+        return max(SPLIT_FLOOR, (self._largest_claim + 1) // 2)
+
     def _hold(self, jobs: list[ClaimedJob], sent: float) -> None:
         """Claimed jobs: each lease counts from when the claim was sent."""
+        self._largest_claim = max(self._largest_claim, len(jobs))
         deadline = sent + self.lease_s
         hold = self._slots.hold
         for job in jobs:
