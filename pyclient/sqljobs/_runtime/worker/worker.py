@@ -13,6 +13,7 @@ step of it (package `sqljobs._runtime.worker`):
     prefetching.py  how many to claim ahead: fixed, or sized to the work
     runs.py         a held job (`Run`) and the slots: waiting -> running -> settling
     running.py      one handler run, from payload to the outcome to write; sagas
+    turns.py        runners whose handlers never wait share the loop's time in turns
     settling.py     outcomes written many per statement (group commit); error records
     leases.py       every held lease renewed on a timer, lost runs stopped
     draining.py     SIGTERM: hand back what waits, let what runs finish, cut off
@@ -61,6 +62,7 @@ from sqljobs._runtime.worker.running import Runner
 from sqljobs._runtime.worker.runs import Run, Slots
 from sqljobs._runtime.worker.settle_keys import SettleKeys
 from sqljobs._runtime.worker.settling import Settlement, Settler, error_record
+from sqljobs._runtime.worker.turns import Turns
 
 if TYPE_CHECKING:
     from sqljobs._declare.jobs import JobDefinition
@@ -68,7 +70,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("sqljobs.worker")
 
-_YIELD_S = 0.002  # a runner gives the loop a turn at least this often (see _serve_runs)
+_TURN_S = 0.002  # the runners give the loop a turn at least this often (turns.py)
 SPLIT_FLOOR = 16  # under limits, settle writes are split in halves no smaller than this
 
 
@@ -141,6 +143,7 @@ class Worker(Role):
         self._definitions: dict[str, JobDefinition[Any]] = definitions
         self._slots = Slots(concurrency, self.prefetch)
         self._work = asyncio.Event()  # runs wait, or a slot may have freed: runners look
+        self._turns = Turns(_TURN_S)  # the runners' share of the loop
         self._claims: ClaimLoop | None = None
         self._runner: Runner | None = None
         self._settler: Settler | None = None
@@ -325,8 +328,7 @@ class Worker(Role):
     async def _serve_runs(self) -> None:
         """One runner: starts waiting runs one after another while a slot is free
         (`concurrency` runners, so at most that many handlers at once)."""
-        slots, work = self._slots, self._work
-        last_yield = time.monotonic()
+        slots, work, turns = self._slots, self._work, self._turns
         while True:
             run = None
             if not self._stopping:
@@ -336,7 +338,6 @@ class Worker(Role):
             if run is None:
                 work.clear()
                 await work.wait()
-                last_yield = time.monotonic()
                 continue
             try:
                 await self._execute(run)
@@ -344,11 +345,10 @@ class Worker(Role):
                 logger.exception("job %s: worker error after its run", run.job.id,
                                  extra=self._log_extra)
             self.prefetch.ran(time.monotonic() - run.started)
-            # Handlers that never wait would keep this loop to themselves: let the
-            # settler and the claim loop in at least every couple of milliseconds.
-            if time.monotonic() - last_yield > _YIELD_S:
-                await asyncio.sleep(0)
-                last_yield = time.monotonic()
+            # Handlers that never wait would keep the loop to the runners: let the
+            # settler and the claim loop in every couple of milliseconds (turns.py).
+            if turns.due():
+                await turns.give_way()
 
     async def _execute(self, run: Run) -> None:
         assert self._runner is not None and self._settler is not None
