@@ -1,11 +1,11 @@
 """Turns: runners of handlers that never wait leave the event loop to the rest in time.
 
 A handler that awaits nothing (a no-op, a quick computation) returns without giving
-the loop back, so a runner taking job after job keeps it. Each runner used to yield
-every couple of milliseconds on its own clock, but the loop runs ready tasks in the
-order they became ready: a settler or claim loop woken behind `concurrency` runners
-waited for a burst of each of them (10 runners: up to 20 ms, while its write or its
-claim could have been running on the database). The budget is shared instead: once the
+the loop back, so a runner taking job after job keeps it. Were each runner to yield
+every couple of milliseconds on its own clock, a settler or claim loop woken behind
+`concurrency` runners would wait for a burst of each of them, because the loop runs
+ready tasks in the order they became ready (10 runners: up to 20 ms, while its write or
+its claim could be running on the database). The budget is shared instead: once the
 runners together have run `budget_s` since the loop last came round, each of them
 yields at its next job boundary, and runs nothing more until the loop has come round
 once (a callback queued behind every task ready now: the settler, the claim loop, the
