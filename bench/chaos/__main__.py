@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -80,5 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if bad else 0
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    # A SIGTERM (`kill` of this runner) unwinds like an interrupt: the scenario stops its
+    # fleet and the throwaway cluster is stopped, instead of both running on orphaned.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     sys.exit(main())
