@@ -18,6 +18,7 @@ SHAPE_NOTES = {
     "shape:lean": "one table, 4 indexes, claim and ack update the row",
     "shape:lean_hint": "lean, the claim's scan starts at the worker's last position",
     "shape:split": "record + narrow ready and lease tables; record updates are HOT",
+    "shape:split_trigger": "split, its narrow tables kept by statement-level triggers",
     "shape:outcome": "lean, and the ack moves the job to an outcome table",
 }
 

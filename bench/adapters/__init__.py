@@ -63,4 +63,5 @@ def get_adapter(name: str) -> Adapter:
 
 
 ADAPTERS: tuple[str, ...] = ("sqljobs", "shape:lean", "shape:lean_hint", "shape:split",
+                             "shape:split_trigger",
                              "shape:outcome")

@@ -89,4 +89,4 @@ class ShapeSql:
             conn.execute(f"analyze {self.schema}.job")
 
 
-SHAPES: tuple[str, ...] = ("lean", "lean_hint", "split", "outcome")
+SHAPES: tuple[str, ...] = ("lean", "lean_hint", "split", "split_trigger", "outcome")

@@ -235,6 +235,137 @@ end $$;
 create function shape_split.succeeded() returns bigint
 language sql as $$ select count(*) from shape_split.job where state = 2 $$;
 
+-- split_trigger: split's three tables, with the engine's columns of a running job kept
+-- on the record (state, lease) and the narrow tables kept by statement-level triggers
+-- that read the statement's old and new rows: every writer of the record keeps them
+-- right, and the claim and the ack only pick and update. A third narrow table holds the
+-- finished jobs by (state, finished_at), as the engine's retention needs. Measures what
+-- the triggers cost against split's hand-written writes.
+create schema if not exists shape_split_trigger;
+create table shape_split_trigger.job (
+  id               bigint generated always as identity primary key,
+  name             text not null default 'bench.noop',
+  key              text not null,
+  queue            text not null default 'default',
+  priority         smallint not null default 0,
+  run_at           timestamptz not null default now(),
+  state            smallint not null default 0,
+  payload          jsonb not null default '{}',
+  attempt          integer not null default 0,
+  claim            bigint not null default 0,
+  lease_expires_at timestamptz,
+  result           jsonb,
+  finished_at      timestamptz
+) with (fillfactor = 80);
+create unique index on shape_split_trigger.job (name, key);
+create table shape_split_trigger.ready (
+  queue    text not null,
+  priority smallint not null,
+  run_at   timestamptz not null,
+  id       bigint not null,
+  primary key (queue, priority, run_at, id)
+);
+create table shape_split_trigger.lease (
+  expires_at timestamptz not null,
+  id         bigint not null,
+  primary key (expires_at, id)
+);
+create table shape_split_trigger.finished (
+  state       smallint not null,
+  finished_at timestamptz not null,
+  id          bigint not null,
+  primary key (state, finished_at, id)
+);
+
+create function shape_split_trigger.inserted() returns trigger
+language plpgsql as $$
+begin
+  insert into shape_split_trigger.ready
+  select n.queue, n.priority, n.run_at, n.id from new_rows n where n.state = 0;
+  return null;
+end $$;
+
+create function shape_split_trigger.updated() returns trigger
+language plpgsql as $$
+begin
+  delete from shape_split_trigger.ready r
+   using (select o.queue, o.priority, o.run_at, o.id from old_rows o where o.state = 0
+          except all
+          select n.queue, n.priority, n.run_at, n.id from new_rows n where n.state = 0) g
+   where r.queue = g.queue and r.priority = g.priority and r.run_at = g.run_at and r.id = g.id;
+  insert into shape_split_trigger.ready
+  select n.queue, n.priority, n.run_at, n.id from new_rows n where n.state = 0
+  except all
+  select o.queue, o.priority, o.run_at, o.id from old_rows o where o.state = 0;
+  delete from shape_split_trigger.lease l
+   using (select o.lease_expires_at, o.id from old_rows o where o.state = 1
+          except all
+          select n.lease_expires_at, n.id from new_rows n where n.state = 1) g
+   where l.expires_at = g.lease_expires_at and l.id = g.id;
+  insert into shape_split_trigger.lease
+  select n.lease_expires_at, n.id from new_rows n where n.state = 1
+  except all
+  select o.lease_expires_at, o.id from old_rows o where o.state = 1;
+  insert into shape_split_trigger.finished
+  select n.state, n.finished_at, n.id from new_rows n where n.finished_at is not null
+  except all
+  select o.state, o.finished_at, o.id from old_rows o where o.finished_at is not null;
+  return null;
+end $$;
+
+create trigger job_inserted after insert on shape_split_trigger.job
+  referencing new table as new_rows for each statement
+  execute function shape_split_trigger.inserted();
+create trigger job_updated after update on shape_split_trigger.job
+  referencing old table as old_rows new table as new_rows for each statement
+  execute function shape_split_trigger.updated();
+
+create function shape_split_trigger.enqueue(p_key text) returns bigint
+language plpgsql as $$
+declare v_id bigint;
+begin
+  insert into shape_split_trigger.job (key) values (p_key) on conflict do nothing
+  returning id into v_id;
+  return v_id;
+end $$;
+
+create function shape_split_trigger.enqueue_many(p_keys text[]) returns setof bigint
+language plpgsql as $$
+begin
+  return query insert into shape_split_trigger.job (key) select k from unnest(p_keys) k
+               on conflict do nothing returning id;
+end $$;
+
+create function shape_split_trigger.claim(p_limit integer, p_lease_s float8, p_hint text)
+returns table (id bigint, claim bigint, pos text)
+language plpgsql as $$
+begin
+  return query
+    update shape_split_trigger.job j
+       set state = 1, attempt = j.attempt + 1, claim = j.claim + 1,
+           lease_expires_at = now() + make_interval(secs => p_lease_s)
+     where j.id = any (array(
+             select c.id from shape_split_trigger.ready r
+               join shape_split_trigger.job c on c.id = r.id
+              where r.queue = 'default' and r.run_at <= now() and c.state = 0
+              order by r.priority, r.run_at, r.id
+              limit p_limit for update of c skip locked))
+    returning j.id, j.claim, null::text;
+end $$;
+
+create function shape_split_trigger.ack(p_ids bigint[], p_claims bigint[]) returns setof bigint
+language plpgsql as $$
+begin
+  return query
+    update shape_split_trigger.job j set state = 2, finished_at = now(), lease_expires_at = null
+      from unnest(p_ids, p_claims) as u(id, claim)
+     where j.id = u.id and j.claim = u.claim and j.state = 1
+    returning j.id;
+end $$;
+
+create function shape_split_trigger.succeeded() returns bigint
+language sql as $$ select count(*) from shape_split_trigger.job where state = 2 $$;
+
 -- outcome: lean's live table, and the ack moves the job out of it into an outcome table
 -- (in an engine: partitioned by finish time, so retention drops partitions). A key stays
 -- deduped while its outcome is kept: the enqueue checks the outcome table too.
@@ -301,3 +432,15 @@ end $$;
 
 create function shape_outcome.succeeded() returns bigint
 language sql as $$ select count(*) from shape_outcome.outcome $$;
+
+-- Every shape's functions keep one generic plan per session, as the engine's hot-path
+-- functions do (sql/30_claim.sql): the study compares storage, not planning.
+do $$
+declare f regprocedure;
+begin
+  for f in select p.oid::regprocedure from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+            where n.nspname like 'shape\_%' and p.prokind = 'f' and p.prorettype <> 'trigger'::regtype
+  loop
+    execute format('alter function %s set plan_cache_mode = force_generic_plan', f);
+  end loop;
+end $$;
