@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import pq
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -27,6 +28,14 @@ AsyncSource = psycopg.AsyncConnection[Any] | AsyncConnectionPool[Any]
 
 # How many times a call safe to send twice is sent again after its connection dropped.
 RESENDS = 3
+
+
+def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
+    """Whether the statement answered rows (a SELECT) rather than a command tag. Asked
+    of the result's status: `cur.description` makes a Column object per field at every
+    call, on every call a worker or producer sends."""
+    result = cur.pgresult
+    return result is not None and result.status == pq.ExecStatus.TUPLES_OK
 
 class Client:
     """Runs calls synchronously on a psycopg connection or connection pool."""
@@ -47,7 +56,7 @@ class Client:
             try:
                 with conn.cursor(row_factory=tuple_row if call.tuples else dict_row) as cur:
                     cur.execute(call.sql, call.params, prepare=True)
-                    rows = cur.fetchall() if cur.description else []
+                    rows = cur.fetchall() if _has_rows(cur) else []
             except psycopg.Error as error:
                 raise translate(error) from error
         return call.decode(rows)
@@ -85,7 +94,7 @@ class AsyncClient:
             try:
                 async with conn.cursor(row_factory=tuple_row if call.tuples else dict_row) as cur:
                     await cur.execute(call.sql, call.params, prepare=True)
-                    rows = await cur.fetchall() if cur.description else []
+                    rows = await cur.fetchall() if _has_rows(cur) else []
             except psycopg.Error as error:
                 raise translate(error) from error
         return call.decode(rows)
