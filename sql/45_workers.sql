@@ -190,7 +190,9 @@ comment on function jobs.workers() is
 -- interrupted) that NO live worker can run: no live worker serves both the job's queue
 -- and its name. During a rolling deploy these are the jobs that only newer workers
 -- know; they wait rather than fail.
--- Read-only; reads the claimable rows only (job_claimable_idx), takes no locks.
+-- Read-only; takes no locks. Reads the waiting rows only, through job_claimable_idx and
+-- job_blocked_idx: its filter names both indexes' predicates, since a filter on the state
+-- alone matches neither and had every dashboard refresh read the whole table.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.unserved_jobs()
 returns table (queue text, name text, waiting bigint, oldest_s double precision)
@@ -203,7 +205,8 @@ as $$
          extract(epoch from jobs.now() - pg_catalog.min(j.created_at))::double precision
            as oldest_s
     from jobs.job j
-   where j.state in ('ready', 'interrupted')
+   where ((j.state in ('ready', 'interrupted') and j.blocked_on is null)
+          or (j.blocked_on is not null and j.state in ('ready', 'interrupted')))
      and not exists (select 1 from jobs.worker w
                       where w.expires_at > jobs.now()
                         and j.queue = any (w.queues)

@@ -3190,6 +3190,36 @@ as $$
    order by w.started_at, w.id
 $$;
 
+-- ---------------------------------------------------------------------------
+-- jobs.unserved_jobs() -> (queue, name, waiting, oldest_s) for waiting jobs (ready or
+-- interrupted) that NO live worker can run: no live worker serves both the job's queue
+-- and its name. During a rolling deploy these are the jobs that only newer workers
+-- know; they wait rather than fail.
+-- Read-only; takes no locks. Reads the waiting rows only, through job_claimable_idx and
+-- job_blocked_idx: its filter names both indexes' predicates, since a filter on the state
+-- alone matches neither and had every dashboard refresh read the whole table.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.unserved_jobs()
+returns table (queue text, name text, waiting bigint, oldest_s double precision)
+language sql
+stable
+set search_path = ''
+as $$
+  select jobs.fleet_only('jobs.unserved_jobs');  -- (sql/15_tenancy.sql)
+  select j.queue, j.name, pg_catalog.count(*) as waiting,
+         extract(epoch from jobs.now() - pg_catalog.min(j.created_at))::double precision
+           as oldest_s
+    from jobs.job j
+   where ((j.state in ('ready', 'interrupted') and j.blocked_on is null)
+          or (j.blocked_on is not null and j.state in ('ready', 'interrupted')))
+     and not exists (select 1 from jobs.worker w
+                      where w.expires_at > jobs.now()
+                        and j.queue = any (w.queues)
+                        and j.name = any (w.names))
+   group by j.queue, j.name
+   order by j.queue, j.name
+$$;
+
 -- === sql/50_steps.sql ===
 
 -- ---------------------------------------------------------------------------

@@ -1,0 +1,40 @@
+-- jobs.unserved_jobs (sql/45_workers.sql) reads the waiting rows through the claimable
+-- and the blocked indexes, never the whole table: the dashboard asks it at every
+-- refresh, and a table keeps its finished rows for as long as retention says. Shown on
+-- 1,200 finished jobs beside 3 waiting ones (one of them blocked by a limit), analyzed
+-- as autovacuum would: no sequential scan of jobs.job, and every waiting job counted.
+begin;
+select plan(3);
+
+set local jobs.notify = off;
+do $$ begin
+  perform jobs.enqueue('up.done', 'k' || i, '{}', '{"queue": "q_up"}') from generate_series(1, 1200) i;
+end $$;
+create temp table c on commit drop as
+select id, claim from jobs.claim('{q_up}', 'w', 1000, 30)
+union all
+select id, claim from jobs.claim('{q_up}', 'w', 1000, 30);
+create temp table acked on commit drop as
+select a.ok from jobs.ack_many((select array_agg(id) from c), (select array_agg(claim) from c), null) a;
+select is((select count(*)::int from acked where ok), 1200, 'the 1,200 jobs are settled');
+do $$ begin
+  perform jobs.enqueue('up.waiting', 'w' || i, '{}', '{"queue": "q_up"}') from generate_series(1, 3) i;
+end $$;
+-- one of them waits for a limit's slot (as jobs.admit leaves it)
+update jobs.job set blocked_on = 'up.limit|'
+ where id = (select min(id) from jobs.job where name = 'up.waiting');
+analyze jobs.job;
+
+create temp table seen on commit drop as
+select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job';
+create temp table unserved on commit drop as
+select * from jobs.unserved_jobs() where queue = 'q_up';
+select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job')
+            - (select seq_scan from seen), 0::bigint,
+          'unserved_jobs reads jobs.job by index only (no sequential scan)');
+select results_eq('select name, waiting from unserved',
+                  $$values ('up.waiting'::text, 3::bigint)$$,
+                  'the waiting jobs no live worker declares are counted, the blocked one too');
+
+select * from finish();
+rollback;
