@@ -564,11 +564,7 @@ stable
 set search_path = ''
 as $$
   select jobs.fleet_only('jobs.queue_stats_v2');  -- (sql/15_tenancy.sql)
-  with window_start as materialized (
-    select jobs.now() - coalesce(nullif(pg_catalog.current_setting('jobs.queue_stats_window', true),
-                                        ''), '24 hours')::interval as since
-  ),
-  listed as (  -- each branch reads one partial index (sql/00_schema.sql)
+  with listed as (  -- each branch reads one partial index (sql/00_schema.sql)
     select c.queue, c.name, c.state, c.run_at, c.blocked_on, c.deferred_by from jobs.job c
      where c.state in ('ready', 'interrupted') and c.blocked_on is null
     union all
@@ -586,7 +582,12 @@ as $$
     union all
     select f.queue, f.name, f.state, f.run_at, f.blocked_on, f.deferred_by from jobs.job f
      where f.finished_at is not null
-       and f.finished_at >= (select w.since from window_start w)
+       -- the window's start written out, not read from a subquery: the planner then
+       -- estimates the rows from its value and reads job_retention_idx, where a
+       -- subquery's unknown value was priced at a third of the table and read it whole
+       and f.finished_at >= jobs.now()
+             - coalesce(nullif(pg_catalog.current_setting('jobs.queue_stats_window', true), ''),
+                        '24 hours')::interval
        and f.state in ('succeeded', 'failed', 'cancelled')
   ),
   unserved as (  -- as jobs.unserved_jobs(), over the rows read above

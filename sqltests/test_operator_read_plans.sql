@@ -1,10 +1,12 @@
--- jobs.unserved_jobs (sql/45_workers.sql) reads the waiting rows through the claimable
--- and the blocked indexes, never the whole table: the dashboard asks it at every
--- refresh, and a table keeps its finished rows for as long as retention says. Shown on
--- 1,200 finished jobs beside 3 waiting ones (one of them blocked by a limit), analyzed
--- as autovacuum would: no sequential scan of jobs.job, and every waiting job counted.
+-- The operators' reads of a whole fleet read the rows they count through their partial
+-- indexes, never the whole table: the dashboard asks jobs.unserved_jobs
+-- (sql/45_workers.sql) at every refresh and the CLI's stats jobs.queue_stats_v2
+-- (sql/90_operator.sql), and a table keeps its finished rows for as long as retention
+-- says. Shown on 1,200 jobs that finished two days before (outside the stats' window of
+-- 24 hours) beside 3 waiting ones (one of them blocked by a limit), analyzed as
+-- autovacuum would: no sequential scan of jobs.job, and the counts right.
 begin;
-select plan(3);
+select plan(6);
 
 set local jobs.notify = off;
 do $$ begin
@@ -24,6 +26,7 @@ end $$;
 update jobs.job set blocked_on = 'up.limit|'
  where id = (select min(id) from jobs.job where name = 'up.waiting');
 analyze jobs.job;
+set local jobs.fake_now = '2099-01-01 00:00:00+00';  -- (the clock moved on: the finished jobs are old)
 
 create temp table seen on commit drop as
 select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job';
@@ -35,6 +38,19 @@ select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'job
 select results_eq('select name, waiting from unserved',
                   $$values ('up.waiting'::text, 3::bigint)$$,
                   'the waiting jobs no live worker declares are counted, the blocked one too');
+
+
+delete from seen;
+insert into seen select seq_scan from pg_stat_xact_user_tables
+ where schemaname = 'jobs' and relname = 'job';
+create temp table stats on commit drop as
+select * from jobs.queue_stats_v2() where queue = 'q_up';
+select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job')
+            - (select seq_scan from seen), 0::bigint,
+          'queue_stats_v2 reads jobs.job by index only (no sequential scan)');
+select is((select ready from stats), 3::bigint, 'queue_stats_v2 counts the 3 waiting jobs as ready');
+select is((select succeeded from stats), 0::bigint,
+          'the jobs that finished before its window are not counted');
 
 select * from finish();
 rollback;
