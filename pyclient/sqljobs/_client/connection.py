@@ -37,6 +37,7 @@ def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     result = cur.pgresult
     return result is not None and result.status == pq.ExecStatus.TUPLES_OK
 
+
 class Client:
     """Runs calls synchronously on a psycopg connection or connection pool."""
 
