@@ -1,12 +1,12 @@
--- The operators' reads of a whole fleet read the rows they count through their partial
--- indexes, never the whole table: the dashboard asks jobs.unserved_jobs
--- (sql/45_workers.sql) at every refresh and the CLI's stats jobs.queue_stats_v2
--- (sql/90_operator.sql), and a table keeps its finished rows for as long as retention
--- says. Shown on 1,200 jobs that finished two days before (outside the stats' window of
+-- The operators' reads of a whole fleet read the rows they need through indexes, never
+-- the whole table: the dashboard asks jobs.unserved_jobs (sql/45_workers.sql) at every
+-- refresh and jobs.list_jobs (sql/92_introspection.sql) for every page of its Jobs
+-- view, the CLI's stats jobs.queue_stats_v2 (sql/90_operator.sql), and a table keeps
+-- its finished rows for as long as retention says. Shown on 1,200 jobs that finished two days before (outside the stats' window of
 -- 24 hours) beside 3 waiting ones (one of them blocked by a limit), analyzed as
 -- autovacuum would: no sequential scan of jobs.job, and the counts right.
 begin;
-select plan(6);
+select plan(9);
 
 set local jobs.notify = off;
 do $$ begin
@@ -51,6 +51,18 @@ select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'job
 select is((select ready from stats), 3::bigint, 'queue_stats_v2 counts the 3 waiting jobs as ready');
 select is((select succeeded from stats), 0::bigint,
           'the jobs that finished before its window are not counted');
+
+delete from seen;
+insert into seen select seq_scan from pg_stat_xact_user_tables
+ where schemaname = 'jobs' and relname = 'job';
+create temp table newest on commit drop as select id from jobs.list_jobs('{}'::jsonb, null, 10);
+create temp table waiting on commit drop as
+select id from jobs.list_jobs('{"state": "ready", "queue": "q_up"}'::jsonb);
+select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job')
+            - (select seq_scan from seen), 0::bigint,
+          'list_jobs reads a page by index, with or without a state filter (no sequential scan)');
+select is((select count(*)::int from newest), 10, 'a page of the newest jobs');
+select is((select count(*)::int from waiting), 3, 'a page of the ready jobs: the 3 waiting ones');
 
 select * from finish();
 rollback;
