@@ -48,6 +48,9 @@ $$;
 
 -- The ids of at most p_max jobs matching p_filter in p_states (only those still
 -- waiting when p_waiting), locked with skip locked, oldest first. Validates the filter.
+-- It and jobs.count_where are planned for the states and filter of each call (custom
+-- plans), so that a few dead jobs are found through job_dead_idx and a backlog through
+-- its partial index: a plan made for any states can only read the whole table.
 create or replace function jobs.ids_where(
   p_filter  jsonb,
   p_states  jobs.job_state[],
@@ -58,9 +61,13 @@ returns bigint[]
 language plpgsql
 volatile
 set search_path = ''
+set plan_cache_mode = force_custom_plan
 as $$
 declare
   v_states jobs.job_state[];
+  -- only final states: said again as `finished_at is not null` (every final row has it),
+  -- which job_retention_idx's predicate needs before the plan may read it
+  v_final  boolean := p_states <@ '{succeeded,failed,dead,cancelled}'::jobs.job_state[];
 begin
   p_filter := jobs.tenant_filter(p_filter);  -- a bound session: its tenant only
   if p_filter is null or pg_catalog.jsonb_typeof(p_filter) <> 'object'
@@ -83,6 +90,7 @@ begin
     select j.id
       from jobs.job j
      where j.state = any (p_states)
+       and (not v_final or j.finished_at is not null)
        and (v_states is null or j.state = any (v_states))
        and (p_filter->'queue' is null or j.queue = any (jobs.filter_values(p_filter, 'queue')))
        and (p_filter->'name' is null or j.name = any (jobs.filter_values(p_filter, 'name')))
@@ -100,18 +108,27 @@ create or replace function jobs.count_where(
   p_waiting boolean default false
 )
 returns bigint
-language sql
+language plpgsql
 stable
 set search_path = ''
+set plan_cache_mode = force_custom_plan
 as $$
-  select pg_catalog.count(*)
-    from jobs.job j, (select jobs.tenant_filter(p_filter) as f) t  -- a bound session: its tenant
-   where j.state = any (p_states)
-     and (t.f->'state' is null or j.state = any (jobs.filter_values(t.f, 'state')::jobs.job_state[]))
-     and (t.f->'queue' is null or j.queue = any (jobs.filter_values(t.f, 'queue')))
-     and (t.f->'name' is null or j.name = any (jobs.filter_values(t.f, 'name')))
-     and (t.f->'tenant' is null or j.tenant = any (jobs.filter_values(t.f, 'tenant')))
-     and (not p_waiting or j.state = 'parked' or j.run_at > jobs.now())
+declare
+  v_filter jsonb := jobs.tenant_filter(p_filter);  -- a bound session: its tenant
+  v_final  boolean := p_states <@ '{succeeded,failed,dead,cancelled}'::jobs.job_state[];
+begin
+  return (  -- (as jobs.ids_where reads them)
+    select pg_catalog.count(*)
+      from jobs.job j
+     where j.state = any (p_states)
+       and (not v_final or j.finished_at is not null)
+       and (v_filter->'state' is null
+            or j.state = any (jobs.filter_values(v_filter, 'state')::jobs.job_state[]))
+       and (v_filter->'queue' is null or j.queue = any (jobs.filter_values(v_filter, 'queue')))
+       and (v_filter->'name' is null or j.name = any (jobs.filter_values(v_filter, 'name')))
+       and (v_filter->'tenant' is null or j.tenant = any (jobs.filter_values(v_filter, 'tenant')))
+       and (not p_waiting or j.state = 'parked' or j.run_at > jobs.now()));
+end
 $$;
 
 -- Refuse a one-job verb on a missing job or one in a refused state. Locks the row.

@@ -1,12 +1,13 @@
 -- The operators' reads of a whole fleet read the rows they need through indexes, never
 -- the whole table: the dashboard asks jobs.unserved_jobs (sql/45_workers.sql) at every
 -- refresh and jobs.list_jobs (sql/92_introspection.sql) for every page of its Jobs
--- view, the CLI's stats jobs.queue_stats_v2 (sql/90_operator.sql), and a table keeps
--- its finished rows for as long as retention says. Shown on 1,200 jobs that finished two days before (outside the stats' window of
+-- view, the CLI's stats jobs.queue_stats_v2 and the bulk verbs' jobs.ids_where and
+-- jobs.count_where (sql/90_operator.sql), and a table keeps its finished rows for as
+-- long as retention says. Shown on 1,200 jobs that finished two days before (outside the stats' window of
 -- 24 hours) beside 3 waiting ones (one of them blocked by a limit), analyzed as
 -- autovacuum would: no sequential scan of jobs.job, and the counts right.
 begin;
-select plan(9);
+select plan(11);
 
 set local jobs.notify = off;
 do $$ begin
@@ -17,8 +18,15 @@ select id, claim from jobs.claim('{q_up}', 'w', 1000, 30)
 union all
 select id, claim from jobs.claim('{q_up}', 'w', 1000, 30);
 create temp table acked on commit drop as
-select a.ok from jobs.ack_many((select array_agg(id) from c), (select array_agg(claim) from c), null) a;
-select is((select count(*)::int from acked where ok), 1200, 'the 1,200 jobs are settled');
+select a.ok from jobs.ack_many((select array_agg(id) from (select id from c order by id limit 1190) x),
+                               (select array_agg(claim) from (select id, claim from c order by id limit 1190) x),
+                               null) a
+union all
+select n.ok from jobs.nack_many((select array_agg(id) from (select id from c order by id offset 1190) x),
+                                (select array_agg(claim) from (select id, claim from c order by id offset 1190) x),
+                                null, array_fill('fail'::text, array[10]), null) n;
+select is((select count(*)::int from acked where ok), 1200,
+          'the 1,200 jobs are settled: 1,190 succeeded, 10 failed for good');
 do $$ begin
   perform jobs.enqueue('up.waiting', 'w' || i, '{}', '{"queue": "q_up"}') from generate_series(1, 3) i;
 end $$;
@@ -63,6 +71,18 @@ select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'job
           'list_jobs reads a page by index, with or without a state filter (no sequential scan)');
 select is((select count(*)::int from newest), 10, 'a page of the newest jobs');
 select is((select count(*)::int from waiting), 3, 'a page of the ready jobs: the 3 waiting ones');
+
+-- the bulk retry of every failed job of the queue: found through job_retention_idx
+delete from seen;
+insert into seen select seq_scan from pg_stat_xact_user_tables
+ where schemaname = 'jobs' and relname = 'job';
+create temp table retried on commit drop as
+select * from jobs.requeue_where('{"queue": "q_up"}'::jsonb, 1000);
+select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job')
+            - (select seq_scan from seen), 0::bigint,
+          'requeue_where finds and counts the failed jobs by index (no sequential scan)');
+select results_eq('select moved, remaining from retried', $$values (10, 0::bigint)$$,
+                  'requeue_where retries the 10 failed jobs, none left');
 
 select * from finish();
 rollback;

@@ -4749,6 +4749,91 @@ comment on function jobs.consumers() is 'Every stream consumer''s cursor, turns 
 
 -- === sql/90_operator.sql ===
 
+-- The ids of at most p_max jobs matching p_filter in p_states (only those still
+-- waiting when p_waiting), locked with skip locked, oldest first. Validates the filter.
+-- It and jobs.count_where are planned for the states and filter of each call (custom
+-- plans), so that a few dead jobs are found through job_dead_idx and a backlog through
+-- its partial index: a plan made for any states can only read the whole table.
+create or replace function jobs.ids_where(
+  p_filter  jsonb,
+  p_states  jobs.job_state[],
+  p_max     integer,
+  p_waiting boolean default false
+)
+returns bigint[]
+language plpgsql
+volatile
+set search_path = ''
+set plan_cache_mode = force_custom_plan
+as $$
+declare
+  v_states jobs.job_state[];
+  -- only final states: said again as `finished_at is not null` (every final row has it),
+  -- which job_retention_idx's predicate needs before the plan may read it
+  v_final  boolean := p_states <@ '{succeeded,failed,dead,cancelled}'::jobs.job_state[];
+begin
+  p_filter := jobs.tenant_filter(p_filter);  -- a bound session: its tenant only
+  if p_filter is null or pg_catalog.jsonb_typeof(p_filter) <> 'object'
+     or exists (select 1 from pg_catalog.jsonb_object_keys(p_filter) k
+                 where k not in ('queue', 'name', 'state', 'tenant')) then
+    perform jobs.raise_error('invalid_argument',
+      'filter must be a JSON object with only queue, name, state, tenant');
+  end if;
+  if p_max is null or p_max not between 1 and 10000 then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('max must be between 1 and 10000, got %s', p_max));
+  end if;
+  begin
+    v_states := jobs.filter_values(p_filter, 'state')::jobs.job_state[];
+  exception when invalid_text_representation then
+    perform jobs.raise_error('invalid_argument', 'filter.state names an unknown state',
+      null, 'states: ready, running, parked, succeeded, failed, dead, cancelled, interrupted');
+  end;
+  return array(
+    select j.id
+      from jobs.job j
+     where j.state = any (p_states)
+       and (not v_final or j.finished_at is not null)
+       and (v_states is null or j.state = any (v_states))
+       and (p_filter->'queue' is null or j.queue = any (jobs.filter_values(p_filter, 'queue')))
+       and (p_filter->'name' is null or j.name = any (jobs.filter_values(p_filter, 'name')))
+       and (p_filter->'tenant' is null or j.tenant = any (jobs.filter_values(p_filter, 'tenant')))
+       and (not p_waiting or j.state = 'parked' or j.run_at > jobs.now())
+     order by j.id
+     limit p_max
+       for update skip locked);
+end
+$$;
+
+create or replace function jobs.count_where(
+  p_filter  jsonb,
+  p_states  jobs.job_state[],
+  p_waiting boolean default false
+)
+returns bigint
+language plpgsql
+stable
+set search_path = ''
+set plan_cache_mode = force_custom_plan
+as $$
+declare
+  v_filter jsonb := jobs.tenant_filter(p_filter);  -- a bound session: its tenant
+  v_final  boolean := p_states <@ '{succeeded,failed,dead,cancelled}'::jobs.job_state[];
+begin
+  return (  -- (as jobs.ids_where reads them)
+    select pg_catalog.count(*)
+      from jobs.job j
+     where j.state = any (p_states)
+       and (not v_final or j.finished_at is not null)
+       and (v_filter->'state' is null
+            or j.state = any (jobs.filter_values(v_filter, 'state')::jobs.job_state[]))
+       and (v_filter->'queue' is null or j.queue = any (jobs.filter_values(v_filter, 'queue')))
+       and (v_filter->'name' is null or j.name = any (jobs.filter_values(v_filter, 'name')))
+       and (v_filter->'tenant' is null or j.tenant = any (jobs.filter_values(v_filter, 'tenant')))
+       and (not p_waiting or j.state = 'parked' or j.run_at > jobs.now()));
+end
+$$;
+
 -- ---------------------------------------------------------------------------
 -- The state changes, each written once and shared by the one-job and bulk forms.
 -- ---------------------------------------------------------------------------
