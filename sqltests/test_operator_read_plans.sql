@@ -7,7 +7,7 @@
 -- 24 hours) beside 3 waiting ones (one of them blocked by a limit), analyzed as
 -- autovacuum would: no sequential scan of jobs.job, and the counts right.
 begin;
-select plan(11);
+select plan(13);
 
 set local jobs.notify = off;
 do $$ begin
@@ -83,6 +83,19 @@ select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'job
           'requeue_where finds and counts the failed jobs by index (no sequential scan)');
 select results_eq('select moved, remaining from retried', $$values (10, 0::bigint)$$,
                   'requeue_where retries the 10 failed jobs, none left');
+
+-- the bulk cancel of every live job of the queue (the 3 waiting, the 10 retried):
+-- found through the claimable and the blocked index
+delete from seen;
+insert into seen select seq_scan from pg_stat_xact_user_tables
+ where schemaname = 'jobs' and relname = 'job';
+create temp table cancelled on commit drop as
+select * from jobs.cancel_where('{"queue": "q_up"}'::jsonb, 1000);
+select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job')
+            - (select seq_scan from seen), 0::bigint,
+          'cancel_where finds and counts the live jobs by index (no sequential scan)');
+select results_eq('select moved, remaining from cancelled', $$values (13, 0::bigint)$$,
+                  'cancel_where cancels the 13 live jobs, none left');
 
 select * from finish();
 rollback;

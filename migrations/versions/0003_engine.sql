@@ -4752,8 +4752,10 @@ comment on function jobs.consumers() is 'Every stream consumer''s cursor, turns 
 -- The ids of at most p_max jobs matching p_filter in p_states (only those still
 -- waiting when p_waiting), locked with skip locked, oldest first. Validates the filter.
 -- It and jobs.count_where are planned for the states and filter of each call (custom
--- plans), so that a few dead jobs are found through job_dead_idx and a backlog through
--- its partial index: a plan made for any states can only read the whole table.
+-- plans), and say again what every row of those states has, in the words of the
+-- partial indexes' predicates (sql/00_schema.sql): final rows a finish time
+-- (job_retention_idx); live rows a place in the claimable, blocked, lease or parked
+-- index. A plan made for any states can only read the whole table.
 create or replace function jobs.ids_where(
   p_filter  jsonb,
   p_states  jobs.job_state[],
@@ -4768,9 +4770,8 @@ set plan_cache_mode = force_custom_plan
 as $$
 declare
   v_states jobs.job_state[];
-  -- only final states: said again as `finished_at is not null` (every final row has it),
-  -- which job_retention_idx's predicate needs before the plan may read it
   v_final  boolean := p_states <@ '{succeeded,failed,dead,cancelled}'::jobs.job_state[];
+  v_live   boolean := p_states <@ '{ready,running,parked,interrupted}'::jobs.job_state[];
 begin
   p_filter := jobs.tenant_filter(p_filter);  -- a bound session: its tenant only
   if p_filter is null or pg_catalog.jsonb_typeof(p_filter) <> 'object'
@@ -4794,6 +4795,11 @@ begin
       from jobs.job j
      where j.state = any (p_states)
        and (not v_final or j.finished_at is not null)
+       and (not v_live
+            or (j.state in ('ready', 'interrupted') and j.blocked_on is null)
+            or (j.blocked_on is not null and j.state in ('ready', 'interrupted'))
+            or (j.state = 'running' and j.lease_expires_at is not null)
+            or j.state = 'parked')
        and (v_states is null or j.state = any (v_states))
        and (p_filter->'queue' is null or j.queue = any (jobs.filter_values(p_filter, 'queue')))
        and (p_filter->'name' is null or j.name = any (jobs.filter_values(p_filter, 'name')))
@@ -4819,12 +4825,18 @@ as $$
 declare
   v_filter jsonb := jobs.tenant_filter(p_filter);  -- a bound session: its tenant
   v_final  boolean := p_states <@ '{succeeded,failed,dead,cancelled}'::jobs.job_state[];
+  v_live   boolean := p_states <@ '{ready,running,parked,interrupted}'::jobs.job_state[];
 begin
-  return (  -- (as jobs.ids_where reads them)
+  return (  -- (read as jobs.ids_where reads them)
     select pg_catalog.count(*)
       from jobs.job j
      where j.state = any (p_states)
        and (not v_final or j.finished_at is not null)
+       and (not v_live
+            or (j.state in ('ready', 'interrupted') and j.blocked_on is null)
+            or (j.blocked_on is not null and j.state in ('ready', 'interrupted'))
+            or (j.state = 'running' and j.lease_expires_at is not null)
+            or j.state = 'parked')
        and (v_filter->'state' is null
             or j.state = any (jobs.filter_values(v_filter, 'state')::jobs.job_state[]))
        and (v_filter->'queue' is null or j.queue = any (jobs.filter_values(v_filter, 'queue')))
