@@ -276,6 +276,37 @@ def test_perform_gives_a_real_context_and_no_steps():
     result.assert_outcomes(passed=7)
 
 
+def test_a_one_pass_drain_whose_worker_ends_the_pass_before_the_drain_looks(
+        user: pytest.Pytester) -> None:
+    """The drain waits for its worker's first claim by looking at it now and then. A pass
+    of quick jobs can start every job, and so stop the worker, between two looks; the
+    drain must take that for a start, not for a worker that never started. The drain's
+    first look here waits for the worker to end the pass: that order, at any speed."""
+    user.makepyfile(userapp=APP, test_pass='''
+import asyncio
+
+import sqljobs.testing._drain as kit_drain
+from sqljobs.testing import drain
+from userapp import Mail, app, send_mail
+
+def test_the_pass_ran_whole_before_the_first_look(sqljobs_db, monkeypatch):
+    sqljobs_db.use(app)
+    send_mail.enqueue(Mail(to="ann@example.com"), key="1")
+    send_mail.enqueue(Mail(to="bob@example.com"), key="2")
+    look = kit_drain._look
+
+    async def first_look_after_the_pass(running, deadline, loop, left):
+        monkeypatch.setattr(kit_drain, "_look", look)
+        await asyncio.wait_for(asyncio.shield(running), 60)  # the worker ends the pass
+
+    monkeypatch.setattr(kit_drain, "_look", first_look_after_the_pass)
+    one = drain(app, until_empty=False)
+    assert [o.outcome for o in one.outcomes] == ["succeeded", "succeeded"]
+''')
+    result = run(user, "-q")
+    result.assert_outcomes(passed=1)
+
+
 def test_the_actor_and_tenant_filters_and_a_drain_of_some_queues_or_one_pass(
         user: pytest.Pytester) -> None:
     user.makepyfile(userapp=APP + '''

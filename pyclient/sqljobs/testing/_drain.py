@@ -176,7 +176,10 @@ async def drain_async(app: Deployed, *, queues: Sequence[str] | None = None,
     try:
         async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
             client = AsyncClient(conn)
-            while not worker.claiming:  # its queues are final once it claims
+            # Its queues are final once it claims. A pass of quick jobs can start them
+            # all, and so stop the worker (claiming is then false again), before this
+            # loop looks a second time: the pass's jobs all started says it started.
+            while not worker.claiming and (passing is None or collect.unstarted):
                 await _look(running, deadline, loop, "the worker did not start")
             while passing is not None:
                 ran = {o.job_id for o in collect.outcomes}
