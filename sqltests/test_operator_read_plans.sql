@@ -36,63 +36,53 @@ update jobs.job set blocked_on = 'up.limit|'
 analyze jobs.job;
 set local jobs.fake_now = '2099-01-01 00:00:00+00';  -- (the clock moved on: the finished jobs are old)
 
-create temp table seen on commit drop as
-select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job';
+-- this transaction's sequential scans of jobs.job so far
+create function pg_temp.job_scans() returns bigint language sql as $$
+  select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job'
+$$;
+create temp table seen on commit drop as select pg_temp.job_scans() as scans;
 create temp table unserved on commit drop as
 select * from jobs.unserved_jobs() where queue = 'q_up';
-select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job')
-            - (select seq_scan from seen), 0::bigint,
+select is(pg_temp.job_scans() - (select scans from seen), 0::bigint,
           'unserved_jobs reads jobs.job by index only (no sequential scan)');
 select results_eq('select name, waiting from unserved',
                   $$values ('up.waiting'::text, 3::bigint)$$,
                   'the waiting jobs no live worker declares are counted, the blocked one too');
 
 
-delete from seen;
-insert into seen select seq_scan from pg_stat_xact_user_tables
- where schemaname = 'jobs' and relname = 'job';
+update seen set scans = pg_temp.job_scans();
 create temp table stats on commit drop as
 select * from jobs.queue_stats_v2() where queue = 'q_up';
-select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job')
-            - (select seq_scan from seen), 0::bigint,
+select is(pg_temp.job_scans() - (select scans from seen), 0::bigint,
           'queue_stats_v2 reads jobs.job by index only (no sequential scan)');
 select is((select ready from stats), 3::bigint, 'queue_stats_v2 counts the 3 waiting jobs as ready');
 select is((select succeeded from stats), 0::bigint,
           'the jobs that finished before its window are not counted');
 
-delete from seen;
-insert into seen select seq_scan from pg_stat_xact_user_tables
- where schemaname = 'jobs' and relname = 'job';
+update seen set scans = pg_temp.job_scans();
 create temp table newest on commit drop as select id from jobs.list_jobs('{}'::jsonb, null, 10);
 create temp table waiting on commit drop as
 select id from jobs.list_jobs('{"state": "ready", "queue": "q_up"}'::jsonb);
-select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job')
-            - (select seq_scan from seen), 0::bigint,
+select is(pg_temp.job_scans() - (select scans from seen), 0::bigint,
           'list_jobs reads a page by index, with or without a state filter (no sequential scan)');
 select is((select count(*)::int from newest), 10, 'a page of the newest jobs');
 select is((select count(*)::int from waiting), 3, 'a page of the ready jobs: the 3 waiting ones');
 
 -- the bulk retry of every failed job of the queue: found through job_retention_idx
-delete from seen;
-insert into seen select seq_scan from pg_stat_xact_user_tables
- where schemaname = 'jobs' and relname = 'job';
+update seen set scans = pg_temp.job_scans();
 create temp table retried on commit drop as
 select * from jobs.requeue_where('{"queue": "q_up"}'::jsonb, 1000);
-select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job')
-            - (select seq_scan from seen), 0::bigint,
+select is(pg_temp.job_scans() - (select scans from seen), 0::bigint,
           'requeue_where finds and counts the failed jobs by index (no sequential scan)');
 select results_eq('select moved, remaining from retried', $$values (10, 0::bigint)$$,
                   'requeue_where retries the 10 failed jobs, none left');
 
 -- the bulk cancel of every live job of the queue (the 3 waiting, the 10 retried):
 -- found through the claimable and the blocked index
-delete from seen;
-insert into seen select seq_scan from pg_stat_xact_user_tables
- where schemaname = 'jobs' and relname = 'job';
+update seen set scans = pg_temp.job_scans();
 create temp table cancelled on commit drop as
 select * from jobs.cancel_where('{"queue": "q_up"}'::jsonb, 1000);
-select is((select seq_scan from pg_stat_xact_user_tables where schemaname = 'jobs' and relname = 'job')
-            - (select seq_scan from seen), 0::bigint,
+select is(pg_temp.job_scans() - (select scans from seen), 0::bigint,
           'cancel_where finds and counts the live jobs by index (no sequential scan)');
 select results_eq('select moved, remaining from cancelled', $$values (13, 0::bigint)$$,
                   'cancel_where cancels the 13 live jobs, none left');
