@@ -137,6 +137,19 @@ def test_importing_sqljobs_loads_neither_the_runtime_nor_the_cli_nor_extras() ->
         assert heavy not in loaded, f"import sqljobs loaded {heavy}"
 
 
+def test_the_cli_loads_alembic_only_for_the_commands_that_migrate() -> None:
+    # A restarted worker's jobs wait for it while it starts: the CLI that starts it
+    # loads no schema tooling (Alembic and SQLAlchemy were a third of its start-up).
+    code = ("import json, sys; from sqljobs._cli import main; "
+            "print(json.dumps(sorted(m for m in sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    loaded = set(json.loads(out.stdout))
+    assert "sqljobs._cli.main" in loaded, "the CLI did not load"
+    for heavy in ("alembic", "sqlalchemy"):
+        assert heavy not in loaded, f"the CLI loaded {heavy} before any command ran"
+
+
 def test_the_public_names_are_exported_and_resolve() -> None:
     assert set(sqljobs.__all__) == PUBLIC
     for name in sorted(PUBLIC):

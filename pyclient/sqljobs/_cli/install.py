@@ -5,14 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 import psycopg
-import sqlalchemy.exc
 import typer
 
 from sqljobs._cli.common import DsnOption, console, database_errors, dsn_of
 from sqljobs._client import queries
 from sqljobs._client.connection import Client
 from sqljobs._client.errors import translate
-from sqljobs._schema import migrate as migrate_module
 from sqljobs._version import SCHEMA_VERSION
 
 
@@ -21,6 +19,13 @@ def migrate(
     sql: Annotated[bool, typer.Option(help="Print the SQL instead of running it.")] = False,
 ) -> None:
     """Install or upgrade the sqljobs schema (the `jobs` schema) in a database."""
+    # Alembic and SQLAlchemy load here, not with the CLI: they are a third of its start-up,
+    # and a worker's restart (its jobs wait for it when it was the one that may run them)
+    # needs neither.
+    import sqlalchemy.exc
+
+    from sqljobs._schema import migrate as migrate_module
+
     if sql:
         typer.echo(migrate_module.render_sql(), nl=False)
         return
