@@ -52,14 +52,18 @@ def write_report(path: Path, profile: Profile, outcomes: list[Outcome], seconds:
     lines += ["", "## Recovery per job a killed worker held (s)", "",
               "From the SIGKILL to the job's next run (**run**), to lease recovery taking it "
               "back (**recovered**: the target, lease + 2 polls = 2.4 s), and from its "
-              "lease's expiry to that recovery (**lapse**). A run also waits for a free "
+              "lease's expiry to that recovery (**lapse**), and from when a worker that may "
+              "recover it ran, at or after that expiry (**lapse, recoverer up**: a worker "
+              "bound to another tenant may not, and a killed one's replacement starts "
+              "first). A run also waits for a free "
               "slot and can be cut by the next kill; a job its worker had settled before "
               "the kill is not recovered.", "",
               "| scenario | jobs held at kills | measure | n | p50 | p90 | p99 | max |",
               "|---|---|---|---|---|---|---|---|"]
     for o in outcomes:
         for key, measure in (("recovery_s", "run"), ("lease_recovered_s", "recovered"),
-                             ("lapse_to_recovery_s", "lapse")):
+                             ("lapse_to_recovery_s", "lapse"),
+                             ("recoverer_to_recovery_s", "lapse, recoverer up")):
             r = o.figures.get(key)
             if r:
                 lines.append(f"| {o.scenario} | {o.figures['jobs_held_at_kills']} | {measure} "

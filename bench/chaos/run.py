@@ -474,7 +474,7 @@ def checks(conn: psycopg.Connection[Any], outcome: Outcome) -> dict[str, Any]:
         "ticks_run_twice": q("select count(*) from (select job_id from public.chaos_exec "
                              "where kind = 'tick' group by job_id having count(*) > 1) t"),
     }
-    delays, recoveries, lapses = [], [], []
+    delays, recoveries, lapses, waits = [], [], [], []
     for kill in outcome.kills:
         for job_id, claim in kill.held.items():
             rerun = q("select min(at) from public.chaos_exec where job_id = %s and claim > %s",
@@ -489,11 +489,16 @@ def checks(conn: psycopg.Connection[Any], outcome: Outcome) -> dict[str, Any]:
             if taken is not None:
                 recoveries.append((taken[0] - kill.at).total_seconds())
                 lapses.append((taken[0] - taken[1]).total_seconds())
+                # and from when a worker that may recover it ran (one bound to another
+                # tenant may not): the engine's part once the fleet could do it
+                since = conn.execute(RECOVERABLE, (taken[1], job_id, taken[1])).fetchone()[0]
+                if since is not None:
+                    waits.append(max((taken[0] - since).total_seconds(), 0.0))
     figures["kills"] = len(outcome.kills)
     figures["worker_restarts"] = outcome.restarts
     figures["jobs_held_at_kills"] = sum(len(k.held) for k in outcome.kills)
     for key, values in (("recovery_s", delays), ("lease_recovered_s", recoveries),
-                        ("lapse_to_recovery_s", lapses)):
+                        ("lapse_to_recovery_s", lapses), ("recoverer_to_recovery_s", waits)):
         if values:
             figures[key] = _spread(values)
     if outcome.scenario == "limits":
@@ -544,6 +549,18 @@ RECOVERED = """
 select (a->'error'->>'at')::timestamptz, (a->>'ended_at')::timestamptz
   from jobs.job j, jsonb_array_elements(j.attempts) a
  where j.id = %s and a->>'outcome' = 'lease_expired' and (a->>'claim')::bigint = %s::bigint >> 32
+"""
+
+
+# From when, at or after a lapsed lease's expiry, a worker that may recover the job was
+# running: one not bound to another tenant, registered (jobs.worker.started_at) and not
+# SIGKILLed before that moment. Null when none ever was.
+RECOVERABLE = """
+select greatest(%s::timestamptz, min(w.started_at))
+  from jobs.worker w, jobs.job j
+ where j.id = %s and (w.tenant is null or w.tenant = j.tenant)
+   and not exists (select from public.chaos_kill k
+                    where k.pid = w.pid and k.at <= %s::timestamptz)
 """
 
 
