@@ -3,7 +3,7 @@
 -- refusals (the same codes and messages, nothing written), singletons. Its wake-ups:
 -- test_wake_callers.sql.
 begin;
-select plan(24);
+select plan(28);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
@@ -106,6 +106,25 @@ select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job"}', array['k1', 
 reset jobs.max_payload_bytes;
 select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job", "on_conflict": "error"}', array['zz', 'a']) $$,
                  'SJ003', null, 'on_conflict error: a key that has a job is refused');
+-- A spec enqueue_many would refuse in every copy is refused before it is copied once per
+-- key (a 45 kB spec nested 5,000 deep times 10,000 keys took a backend's memory until
+-- the OOM killer stopped the server; the SQL fuzz test found it): the same refusals.
+select throws_ok($$ select jobs.enqueue_batch(('{"a":' || repeat('{"a":', 4999) || '1'
+                                               || repeat('}', 5000))::jsonb,
+                                              array_fill('q'::text, array[1000])) $$, 'SJ001',
+                 'sqljobs.invalid_argument: spec 1: unknown field ''a''',
+                 'a deep unknown field, a thousand keys: spec 1''s problem');
+select throws_ok($$ select jobs.enqueue_batch(('{"name": "eb.job", "actor": ' || repeat('{"a":', 5000)
+                                               || '1' || repeat('}', 5000) || '}')::jsonb,
+                                              array_fill('q'::text, array[1000])) $$, 'SJ023',
+                 'sqljobs.invalid_actor: spec 1: an actor must be at most 512 bytes as JSON, this one is 35001',
+                 'a deep actor, a thousand keys: spec 1''s actor');
+select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job", "actor": ""}', array['k1', '']) $$,
+                 'SJ001', 'sqljobs.invalid_argument: spec 2: key is required (the idempotency key)',
+                 'a bad actor and a bad key: the key first, as enqueue_many checks them');
+select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job", "actor": ""}', array['k1', 'k2']) $$,
+                 'SJ023', 'sqljobs.invalid_actor: spec 1: an actor must not be empty',
+                 'a bad actor: spec 1''s, as enqueue_many names it');
 select is(jobs_test.jobs(), (select n from before), 'no refused call wrote a job');
 
 -- ---------------------------------------------------------------- debounce goes through enqueue_many
