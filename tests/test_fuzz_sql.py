@@ -291,13 +291,22 @@ def test_every_public_function_takes_bad_input(
                 fuzzer(role_conns[role], fuzz_conn, collector, statement,
                        f"jobs.{name} as {role}", types, examples, accepted, role)()
             except AssertionError as defect:
-                defects.append(str(defect).splitlines()[0])
+                defects.append(found_by(defect))
             except ExceptionGroup as found:  # hypothesis found several distinct defects
-                defects += [str(defect).splitlines()[0] for defect in found.exceptions]
+                defects += [found_by(defect) for defect in found.exceptions]
     assert not defects, "\n".join(defects)
     # (the checks after an accepted call ran, as each role)
     assert all(accepted[role] > 0 for role in
                ("sqljobs_producer", "sqljobs_worker", "sqljobs_operator")), accepted
+
+
+def found_by(defect: BaseException) -> str:
+    """A defect's first line, and the start of the example Hypothesis found it with (its
+    note), so that a failed run says which input to try again."""
+    first = str(defect).splitlines()[0]
+    notes = [" ".join(n.split()) for n in getattr(defect, "__notes__", [])
+             if n.startswith(("Failing test case", "Falsifying example"))]
+    return f"{first}; {notes[0][:400]}" if notes else first
 
 
 def fuzzer(conn: psycopg.Connection[Any], admin: psycopg.Connection[Any], collector: Any,
