@@ -139,7 +139,7 @@ def test_importing_sqljobs_loads_neither_the_runtime_nor_the_cli_nor_extras() ->
 
 def test_the_cli_loads_alembic_only_for_the_commands_that_migrate() -> None:
     # A restarted worker's jobs wait for it while it starts: the CLI that starts it
-    # loads no schema tooling (Alembic and SQLAlchemy were a third of its start-up).
+    # loads no schema tooling (Alembic and SQLAlchemy were about 40% of its start-up).
     code = ("import json, sys; from sqljobs._cli import main; "
             "print(json.dumps(sorted(m for m in sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

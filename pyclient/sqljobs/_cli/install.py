@@ -19,7 +19,7 @@ def migrate(
     sql: Annotated[bool, typer.Option(help="Print the SQL instead of running it.")] = False,
 ) -> None:
     """Install or upgrade the sqljobs schema (the `jobs` schema) in a database."""
-    # Alembic and SQLAlchemy load here, not with the CLI: they are a third of its start-up,
+    # Alembic and SQLAlchemy load here, not with the CLI: they were about 40% of its start-up,
     # and a worker's restart (its jobs wait for it when it was the one that may run them)
     # needs neither.
     import sqlalchemy.exc
