@@ -28,10 +28,66 @@
 --          slots free leaves recovery to its periodic (poll) claims, which keep the
 --          default true, and calls jobs.recover on its poll when it has no slot free
 --          to claim with: recovery stays within lease TTL + one poll.
+--          {"after": {"<queue>": [priority, "<run_at>"], ..}} a claim cursor: in that
+--          queue, pick only jobs at or after that place in line, and jobs of better
+--          priority. A scan from the head steps over every entry of a job claimed
+--          since the oldest snapshot still open (no vacuum may remove them: a report,
+--          a session idle in transaction); a cursor starts past them. What it misses
+--          is a job made claimable behind it (a lapsed lease recovered, a job handed
+--          back or interrupted, a limit's waiter freed, an enqueue whose run_at is
+--          older than the cursor): a claim without a cursor takes those. The worker
+--          keeps one per queue from the `run_at` each claim answers, a few seconds
+--          back (commit order is not run_at order), and asks jobs.claimable_behind
+--          (below) on each poll whether it must read a queue from its head again
+--          (pyclient/sqljobs/_runtime/worker/claiming.py). Ignored when limits exist
+--          (their freed waiters are all behind) and by a claim whose RECOVER phase
+--          moved a job.
 -- Locks: row locks only, all taken with skip locked; with limits, each limit group's
 -- lock row of the candidates too (jobs.lock_keys, in group order), held to commit.
 -- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a missing
 --         worker, limit outside 1..1000, lease_s <= 0, or a bad option.
+
+-- jobs.check_claim_cursor(after, queues): options.after of a claim must be an object
+-- whose keys are queues of the claim, each [priority, "run_at"] (a smallint and a
+-- timestamp with its time zone); invalid_argument (SJ001) says which part is not.
+create or replace function jobs.check_claim_cursor(p_after jsonb, p_queues text[])
+returns void
+language plpgsql
+stable  -- reads the session's time zone
+set search_path = ''
+as $$
+declare
+  v_queue text;
+  v_pos   jsonb;
+begin
+  if pg_catalog.jsonb_typeof(p_after) <> 'object' then
+    perform jobs.raise_error('invalid_argument',
+      'options.after must be an object {"<queue>": [priority, "<run_at>"]}');
+  end if;
+  for v_queue, v_pos in select e.key, e.value from pg_catalog.jsonb_each(p_after) e loop
+    if not v_queue = any (p_queues) then
+      perform jobs.raise_error('invalid_argument', pg_catalog.format(
+        'options.after names queue %L, which this claim does not claim from', v_queue));
+    end if;
+    if pg_catalog.jsonb_typeof(v_pos) <> 'array' or pg_catalog.jsonb_array_length(v_pos) <> 2
+       or pg_catalog.jsonb_typeof(v_pos->0) <> 'number'
+       or pg_catalog.jsonb_typeof(v_pos->1) <> 'string'
+       or (v_pos->>0)::numeric not between -32768 and 32767
+       or pg_catalog.scale((v_pos->>0)::numeric) > 0 then
+      perform jobs.raise_error('invalid_argument', pg_catalog.format(
+        'options.after of queue %L must be [priority, "run_at"], a whole priority '
+        'and a timestamp, got %s', v_queue, pg_catalog.left(v_pos::text, 200)));
+    end if;
+    begin
+      perform (v_pos->>1)::timestamptz;
+    exception when others then
+      perform jobs.raise_error('invalid_argument', pg_catalog.format(
+        'options.after of queue %L: %L is not a timestamp', v_queue,
+        pg_catalog.left(v_pos->>1, 200)));
+    end;
+  end loop;
+end
+$$;
 
 create or replace function jobs.claim_v2(
   p_queues  text[],
@@ -62,7 +118,8 @@ returns table (
   started_at       timestamptz,  -- this claim's time on the database clock
   steps            jsonb,        -- stored durable steps {name: value} and their order
                                  -- {"sqljobs.order": [names]}; null when none
-  actor            jsonb         -- who asked for the job (null: nobody said)
+  actor            jsonb,        -- who asked for the job (null: nobody said)
+  run_at           timestamptz   -- its place in line when claimed (options.after)
 )
 language plpgsql
 volatile
@@ -92,6 +149,9 @@ declare
   v_ids     bigint[];  -- limited: the candidates
   v_tenant  text := jobs.bound_tenant();  -- a bound session claims its tenant's jobs only
   v_seed    bigint := jobs.random32();     -- the claim tokens' random half
+  v_after   jsonb;      -- options.after: per queue, the cursor [priority, run_at]
+  v_after_p smallint[];      -- per queue of v_queues: the cursor's priority ...
+  v_after_r timestamptz[];   -- ... and run_at (the head when none: -32768, -infinity)
 begin
   -- GUARD
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
@@ -110,9 +170,14 @@ begin
   end if;
   if p_options is null or pg_catalog.jsonb_typeof(p_options) <> 'object'
      or exists (select 1 from pg_catalog.jsonb_object_keys(p_options) k
-                 where k not in ('names', 'recover', 'version')) then
+                 where k not in ('names', 'recover', 'version', 'after')) then
     perform jobs.raise_error('invalid_argument',
-      'options takes only {"names": [...], "recover": true|false, "version": "..."}');
+      'options takes only {"names": [...], "recover": true|false, "version": "...", '
+      '"after": {...}}');
+  end if;
+  if p_options ? 'after' then
+    v_after := p_options->'after';
+    perform jobs.check_claim_cursor(v_after, p_queues);
   end if;
   if p_options ? 'version' then
     if pg_catalog.jsonb_typeof(p_options->'version') <> 'string' then
@@ -131,9 +196,10 @@ begin
     v_names := array(select pg_catalog.jsonb_array_elements_text(p_options->'names'));
   end if;
 
-  -- RECOVER (jobs.recover, below): lapsed leases, due parked jobs, free slots.
-  if coalesce((p_options->>'recover')::boolean, true) then
-    perform jobs.recover(p_queues);
+  -- RECOVER (jobs.recover, below): lapsed leases, due parked jobs, free slots. What it
+  -- moved is back in its place in line, behind any cursor: this claim reads the heads.
+  if coalesce((p_options->>'recover')::boolean, true) and jobs.recover(p_queues) > 0 then
+    v_after := null;
   end if;
 
   -- PICK: paused queues are left out.
@@ -141,6 +207,11 @@ begin
     select q.name
       from pg_catalog.unnest(p_queues) as q(name)
      where not exists (select 1 from jobs.queue pq where pq.name = q.name and pq.paused));
+  -- each queue's cursor, or its head
+  select pg_catalog.array_agg(coalesce((v_after->q.name->>0)::smallint, -32768) order by q.o),
+         pg_catalog.array_agg(coalesce((v_after->q.name->>1)::timestamptz, '-infinity') order by q.o)
+    into v_after_p, v_after_r
+    from pg_catalog.unnest(v_queues) with ordinality as q(name, o);
 
   -- LIMITS (sql/35_limits.sql), only once any limit exists: pick more candidates
   -- than asked for, and claim those jobs.admit lets run (below).
@@ -186,19 +257,37 @@ begin
   return query
     with picked as materialized (
       (select c.id, c.priority, c.run_at, null::text[] as slots, v_now as started_at
-         from pg_catalog.unnest(v_queues) as q(name)
+         from rows from (pg_catalog.unnest(v_queues), pg_catalog.unnest(v_after_p),
+                         pg_catalog.unnest(v_after_r)) as q(name, after_p, after_r)
          cross join lateral (
+           -- better priorities than the cursor's, from the head (none without a cursor),
+           -- then from the cursor on: two seeks of job_claimable_idx, in claim order
+           select b.id, b.priority, b.run_at from (
            select r.id, r.priority, r.run_at
-             from jobs.job r
-            where r.state in ('ready', 'interrupted') and r.blocked_on is null
-              and r.queue = q.name
-              and r.run_at <= v_now
-              and (v_names is null or r.name = any (v_names))
-              and (v_tenant is null or r.tenant = v_tenant)
-              and (v_version is null or r.code_version is null or r.code_version = v_version)
-            order by r.priority, r.run_at, r.id
-            limit p_limit
-              for update skip locked) as c
+              from jobs.job r
+             where r.state in ('ready', 'interrupted') and r.blocked_on is null
+               and r.queue = q.name and r.priority < q.after_p
+               and r.run_at <= v_now
+               and (v_names is null or r.name = any (v_names))
+               and (v_tenant is null or r.tenant = v_tenant)
+               and (v_version is null or r.code_version is null or r.code_version = v_version)
+             order by r.priority, r.run_at, r.id
+             limit p_limit
+               for update skip locked) b
+           union all
+           select a.id, a.priority, a.run_at from (
+           select r.id, r.priority, r.run_at
+              from jobs.job r
+             where r.state in ('ready', 'interrupted') and r.blocked_on is null
+               and r.queue = q.name and (r.priority, r.run_at) >= (q.after_p, q.after_r)
+               and r.run_at <= v_now
+               and (v_names is null or r.name = any (v_names))
+               and (v_tenant is null or r.tenant = v_tenant)
+               and (v_version is null or r.code_version is null or r.code_version = v_version)
+             order by r.priority, r.run_at, r.id
+             limit p_limit
+               for update skip locked) a
+           limit p_limit) as c
         where not v_limited
         order by c.priority, c.run_at, c.id
         limit p_limit)
@@ -254,7 +343,8 @@ begin
                                 from jobs.event_wait w where w.job_id = c.id))
                 from jobs.step s where s.job_id = c.id)
            end,
-           c.actor
+           c.actor,
+           c.picked_run_at
       from claimed c
      order by c.priority, c.picked_run_at, c.id;
 end
@@ -262,6 +352,62 @@ $$;
 
 comment on function jobs.claim_v2(text[], text, integer, double precision, jsonb) is
   'Claim up to p_limit jobs from p_queues under a new claim token and a lease, each with its actor; recovers lapsed leases.';
+
+-- ---------------------------------------------------------------------------
+-- jobs.claimable_behind(queues, after, names, version) -> the queues of `after` (a
+-- claim's cursors, as options.after) that hold a job this claimer could claim but a
+-- claim with that cursor would not: of the cursor's priority and earlier in line. A
+-- worker asks on each poll, on a connection of its own, and reads those queues from
+-- the head again: the walk over the entries a held snapshot keeps is made once a poll,
+-- beside the claims, instead of in every claim. names and version filter as the
+-- claim's options do; a bound session sees its tenant's jobs only. Reads only.
+-- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a bad
+-- cursor (as jobs.claim_v2) or version.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.claimable_behind(
+  p_queues  text[],
+  p_after   jsonb,
+  p_names   text[] default null,
+  p_version text default null
+)
+returns text[]
+language plpgsql
+stable
+set search_path = ''
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
+as $$
+declare
+  v_tenant text := jobs.bound_tenant();
+begin
+  if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
+    perform jobs.raise_error('queues_required', 'claimable_behind needs at least one queue',
+                             null, 'pass the queues this worker serves');
+  end if;
+  perform jobs.check_claim_cursor(coalesce(p_after, 'null'), p_queues);
+  if p_version is not null then
+    perform jobs.check_name(p_version, 'version');
+  end if;
+  return array(
+    select c.key
+      from pg_catalog.jsonb_each(p_after) c
+     where exists (
+       select from jobs.job r
+        where r.state in ('ready', 'interrupted') and r.blocked_on is null
+          and r.queue = c.key
+          and r.priority = (c.value->>0)::smallint
+          and r.run_at < (c.value->>1)::timestamptz
+          and (p_names is null or r.name = any (p_names))
+          and (v_tenant is null or r.tenant = v_tenant)
+          and (p_version is null or r.code_version is null or r.code_version = p_version))
+     order by c.key);
+end
+$$;
+
+comment on function jobs.claimable_behind(text[], jsonb, text[], text) is
+  'The queues whose claim cursor (options.after of jobs.claim_v2) has a claimable job behind it.';
 
 -- ---------------------------------------------------------------------------
 -- jobs.claim(queues, worker, limit, lease_s, options): jobs.claim_v2 without its last

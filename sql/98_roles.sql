@@ -68,6 +68,7 @@ as $$
       ('sqljobs_worker', 'jobs.claim(text[],text,integer,double precision,jsonb)'),
       ('sqljobs_worker', 'jobs.claim_v2(text[],text,integer,double precision,jsonb)'),
       ('sqljobs_worker', 'jobs.recover(text[],integer)'),
+      ('sqljobs_worker', 'jobs.claimable_behind(text[],jsonb,text[],text)'),
       ('sqljobs_worker', 'jobs.ack(bigint,bigint,jsonb)'),
       ('sqljobs_worker', 'jobs.ack_many(bigint[],bigint[],jsonb[])'),
       ('sqljobs_worker', 'jobs.nack(bigint,bigint,jsonb,text,double precision)'),

@@ -216,7 +216,7 @@ def enqueue_chunks(specs: Sequence[JobSpec]) -> list[Call[list[Enqueued]]]:
 _CLAIMED_COLUMNS: LiteralString = (
     "id, name, queue, tenant, key, payload::text, priority, attempt, max_attempts, "
     "retry_base_s, retry_cap_s, retry_jitter, claim, lease_expires_at, timeout_s, "
-    "progress::text, traceparent, created_at, started_at, steps::text, actor::text"
+    "progress::text, traceparent, created_at, started_at, steps::text, actor::text, run_at"
 )
 # Where _CLAIMED_COLUMNS has them (and ClaimedJob's fields, in the same order).
 _CLAIMED_JSON: tuple[tuple[str, int], ...] = (
@@ -231,21 +231,42 @@ def claim(
     names: Sequence[str] | None = None,
     recover: bool = True,
     version: str | None = None,
+    after: Mapping[str, tuple[int, datetime]] | None = None,
 ) -> Call[list[ClaimedJob]]:
     """recover=False skips lapsed-lease recovery and parked wake-ups (a worker's claims
     as slots free; its periodic claims recover). version: only jobs first claimed with
-    this code version, or never claimed (it is recorded on a first claim)."""
+    this code version, or never claimed (it is recorded on a first claim). after: per
+    queue, a claim cursor (priority, run_at): only jobs at or after it in line, and of
+    better priorities (sql/30_claim.sql says what it misses)."""
     options: dict[str, Any] = {} if names is None else {"names": list(names)}
     if not recover:
         options["recover"] = False
     if version is not None:
         options["version"] = version
+    if after:
+        options["after"] = _cursor(after)
     return Call(
         # claim_v2: jobs.claim's columns and the actor (schema version 3)
         "select " + _CLAIMED_COLUMNS + " from jobs.claim_v2(%s, %s, %s, %s, %s)",
         (list(queues), worker, limit, lease_s, Jsonb(options)),
         _claimed, tuples=True,
     )
+
+
+def claimable_behind(queues: Sequence[str], after: Mapping[str, tuple[int, datetime]],
+                     names: Sequence[str] | None = None,
+                     version: str | None = None) -> Call[list[str]]:
+    """`jobs.claimable_behind`: the queues of these claim cursors with a job a claim
+    from the cursor would miss (read them from the head again)."""
+    return Call("select jobs.claimable_behind(%s, %s, %s, %s) as queues",
+                (list(queues), Jsonb(_cursor(after)),
+                 None if names is None else list(names), version),
+                _one("queues"))
+
+
+def _cursor(after: Mapping[str, tuple[int, datetime]]) -> dict[str, list[Any]]:
+    """Claim cursors in their wire form: {queue: [priority, run_at]}."""
+    return {queue: [priority, run_at.isoformat()] for queue, (priority, run_at) in after.items()}
 
 
 def recover(queues: Sequence[str], limit: int = 100) -> Call[int]:
@@ -267,7 +288,7 @@ def _claimed(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:
             append(make((*row[:5], loads(row[5]), *row[6:15],
                          None if progress is None else loads(progress), *row[16:19],
                          None if steps is None else loads(steps),
-                         None if actor is None else loads(actor), None)))
+                         None if actor is None else loads(actor), row[21], None)))
         except Exception as error:  # whatever it is, it is this row's
             append(_undecodable(row, error))
     return jobs

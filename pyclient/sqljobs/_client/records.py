@@ -81,6 +81,7 @@ class ClaimedJob(NamedTuple):
     started_at: datetime | None = None  # this claim's time, on the database clock
     steps: dict[str, Any] | None = None  # stored durable steps {name: value} (sqljobs.steps)
     actor: Any = None  # who asked for the job (a JSON string or object; None: nobody said)
+    run_at: datetime | None = None  # its place in line when claimed (the claim cursor's)
     # Set when a jsonb column of the row (payload, progress, steps, actor) could not be
     # decoded (nested deeper than Python's recursion limit, an integer too long to convert):
     # which column and why. Those four fields are then None and the job must not run;
