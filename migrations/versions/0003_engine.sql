@@ -1744,16 +1744,13 @@ begin
     v_after := null;
   end if;
 
-  -- PICK: paused queues are left out.
-  v_queues := array(
-    select q.name
-      from pg_catalog.unnest(p_queues) as q(name)
-     where not exists (select 1 from jobs.queue pq where pq.name = q.name and pq.paused));
-  -- each queue's cursor, or its head
-  select pg_catalog.array_agg(coalesce((v_after->q.name->>0)::smallint, -32768) order by q.o),
+  -- PICK: paused queues are left out; beside each queue, its cursor or its head.
+  select coalesce(pg_catalog.array_agg(q.name order by q.o), '{}'),
+         pg_catalog.array_agg(coalesce((v_after->q.name->>0)::smallint, -32768) order by q.o),
          pg_catalog.array_agg(coalesce((v_after->q.name->>1)::timestamptz, '-infinity') order by q.o)
-    into v_after_p, v_after_r
-    from pg_catalog.unnest(v_queues) with ordinality as q(name, o);
+    into v_queues, v_after_p, v_after_r
+    from pg_catalog.unnest(p_queues) with ordinality as q(name, o)
+   where not exists (select 1 from jobs.queue pq where pq.name = q.name and pq.paused);
 
   -- LIMITS (sql/35_limits.sql), only once any limit exists: pick more candidates
   -- than asked for, and claim those jobs.admit lets run (below).
