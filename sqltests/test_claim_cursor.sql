@@ -5,7 +5,7 @@
 -- a job reads the heads. Limits make it ignored; a malformed cursor is SJ001 and
 -- changes nothing.
 begin;
-select plan(23);
+select plan(24);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 do $$ begin
@@ -29,12 +29,12 @@ select results_eq(
 -- SEEK: a cursor at 00:00:05 skips b and c (behind it) and takes d, e, then low
 select results_eq(
   $$ select key from jobs.claim_v2('{q_cur}', 'w', 2, 30,
-       '{"recover": false, "after": {"q_cur": [0, "2030-01-01 00:00:05+00"]}}') $$,
+       '{"recover": false, "after": {"q_cur": [0, "2030-01-01 00:00:05+00:00"]}}') $$,
   $$ values ('d'), ('e') $$,
   'a cursor takes the jobs at or after it in line, in line order');
 select results_eq(
   $$ select key from jobs.claim_v2('{q_cur}', 'w', 5, 30,
-       '{"recover": false, "after": {"q_cur": [0, "2030-01-01 00:00:10+00"]}}') $$,
+       '{"recover": false, "after": {"q_cur": [0, "2030-01-01 00:00:10+00:00"]}}') $$,
   $$ values ('low') $$,
   'a worse priority is after every place of a better one');
 select is((select count(*)::int from jobs.job where key in ('b', 'c') and state = 'ready'), 2,
@@ -47,7 +47,7 @@ do $$ begin
 end $$;
 select results_eq(
   $$ select key from jobs.claim_v2('{q_cur}', 'w', 5, 30,
-       '{"recover": false, "after": {"q_cur": [0, "2030-01-01 00:00:10+00"]}}') $$,
+       '{"recover": false, "after": {"q_cur": [0, "2030-01-01 00:00:10+00:00"]}}') $$,
   $$ values ('tie') $$,
   'a job at the cursor''s very place is taken');
 
@@ -58,26 +58,26 @@ do $$ begin
 end $$;
 select results_eq(
   $$ select key from jobs.claim_v2('{q_cur}', 'w', 1, 30,
-       '{"recover": false, "after": {"q_cur": [0, "2030-01-01 00:01:00+00"]}}') $$,
+       '{"recover": false, "after": {"q_cur": [0, "2030-01-01 00:01:00+00:00"]}}') $$,
   $$ values ('urgent') $$,
   'a job of a better priority than the cursor''s is taken, though older than it');
 
 -- PER QUEUE: a queue without a cursor is read from its head
 select results_eq(
   $$ select key from jobs.claim_v2('{q_cur,q_cur2}', 'w', 5, 30,
-       '{"recover": false, "after": {"q_cur": [0, "2030-01-01 00:01:00+00"]}}') $$,
+       '{"recover": false, "after": {"q_cur": [0, "2030-01-01 00:01:00+00:00"]}}') $$,
   $$ values ('other') $$,
   'the cursor is per queue: q_cur2 is read from its head');
 
 -- BEHIND: jobs.claimable_behind names the queues whose cursor has b and c behind it
 select is(jobs.claimable_behind('{q_cur,q_cur2}',
-            '{"q_cur": [0, "2030-01-01 00:01:00+00"], "q_cur2": [0, "2030-01-01 00:01:00+00"]}'),
+            '{"q_cur": [0, "2030-01-01 00:01:00+00:00"], "q_cur2": [0, "2030-01-01 00:01:00+00:00"]}'),
           '{q_cur}'::text[], 'claimable_behind names the queue with jobs behind its cursor');
-select is(jobs.claimable_behind('{q_cur}', '{"q_cur": [0, "2030-01-01 00:00:00+00"]}'),
+select is(jobs.claimable_behind('{q_cur}', '{"q_cur": [0, "2030-01-01 00:00:00+00:00"]}'),
           '{}'::text[], 'nothing is behind a cursor at the head');
-select is(jobs.claimable_behind('{q_cur}', '{"q_cur": [1, "2030-01-01 00:01:00+00"]}'),
+select is(jobs.claimable_behind('{q_cur}', '{"q_cur": [1, "2030-01-01 00:01:00+00:00"]}'),
           '{}'::text[], 'a better priority than the cursor''s is not behind it (the claim takes it)');
-select is(jobs.claimable_behind('{q_cur}', '{"q_cur": [0, "2030-01-01 00:01:00+00"]}',
+select is(jobs.claimable_behind('{q_cur}', '{"q_cur": [0, "2030-01-01 00:01:00+00:00"]}',
                                 '{other.name}'),
           '{}'::text[], 'only jobs of the claimer''s names count');
 select throws_ok($$ select jobs.claimable_behind('{q_cur}', null) $$, 'SJ001', null,
@@ -95,7 +95,7 @@ select results_eq(
 set local jobs.fake_now = '2030-01-01 00:10:00+00';  -- every lease above lapsed
 select results_eq(
   $$ select key from jobs.claim_v2('{q_cur}', 'w2', 1, 30,
-       '{"after": {"q_cur": [-3, "2030-01-01 00:09:00+00"]}}') $$,
+       '{"after": {"q_cur": [-3, "2030-01-01 00:09:00+00:00"]}}') $$,
   $$ values ('urgent') $$,
   'a claim that recovered lapsed leases takes the first of them, behind its cursor');
 select is((select count(*)::int from jobs.claim_v2('{q_cur}', 'w2', 1000, 30, '{"recover": false}')), 7,
@@ -108,7 +108,7 @@ do $$ begin
 end $$;
 select results_eq(
   $$ select key from jobs.claim_v2('{q_cur}', 'w', 5, 30,
-       '{"recover": false, "after": {"q_cur": [0, "2030-01-01 00:01:00+00"]}}') $$,
+       '{"recover": false, "after": {"q_cur": [0, "2030-01-01 00:01:00+00:00"]}}') $$,
   $$ values ('limited') $$,
   'with limits the cursor is ignored: the job behind it is claimed');
 
@@ -119,18 +119,23 @@ end $$;
 select throws_ok($$ select from jobs.claim_v2('{q_cur}', 'w', 1, 30, '{"after": [0]}') $$,
                  'SJ001', null, 'options.after that is not an object is refused');
 select throws_ok($$ select from jobs.claim_v2('{q_cur}', 'w', 1, 30,
-                      '{"after": {"elsewhere": [0, "2030-01-01"]}}') $$,
+                      '{"after": {"elsewhere": [0, "2030-01-01T00:00:00+00:00"]}}') $$,
                  'SJ001', null, 'a cursor for a queue the claim does not read is refused');
 select throws_ok($$ select from jobs.claim_v2('{q_cur}', 'w', 1, 30,
-                      '{"after": {"q_cur": [0.5, "2030-01-01"]}}') $$,
+                      '{"after": {"q_cur": [0.5, "2030-01-01T00:00:00+00:00"]}}') $$,
                  'SJ001', null, 'a fractional priority is refused');
 select throws_ok($$ select from jobs.claim_v2('{q_cur}', 'w', 1, 30,
-                      '{"after": {"q_cur": [40000, "2030-01-01"]}}') $$,
+                      '{"after": {"q_cur": [40000, "2030-01-01T00:00:00+00:00"]}}') $$,
                  'SJ001', null, 'a priority outside smallint is refused');
 select throws_ok($$ select from jobs.claim_v2('{q_cur}', 'w', 1, 30,
                       '{"after": {"q_cur": [0, "soon"]}}') $$,
-                 'SJ001', 'sqljobs.invalid_argument: options.after of queue ''q_cur'': ''soon'' is not a timestamp',
-                 'a run_at that is not a timestamp is refused, naming it');
+                 'SJ001', 'sqljobs.invalid_argument: options.after of queue ''q_cur'' must be '
+                          '[priority, "run_at"]: a whole priority and an ISO 8601 timestamp '
+                          'with its offset (as claim_v2 answers run_at), got [0, "soon"]',
+                 'a run_at that is not a timestamp is refused, naming the cursor');
+select throws_ok($$ select from jobs.claim_v2('{q_cur}', 'w', 1, 30,
+                      '{"after": {"q_cur": [0, "2030-01-01T00:00:00"]}}') $$,
+                 'SJ001', null, 'a run_at without its offset is refused');
 select is((select state::text from jobs.job where key = 'untouched'), 'ready',
           'a refused claim claimed nothing');
 
