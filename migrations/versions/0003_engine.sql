@@ -1667,11 +1667,13 @@ volatile
 set search_path = ''
 -- One generic plan per session instead of planning every call (planning was about a
 -- third of a small claim). It must stay index-driven whatever the table's size when it
--- is made: seq scans are off for these statements, and the update finds its rows by a
--- probe of job_pkey per picked job (`j.id = picked.id`, a parameterized nested loop),
--- never by joining a scan of jobs.job. (It also named `id = any(array(...))` once; with
--- the cursor's two seeks the generic plan then estimated two picked rows and joined
--- them by a filter over every pair: a claim of 300 took 8 ms instead of 4.) With seq
+-- is made: seq scans are off for these statements, and the update finds its rows by
+-- `id = any(array(...))` on job_pkey and joins nothing: a join to `picked` was planned
+-- by its estimate, a hash join over every row of jobs.job when the plan was made on an
+-- empty table, or, once the cursor's two seeks made the estimate two rows, a filter
+-- over every pair (a claim of 300: 8 ms instead of 4). Every job of a claim starts at
+-- the same time, and only a limited claim's jobs hold limit groups (looked up per job
+-- in a map of `picked` made once, for those claims only). With seq
 -- scans off, a scan of a small table (jobs.limit) is costed so high that it would be
 -- JIT-compiled (hundreds of ms): no JIT, ever, for a claim. No bitmap scans either:
 -- jobs.slot churns a row per limited claim, and only a plain index scan marks the
@@ -1850,17 +1852,23 @@ begin
                      | ((v_seed # ((j.id & 2147483647) * 2654435761)) & 4294967295),
              worker = p_worker,
              lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s),
-             started_at = picked.started_at,
+             -- one time for every job of a claim: v_now, or the limits' admission time
+             started_at = (select p.started_at from picked p limit 1),
              first_started_at = coalesce(j.first_started_at, v_now),
              code_version = coalesce(j.code_version, v_version),
              deferred_by = null,
-             slots = picked.slots
-        from picked
-       where j.id = picked.id
+             -- the limit groups an admitted job holds (none without limits)
+             slots = case when v_limited then nullif(array(
+                       select pg_catalog.jsonb_array_elements_text(
+                         (select pg_catalog.jsonb_object_agg(p.id, p.slots)
+                                   filter (where p.slots is not null)
+                            from picked p)
+                         -> j.id::text)), '{}') end
+       where j.id = any (array(select p.id from picked p))
       returning j.id, j.name, j.queue, j.tenant, j.key, j.payload, j.priority, j.attempt,
                 j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.claim,
                 j.lease_expires_at, j.timeout_s, j.progress,
-                j.traceparent, j.created_at, picked.run_at as picked_run_at, j.step_seq,
+                j.traceparent, j.created_at, j.run_at as picked_run_at, j.step_seq,
                 j.started_at, j.actor
     ),
     slotted as (  -- the limit groups the admitted jobs now hold (sql/35_limits.sql)
