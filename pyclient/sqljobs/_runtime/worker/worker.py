@@ -251,7 +251,8 @@ class Worker(Role):
             poll_interval=self.poll_interval,
             wake=self._wake, claimed=self._hold, undecodable=self._fail_undecodable,
             stopping=lambda: self._stopping,
-            sleep=self._sleep, log_extra=self._log_extra, observer=self.observers)
+            sleep=self._sleep, log_extra=self._log_extra, observer=self.observers,
+            cursor=not self._limited)
         if self.listen:  # jobs_wake carries a queue's token, never its name
             self._listener = Listener(
                 dsn=dsn, channel=WAKE_CHANNEL, wake=self._claims.want,
