@@ -1,11 +1,11 @@
 -- jobs.claim_v2 options.after, the claim cursor: per queue, only jobs at or after
 -- (priority, run_at) in line, and every job of a better priority; claim_v2 answers each
 -- job's run_at, the cursor to send next. What a cursor misses (a job put back behind
--- it) jobs.claimable_behind names and a claim without one takes; a claim that recovers
--- a job reads the heads. Limits make it ignored; a malformed cursor is SJ001 and
--- changes nothing.
+-- it) jobs.claimable_behind names (to a worker login only, within its tenant) and a
+-- claim without one takes; a claim that recovers a job reads the heads. Limits make
+-- it ignored; a malformed cursor is SJ001 and changes nothing.
 begin;
-select plan(24);
+select plan(31);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 do $$ begin
@@ -138,6 +138,42 @@ select throws_ok($$ select from jobs.claim_v2('{q_cur}', 'w', 1, 30,
                  'SJ001', null, 'a run_at without its offset is refused');
 select is((select state::text from jobs.job where key = 'untouched'), 'ready',
           'a refused claim claimed nothing');
+select throws_ok($$ select jobs.claimable_behind('{q_cur}', '{"q_cur": [0, "2030-01-01T00:00:00+00:00"]}',
+                                                 null, '') $$,
+                 'SJ001', null, 'claimable_behind refuses an empty version');
+
+-- ROLES, logged in: a worker asks; a producer or a reader may not; a login bound to a
+-- tenant learns nothing of another tenant's jobs, and its setting cannot widen that
+do $$ begin
+  perform jobs.enqueue('cur.job', 'globex', '{}',
+                       '{"queue": "q_cur_t", "tenant": "globex", "run_at": "2030-01-01 00:00:00+00"}');
+end $$;
+set local jobs.fake_now = '';
+create role cur_worker login in role sqljobs_worker;
+create role cur_acme login in role sqljobs_worker;
+create role cur_producer login in role sqljobs_producer;
+create role cur_reader login in role sqljobs_reader;
+select ok(jobs.tenant_bind('cur_acme', 'acme'), 'setup: cur_acme bound to acme');
+set local session authorization cur_worker;
+select is(jobs.claimable_behind('{q_cur_t}', '{"q_cur_t": [0, "2030-01-01T00:01:00+00:00"]}'),
+          '{q_cur_t}'::text[], 'a worker login asks, and sees the job behind its cursor');
+reset session authorization;
+set local session authorization cur_acme;
+select is(jobs.claimable_behind('{q_cur_t}', '{"q_cur_t": [0, "2030-01-01T00:01:00+00:00"]}'),
+          '{}'::text[], 'a login bound to acme does not learn of globex''s job');
+set local sqljobs.tenant = 'globex';
+select throws_ok($$ select jobs.claimable_behind('{q_cur_t}', '{"q_cur_t": [0, "2030-01-01T00:01:00+00:00"]}') $$,
+                 'SJ018', null, 'nor by setting sqljobs.tenant to globex');
+reset sqljobs.tenant;
+reset session authorization;
+set local session authorization cur_producer;
+select throws_ok($$ select jobs.claimable_behind('{q_cur_t}', '{}') $$, '42501', null,
+                 'a producer login may not call claimable_behind');
+reset session authorization;
+set local session authorization cur_reader;
+select throws_ok($$ select jobs.claimable_behind('{q_cur_t}', '{}') $$, '42501', null,
+                 'nor may a reader login');
+reset session authorization;
 
 select * from finish();
 rollback;

@@ -39,10 +39,13 @@ def state_of(conn: psycopg.Connection[Any], key: str) -> str:
     return str(scalar(conn, "select state::text from jobs.job where key = %s", (key,)))
 
 
-def enqueue_behind_and_after(conn: psycopg.Connection[Any], first: str) -> None:
-    """In one transaction: 'behind', in line an hour before the job `first` (an explicit
-    past run_at), and 'after', due now."""
-    run_at = conn.execute("select run_at from jobs.job where key = %s", (first,)).fetchone()
+def first_then_behind_and_after(app: App, conn: psycopg.Connection[Any]) -> None:
+    """Run 'first' (the worker's cursor is then at its place), then enqueue in one
+    transaction 'behind', in line an hour before it (an explicit past run_at), and
+    'after', due now."""
+    app.job_handle("cursor.job").enqueue({}, key="first")
+    wait_for(lambda: state_of(conn, "first") == "succeeded", "the first job to run")
+    run_at = conn.execute("select run_at from jobs.job where key = 'first'").fetchone()
     assert run_at is not None
     with conn.transaction():
         client = Client(conn)
@@ -54,13 +57,10 @@ def enqueue_behind_and_after(conn: psycopg.Connection[Any], first: str) -> None:
 def test_between_polls_the_worker_claims_from_its_cursor(
         db_dsn: str, conn: psycopg.Connection[Any]) -> None:
     app = cursor_app(db_dsn)
-    handle = app.job_handle("cursor.job")
     try:
         # the worker polls once, as it starts, and not again within the test
         with running(app, poll_interval=3600.0):
-            handle.enqueue({}, key="first")
-            wait_for(lambda: state_of(conn, "first") == "succeeded", "the first job to run")
-            enqueue_behind_and_after(conn, "first")
+            first_then_behind_and_after(app, conn)
             wait_for(lambda: state_of(conn, "after") == "succeeded",
                      "the job after the cursor to run")
             # the wake-up's claim took 'after' from the cursor and stepped past 'behind',
@@ -73,12 +73,9 @@ def test_between_polls_the_worker_claims_from_its_cursor(
 def test_a_job_behind_the_cursor_is_taken_by_the_next_poll(
         db_dsn: str, conn: psycopg.Connection[Any]) -> None:
     app = cursor_app(db_dsn)
-    handle = app.job_handle("cursor.job")
     try:
         with running(app, poll_interval=0.5):
-            handle.enqueue({}, key="first")
-            wait_for(lambda: state_of(conn, "first") == "succeeded", "the first job to run")
-            enqueue_behind_and_after(conn, "first")
+            first_then_behind_and_after(app, conn)
             wait_for(lambda: state_of(conn, "behind") == "succeeded",
                      "the job behind the cursor to run, on a poll")
             wait_for(lambda: state_of(conn, "after") == "succeeded", "the job after it")
