@@ -332,11 +332,15 @@ def ack(job_id: int, claim: int, result: Any = None) -> Call[None]:
     return Call("select jobs.ack(%s, %s, %s)", (job_id, claim, _json(result)), _none)
 
 
+# The batch verbs send their ids and claim tokens in binary (%b): psycopg writes a list
+# of ints as text one element at a time in Python, about four times the cost (an ack of
+# 256 jobs spent 0.4 ms of the worker's CPU on it, against 0.1). The array's type is the
+# same either way (the smallest integer type that holds every element).
 def ack_many(
     ids: Sequence[int], claims: Sequence[int], results: Sequence[Any] | None = None
 ) -> Call[list[Settled]]:
     return Call(
-        "select id, ok from jobs.ack_many(%s, %s, %s::jsonb[])",
+        "select id, ok from jobs.ack_many(%b, %b, %s::jsonb[])",
         (list(ids), list(claims), None if results is None else [_json(r) for r in results]),
         _settled, tuples=True,
     )
@@ -365,7 +369,7 @@ def nack_many(
 ) -> Call[list[Settled]]:
     return Call(
         "select id, ok, state::text as state "
-        "from jobs.nack_many(%s, %s, %s::jsonb[], %s::text[], %s::float8[])",
+        "from jobs.nack_many(%b, %b, %s::jsonb[], %s::text[], %s::float8[])",
         (
             list(ids),
             list(claims),
@@ -380,7 +384,7 @@ def nack_many(
 def settle_hold(ids: Sequence[int], claims: Sequence[int]) -> Call[list[int]]:
     """Hold the settle keys of jobs a batch settle answered busy for, until the
     transaction ends (run it in one kept open): answers the ids held."""
-    return Call("select jobs.settle_hold(%s, %s) as held", (list(ids), list(claims)),
+    return Call("select jobs.settle_hold(%b, %b) as held", (list(ids), list(claims)),
                 lambda rows: list(rows[0]["held"] or []))
 
 
@@ -393,7 +397,7 @@ def heartbeat_many(
     ids: Sequence[int], claims: Sequence[int], lease_s: float
 ) -> Call[list[Settled]]:
     return Call(
-        "select id, ok from jobs.heartbeat_many(%s, %s, %s)",
+        "select id, ok from jobs.heartbeat_many(%b, %b, %s)",
         (list(ids), list(claims), lease_s),
         _settled, tuples=True,
     )
