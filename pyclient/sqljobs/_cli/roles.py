@@ -43,7 +43,7 @@ def worker(
     prefetch: Annotated[int | None, typer.Option(
         **whole(0, 10_000),
         help="Jobs claimed ahead into a local queue, beyond the free slots "
-             "(default: auto, sized to the jobs' run time, 1 to 500; 0: claim only "
+             "(default: auto, sized to the jobs' run time, 1 to 2,000; 0: claim only "
              "for free slots).")
     ] = None,
     processes: Annotated[int, typer.Option(
