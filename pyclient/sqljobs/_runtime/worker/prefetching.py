@@ -10,8 +10,9 @@ least 1 and at most `AUTO_CEILING`:
 Short jobs in volume get large claims (a no-op job: the ceiling, twice the largest
 claim, so that each claim is a full one), which is what drains a backlog fast; long
 jobs get one waiting job per worker, so a fleet does not hoard them while other workers
-idle (a 1 s job, 10 slots, a 5 ms claim: 2 x 10 x 0.005 / 1 = 0.1, so 1). Both times are moving averages over the recent claims and runs, so the
-size follows the work as it changes; until the first runs end it is `concurrency`.
+idle (a 1 s job, 10 slots, a 5 ms claim: 2 x 10 x 0.005 / 1 = 0.1, so 1). Both times
+are moving averages over the recent claims and runs, so the size follows the work as it
+changes; until the first runs end it is `concurrency`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import math
 # Twice the largest claim (jobs.claim takes at most 1,000): a claim waits for half the
 # room (claiming.py), so at the ceiling every claim is a full one, made while a full
 # claim's jobs run. At 500 the claims of a backlog of short jobs were of 255-500, and
-# the drain 25-30% slower (docs/design/engine-hot-path.md, "Claims of a thousand").
+# the drain 12-26% slower (docs/design/engine-hot-path.md, "Claims of a thousand").
 AUTO_CEILING = 2000
 _WEIGHT = 0.2  # of the newest sample in each moving average
 
