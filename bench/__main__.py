@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="admin DSN (default $SQLJOBS_BENCH_DSN or the local server)")
     parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md",
                         help="the report to update (default bench/RESULTS.md)")
-    parser.add_argument("--no-results", action="store_true", help="print only")
+    parser.add_argument("--no-results", action="store_true",
+                        help="print only (plots go to bench/.out/)")
     parser.add_argument("--upgrade-peers", action="store_true",
                         help="reinstall every peer's latest release first")
     args = parser.parse_args(argv)
@@ -232,6 +233,13 @@ def side_by_side(args: argparse.Namespace, command: str) -> str:
             + render_every_run(runs))
 
 
+def _plot_path(args: argparse.Namespace, name: str) -> Path:
+    """Where a part draws its plot: beside the results file it belongs to, or, for a
+    run not written to the results (--no-results), in the scratch directory, so that
+    it neither passes for the recorded run's plot nor removes it."""
+    return (OUT if args.no_results else args.results.parent) / name
+
+
 def sustained(args: argparse.Namespace, command: str) -> str:
     from bench.plot import sustained_png
     from bench.report_suite import dump, render_sustained
@@ -253,7 +261,7 @@ def sustained(args: argparse.Namespace, command: str) -> str:
     if not args.no_results:
         runs, meta = _merged(OUT / "sustained.json", runs, meta, args)
         dump(runs, meta, OUT / "sustained.json")
-    plot = HERE / "sustained.png"
+    plot = _plot_path(args, "sustained.png")
     sustained_png(runs, plot)
     return render_sustained(runs, meta, plot.name) + "\n" + _not_measured(skipped)
 
@@ -315,7 +323,7 @@ def pressure_part(args: argparse.Namespace, command: str) -> str:
                   + (f" ERRORS: {m.extra['errors']}" if m.extra["errors"] else ""),
                   flush=True)
     dump(runs, meta(), OUT / "pressure.json")
-    plot = args.results.parent / "pressure.png"  # beside the report it belongs to
+    plot = _plot_path(args, "pressure.png")
     drawn = bool(runs) and pressure_png(runs, plot)
     if not drawn:  # an earlier run's plot would pass for this one's
         plot.unlink(missing_ok=True)

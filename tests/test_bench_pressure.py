@@ -56,3 +56,21 @@ def test_the_short_pressure_cells_run_and_record_every_window(
     text = results.read_text()
     assert "## Pressure cells" in text and "#### snapshot" in text
     assert "| snapshot | sqljobs |" in text and "snapshot held" in text
+
+
+def test_a_run_not_written_to_the_results_leaves_their_plot_alone(
+        pg_admin_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--no-results prints its section and draws its plot in the scratch directory:
+    a plot beside RESULTS.md is the recorded run's, neither replaced nor removed."""
+    monkeypatch.setattr(bench_main, "OUT", tmp_path / "out")
+    recorded = tmp_path / "pressure.png"
+    recorded.write_bytes(b"the recorded run's plot")
+    status = bench_main.main([
+        "--part", "pressure", "--pressure-profile", "short", "--system", "sqljobs",
+        "--cell", "as_is", "--pressure-seconds", "4", "--pressure-window", "2",
+        "--pressure-rate", "50", "--dsn", pg_admin_dsn,
+        "--results", str(tmp_path / "RESULTS.md"), "--no-results"])
+    assert status == 0
+    assert recorded.read_bytes() == b"the recorded run's plot"
+    assert not (tmp_path / "RESULTS.md").exists()
+    assert (tmp_path / "out" / "pressure.png").stat().st_size > 0
