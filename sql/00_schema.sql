@@ -46,6 +46,65 @@ comment on type jobs.job_state is
 create sequence if not exists jobs.job_id_seq as bigint;
 
 -- ---------------------------------------------------------------------------
+-- Job ids carry their bucket (docs/design/citus.md): id = seq << 8 | bucket, the bucket
+-- a hash of the tenant, or of (name, key) for a job without one. A job's dedupe
+-- namespace (name, tenant or '', key) thus always has one bucket, and so does a
+-- tenant's work: distributed by bucket, every call by id finds its shard in the id and
+-- every unique key holds within a shard, with no job moved. On one PostgreSQL the
+-- bucket is only the id's low bits; ids still grow with the sequence (claim order's
+-- tie-break is unchanged). Ids made before revision 3 are the bare sequence value.
+--
+-- jobs.job_id_sql(name, tenant, key) -> the SQL of a new id for a job of those three
+-- expressions: each insert into jobs.job and jobs.outbox is written with it, so the
+-- rule lives here once (inlined: a function call per row cost the bulk enqueue more).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.job_id_sql(p_name text, p_tenant text, p_key text)
+returns text
+language sql
+immutable
+set search_path = ''
+as $$
+select pg_catalog.format(
+  -- (parenthesised: <<, | and & are of one precedence, left to right)
+  '((pg_catalog.nextval(''jobs.job_id_seq'') << 8) | (pg_catalog.hashtext(coalesce('
+  'nullif(%2$s, ''''), %1$s || ''|'' || %3$s)) & 255))', p_name, p_tenant, p_key)
+$$;
+
+comment on function jobs.job_id_sql(text, text, text) is
+  'Private: the SQL expression of a new job id (the sequence << 8 | the bucket) for the name, tenant and key expressions given.';
+
+-- jobs.define_new_job_id() writes jobs.new_job_id(name, tenant, key) -> a new job id,
+-- for the outbox's staged rows (one per call: the per-row call the inserts avoid).
+create or replace function jobs.define_new_job_id()
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  execute pg_catalog.format($f$
+    create or replace function jobs.new_job_id(p_name text, p_tenant text, p_key text)
+    returns bigint
+    language plpgsql
+    volatile
+    set search_path = ''
+    as $b$
+    begin
+      return %s;
+    end
+    $b$ $f$, jobs.job_id_sql('p_name', 'p_tenant', 'p_key'));
+end
+$$;
+
+comment on function jobs.define_new_job_id() is
+  'Private: (re)writes jobs.new_job_id from jobs.job_id_sql.';
+
+select jobs.define_new_job_id();
+
+comment on function jobs.new_job_id(text, text, text) is
+  'Private: a new job id for a job of this name, tenant and key (its bucket in the low 8 bits).';
+
+-- ---------------------------------------------------------------------------
 -- jobs.job: every job, live and finished (docs/design/finished-jobs.md says why one
 -- table). The claim only ever reads `job_claimable_idx`, a partial index holding
 -- nothing but claimable rows, so finished rows never slow it down.
@@ -56,7 +115,7 @@ create sequence if not exists jobs.job_id_seq as bigint;
 -- spec field is adding a column at the end of this table (and its field to sqljobs.JobSpec).
 -- ---------------------------------------------------------------------------
 create table if not exists jobs.job (
-  id               bigint primary key default pg_catalog.nextval('jobs.job_id_seq'),
+  id               bigint primary key,                -- jobs.job_id_sql: seq << 8 | bucket
   -- spec fields: set by the caller, defaulted here
   name             text not null,                  -- the declared job type
   queue            text not null default 'default',
@@ -311,7 +370,7 @@ create index if not exists event_wait_names_idx on jobs.event_wait using gin (na
 -- jobs.outbox: staged jobs waiting for a relay (sql/70_outbox.sql).
 -- ---------------------------------------------------------------------------
 create table if not exists jobs.outbox (
-  id               bigint primary key default pg_catalog.nextval('jobs.job_id_seq'),
+  id               bigint primary key,    -- the job's id to be (jobs.new_job_id)
   name             text not null,
   tenant           text,
   key              text not null,

@@ -414,9 +414,9 @@ begin
   -- jobs.insert_job(spec, now, id) -> (id, queue, run_at) of the job it created, or nulls:
   -- the insert of jobs.insert_jobs for one spec (already checked), a key that has a job
   -- (or a group with its singleton or debounced job) skipped. id: the job's id (the
-  -- relay's staged row); null: from jobs.job_id_seq. Not a set: jobs.enqueue reads its
-  -- answer in an assignment, without a query around it.
-  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
+  -- relay's staged row); null: a new one (jobs.job_id_sql). Not a set: jobs.enqueue
+  -- reads its answer in an assignment, without a query around it.
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
     create or replace function jobs.insert_job(p_spec jsonb, p_now timestamptz,
                                                p_id bigint default null,
                                                out id bigint, out queue text,
@@ -431,7 +431,7 @@ begin
              case when p_spec @? '$.* ? (@ == null)' then jobs.spec_given(p_spec) else p_spec end);
     begin
       insert into jobs.job as j (id, {columns}, run_at, created_at)
-      values (coalesce(p_id, pg_catalog.nextval('jobs.job_id_seq')), {values1},
+      values (coalesce(p_id, {new_id}), {values1},
               coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
                 secs => coalesce(v_r.delay_s, v_r.debounce_s, 0))),
               p_now)
@@ -439,6 +439,7 @@ begin
       returning j.id, j.queue, j.run_at into id, queue, run_at;
     end
     $b$ $f$, '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
+      '{new_id}', jobs.job_id_sql('v_r.name', 'v_r.tenant', 'v_r.key')),
       '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
                       from pg_catalog.unnest(v_columns) c)),
       '{values1}', (select pg_catalog.string_agg('v_r.' || pg_catalog.quote_ident(c), ', ')
@@ -450,7 +451,7 @@ begin
   -- Inserts every spec (already checked) as a ready job, in (name, tenant, key) order so
   -- two batches that share keys wait for each other instead of deadlocking; a key that
   -- has a job (or that an earlier spec of the batch takes) is skipped, not answered.
-  -- ids: the id of each spec (the relay's staged rows); null: from jobs.job_id_seq.
+  -- ids: the id of each spec (the relay's staged rows); null: a new one (jobs.job_id_sql).
   v_insert := $i$
       with s as materialized (
         select e.ord::integer as ord,
@@ -466,7 +467,7 @@ begin
                            or coalesce((s.r).tenant, '') <> coalesce(f.tenant, '')) as yes
       ), sorted as materialized (
         -- in lock order, the ids drawn in that order too
-        select o.ord, coalesce(p_ids[o.ord], pg_catalog.nextval('jobs.job_id_seq')) as id, o.r
+        select o.ord, coalesce(p_ids[o.ord], {new_id}) as id, o.r
           from (select s.ord, s.r
                   from s
                  order by case when (select mixed.yes from mixed) then (s.r).name end,
@@ -482,6 +483,8 @@ begin
         {on_conflict}
         returning j.id, j.queue, j.run_at
       )$i$;
+  v_insert := pg_catalog.replace(v_insert, '{new_id}',
+                                jobs.job_id_sql('(o.r).name', '(o.r).tenant', '(o.r).key'));
   execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
     create or replace function jobs.insert_jobs(p_specs jsonb, p_now timestamptz,
                                                 p_ids bigint[] default null)
@@ -523,7 +526,7 @@ begin
   v_insert := $i$
       with sorted as materialized (
         -- in lock order, the ids drawn in that order too
-        select o.ord, pg_catalog.nextval('jobs.job_id_seq') as id, o.key, o.payload
+        select o.ord, {new_id} as id, o.key, o.payload
           from (select k.ord::integer as ord, k.key,
                        coalesce(nullif(p.payload, 'null'), '{}') as payload
                   from pg_catalog.unnest(p_keys) with ordinality as k(key, ord)
@@ -537,6 +540,8 @@ begin
         {on_conflict}
         returning j.id, j.queue, j.run_at
       )$i$;
+  v_insert := pg_catalog.replace(v_insert, '{new_id}',
+                                jobs.job_id_sql('v_r.name', 'v_r.tenant', 'o.key'));
   execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
     create or replace function jobs.insert_batch(p_spec jsonb, p_keys text[],
                                                  p_payloads jsonb, p_now timestamptz)

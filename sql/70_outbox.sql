@@ -5,12 +5,13 @@
 -- A staged row exists only if the stager's transaction commits, so a rollback stages
 -- nothing and nothing is relayed.
 --
--- Identity: a staged row's id comes from jobs.job_id_seq and IS the id of the job it
--- becomes, so the stager can store it at once. Staging shares the job's idempotency
--- namespace (name, coalesce(tenant, ''), key): staging a key that already has a job, or
--- an unpublished staged row, answers that id with outcome 'deduped' and writes nothing.
--- (One race is left to the relay: a job enqueued directly for a key whose staged row
--- is not yet published; that row publishes as 'deduped' and records the job's id.)
+-- Identity: a staged row's id is made as a job's is (jobs.new_job_id) and IS the id of
+-- the job it becomes, so the stager can store it at once. Staging shares the job's
+-- idempotency namespace (name, coalesce(tenant, ''), key): staging a key that already
+-- has a job, or an unpublished staged row, answers that id with outcome 'deduped' and
+-- writes nothing. (One race is left to the relay: a job enqueued directly for a key
+-- whose staged row is not yet published; that row publishes as 'deduped' and records
+-- the job's id.)
 --
 -- Ordering: a spec may carry `ordering_key` (text, at most 1000 bytes), ordered within
 -- its tenant. Rows of one (tenant, ordering key) are staged under that key's lock row
@@ -104,8 +105,9 @@ begin
   -- WRITE: keys with no job and no unpublished staged row; a key repeated in the batch
   -- is staged from its first spec.
   with ins as (
-    insert into jobs.outbox as o (name, tenant, key, ordering_key, spec, staged_at)
-    select e.spec->>'name', e.spec->>'tenant', e.spec->>'key', e.spec->>'ordering_key',
+    insert into jobs.outbox as o (id, name, tenant, key, ordering_key, spec, staged_at)
+    select jobs.new_job_id(e.spec->>'name', e.spec->>'tenant', e.spec->>'key'),
+           e.spec->>'name', e.spec->>'tenant', e.spec->>'key', e.spec->>'ordering_key',
            case when e.spec->>'delay_s' is null then e.spec - 'ordering_key'
                 else e.spec - 'ordering_key' - 'delay_s'
                      || pg_catalog.jsonb_build_object('run_at', v_now

@@ -22,7 +22,7 @@ insert into t select * from unnest(current_setting('t.ids')::bigint[], current_s
 -- what a busy answer makes: the keys of a and b (c has none)
 insert into jobs.lock_key (key, created_at)
 select jobs.settle_key(t.id, t.claim), now() from t order by t.id limit 2;
-select jobs.ack((select min(id) + 1 from t), (select claim from t where id = (select min(id) + 1 from t)));
+select jobs.ack(b.id, b.claim) from (select * from t order by t.id offset 1 limit 1) b;
 
 select is(jobs.settle_hold((select array_agg(id order by id) from t) || (select min(id) from t),
                            (select array_agg(claim order by id) from t) || (select claim from t order by id limit 1)),

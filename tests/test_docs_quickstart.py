@@ -103,8 +103,10 @@ def test_the_quickstart_runs_as_written(workdir: Path) -> None:
         first = sh("python enqueue.py")
         assert first.stdout.splitlines() == page_output(markdown, "python enqueue.py")
         second = sh("python enqueue.py")
-        assert second.stdout.splitlines()[0] == "job 1: deduped"
-        assert "job 1: created" in markdown and "job 1: deduped" in markdown
+        created = first.stdout.splitlines()[0]  # "job <id>: created", as the page shows
+        deduped = created.replace(": created", ": deduped")
+        assert second.stdout.splitlines()[0] == deduped
+        assert f"it prints `{deduped}`" in markdown
 
         deadline = time.monotonic() + 30
         listed = subprocess.run(["sqljobs", "workers"], env=env, capture_output=True,

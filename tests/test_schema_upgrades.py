@@ -151,3 +151,7 @@ def test_an_upgrade_keeps_work_in_flight(new_database: NewDatabase, version: int
         states = dict(conn.execute("select key, state::text from jobs.job").fetchall())
         assert states == {"held": "succeeded", "sleeper": "succeeded",
                           "ready": "succeeded", "staged": "succeeded"}
+        # a job made now has an id above every id made before the upgrade (revision 3
+        # put the bucket in the id's low bits; the sequence goes on where it was)
+        newest_before = _scalar(conn, "select max(id) from jobs.job")
+        assert _scalar(conn, "select id from jobs.enqueue('up.job', 'after')") > newest_before

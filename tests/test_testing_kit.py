@@ -159,18 +159,18 @@ def test_refuted(sqljobs_db):
         "*expected a job 'userapp.send_mail' queue='mail' payload={'to': 'ann@example.com'}; "
         "none of the 3 ready job(s) matches (closest first):",
         # off by one criterion (oldest first), then the job off by two
-        "*#2 userapp.send_mail queue='mail'*key='2'*",
+        "*#* userapp.send_mail queue='mail'*key='2'*",
         "*differs: payload?'to'? is 'bob@example.com', not 'ann@example.com'",
-        "*#3 userapp.send_mail queue='bulk'*key='3'*",
+        "*#* userapp.send_mail queue='bulk'*key='3'*",
         "*differs: queue is 'bulk', not 'mail'",
-        "*#1 userapp.send_mail queue='bulk'*key='1'*",
+        "*#* userapp.send_mail queue='bulk'*key='1'*",
         "*differs: queue is 'bulk', not 'mail'; payload?'to'? is 'zed@example.com'*",
     ])
     result.stdout.fnmatch_lines(["*expected a job 'send_mail', but no job is ready*"])
     result.stdout.fnmatch_lines([
         "*expected no job 'userapp.send_mail' payload={'to': 'ann@example.com', "
         "'subject': 'hello'}, found 1:",
-        "*#1 userapp.send_mail*"])
+        "*#* userapp.send_mail*"])
 
 
 def test_the_clock_drain_and_perform(user: pytest.Pytester) -> None:
@@ -375,8 +375,8 @@ def test_one_pass_runs_what_was_due_at_the_call_only(sqljobs_db):
     result.stdout.fnmatch_lines([
         "*expected a job 'userapp.send_mail' actor={'user': '7'}; none of the 1 ready "
         "job(s) matches (closest first):",
-        "*#1 userapp.send_mail queue='mail' tenant=None key='1' actor={'user': '42'} payload=*",
+        "*#* userapp.send_mail queue='mail' tenant=None key='1' actor={'user': '42'} payload=*",
         "*differs: actor is {'user': '42'}, not {'user': '7'}"])
     result.stdout.fnmatch_lines([
         "*expected no job actor='svc:billing', found 1:",
-        "*#1 userapp.send_mail*actor='svc:billing'*"])
+        "*#* userapp.send_mail*actor='svc:billing'*"])

@@ -46,10 +46,11 @@ def insert(conn: psycopg.Connection[Any], key: str, payload_sql: str = "'{\"n\":
     """A job of example.echo written straight into jobs.job, bypassing jobs.enqueue;
     its payload and progress are SQL expressions (this module's constants)."""
     statement = sql.SQL(
-        "insert into jobs.job (name, queue, key, payload, progress, compensable, run_at, "
-        "created_at) values ('example.echo', %s, %s, {payload}, {progress}, %s, now(), now()) "
-        "returning id").format(payload=sql.SQL(payload_sql), progress=sql.SQL(progress_sql))
-    row = conn.execute(statement, (QUEUE, key, compensable)).fetchone()
+        "insert into jobs.job (id, name, queue, key, payload, progress, compensable, run_at, "
+        "created_at) values (jobs.new_job_id('example.echo', null, %s), 'example.echo', %s, %s, "
+        "{payload}, {progress}, %s, now(), now()) returning id").format(
+            payload=sql.SQL(payload_sql), progress=sql.SQL(progress_sql))
+    row = conn.execute(statement, (key, QUEUE, key, compensable)).fetchone()
     assert row is not None
     return int(row[0])
 

@@ -68,9 +68,18 @@
 --     has a job (private jobs.batch_write, plain_insert_allowed: at most 8 tries, each
 --     a subtransaction, per transaction). The same answers; no probe of the unique
 --     indexes ahead of each new row.
+--   * A new job's id carries its bucket (docs/design/citus.md): seq << 8 | a hash of
+--     its tenant, or of (name, key) without one, in the low 8 bits (private
+--     jobs.job_id_sql, new_job_id). Every job of a dedupe key and every job of a tenant
+--     has one bucket, so a later distributed install routes by id and keeps its unique
+--     keys per shard without moving a job made from now on. Ids stay bigint and keep
+--     growing (the sequence goes on from where it is: every new id is above every old
+--     one). jobs.job.id and jobs.outbox.id lose their default (the bare sequence):
+--     an insert that names no id is refused instead of making an id without a bucket.
 -- Locks: eight new, empty tables; three nullable columns added to jobs.job, one to
--- jobs.event and two to jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog
--- change only: milliseconds, after waiting for the transactions that hold the table);
+-- jobs.event and two to jobs.job_type, and two defaults dropped (an ACCESS EXCLUSIVE
+-- lock held for a catalog change only: milliseconds, after waiting for the
+-- transactions that hold the table);
 -- job_debounce_idx and job_lease_idx rebuilt (a SHARE lock on jobs.job while each
 -- reads the table: enqueues and settles wait, about a second per million rows each);
 -- job_finished_idx dropped (an ACCESS EXCLUSIVE lock for a catalog change only);
@@ -84,6 +93,10 @@
 -- the functions, views, triggers and comments are generated below it.
 
 alter table jobs.job add column code_version text;
+
+-- Ids are made with their bucket (jobs.job_id_sql), never by a column default.
+alter table jobs.job alter column id drop default;
+alter table jobs.outbox alter column id drop default;
 
 -- Settles stop writing an entry for it; job_retention_idx serves its reads.
 drop index jobs.job_finished_idx;
@@ -248,6 +261,65 @@ comment on table jobs.consumer is
 -- ===========================================================================
 
 -- === sql/00_schema.sql ===
+
+-- ---------------------------------------------------------------------------
+-- Job ids carry their bucket (docs/design/citus.md): id = seq << 8 | bucket, the bucket
+-- a hash of the tenant, or of (name, key) for a job without one. A job's dedupe
+-- namespace (name, tenant or '', key) thus always has one bucket, and so does a
+-- tenant's work: distributed by bucket, every call by id finds its shard in the id and
+-- every unique key holds within a shard, with no job moved. On one PostgreSQL the
+-- bucket is only the id's low bits; ids still grow with the sequence (claim order's
+-- tie-break is unchanged). Ids made before revision 3 are the bare sequence value.
+--
+-- jobs.job_id_sql(name, tenant, key) -> the SQL of a new id for a job of those three
+-- expressions: each insert into jobs.job and jobs.outbox is written with it, so the
+-- rule lives here once (inlined: a function call per row cost the bulk enqueue more).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.job_id_sql(p_name text, p_tenant text, p_key text)
+returns text
+language sql
+immutable
+set search_path = ''
+as $$
+select pg_catalog.format(
+  -- (parenthesised: <<, | and & are of one precedence, left to right)
+  '((pg_catalog.nextval(''jobs.job_id_seq'') << 8) | (pg_catalog.hashtext(coalesce('
+  'nullif(%2$s, ''''), %1$s || ''|'' || %3$s)) & 255))', p_name, p_tenant, p_key)
+$$;
+
+comment on function jobs.job_id_sql(text, text, text) is
+  'Private: the SQL expression of a new job id (the sequence << 8 | the bucket) for the name, tenant and key expressions given.';
+
+-- jobs.define_new_job_id() writes jobs.new_job_id(name, tenant, key) -> a new job id,
+-- for the outbox's staged rows (one per call: the per-row call the inserts avoid).
+create or replace function jobs.define_new_job_id()
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  execute pg_catalog.format($f$
+    create or replace function jobs.new_job_id(p_name text, p_tenant text, p_key text)
+    returns bigint
+    language plpgsql
+    volatile
+    set search_path = ''
+    as $b$
+    begin
+      return %s;
+    end
+    $b$ $f$, jobs.job_id_sql('p_name', 'p_tenant', 'p_key'));
+end
+$$;
+
+comment on function jobs.define_new_job_id() is
+  'Private: (re)writes jobs.new_job_id from jobs.job_id_sql.';
+
+select jobs.define_new_job_id();
+
+comment on function jobs.new_job_id(text, text, text) is
+  'Private: a new job id for a job of this name, tenant and key (its bucket in the low 8 bits).';
 
 comment on table jobs.job_fork is 'Private: which job and step a forked job was made from.';
 
@@ -769,9 +841,9 @@ begin
   -- jobs.insert_job(spec, now, id) -> (id, queue, run_at) of the job it created, or nulls:
   -- the insert of jobs.insert_jobs for one spec (already checked), a key that has a job
   -- (or a group with its singleton or debounced job) skipped. id: the job's id (the
-  -- relay's staged row); null: from jobs.job_id_seq. Not a set: jobs.enqueue reads its
-  -- answer in an assignment, without a query around it.
-  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
+  -- relay's staged row); null: a new one (jobs.job_id_sql). Not a set: jobs.enqueue
+  -- reads its answer in an assignment, without a query around it.
+  execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
     create or replace function jobs.insert_job(p_spec jsonb, p_now timestamptz,
                                                p_id bigint default null,
                                                out id bigint, out queue text,
@@ -786,7 +858,7 @@ begin
              case when p_spec @? '$.* ? (@ == null)' then jobs.spec_given(p_spec) else p_spec end);
     begin
       insert into jobs.job as j (id, {columns}, run_at, created_at)
-      values (coalesce(p_id, pg_catalog.nextval('jobs.job_id_seq')), {values1},
+      values (coalesce(p_id, {new_id}), {values1},
               coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
                 secs => coalesce(v_r.delay_s, v_r.debounce_s, 0))),
               p_now)
@@ -794,6 +866,7 @@ begin
       returning j.id, j.queue, j.run_at into id, queue, run_at;
     end
     $b$ $f$, '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
+      '{new_id}', jobs.job_id_sql('v_r.name', 'v_r.tenant', 'v_r.key')),
       '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
                       from pg_catalog.unnest(v_columns) c)),
       '{values1}', (select pg_catalog.string_agg('v_r.' || pg_catalog.quote_ident(c), ', ')
@@ -805,7 +878,7 @@ begin
   -- Inserts every spec (already checked) as a ready job, in (name, tenant, key) order so
   -- two batches that share keys wait for each other instead of deadlocking; a key that
   -- has a job (or that an earlier spec of the batch takes) is skipped, not answered.
-  -- ids: the id of each spec (the relay's staged rows); null: from jobs.job_id_seq.
+  -- ids: the id of each spec (the relay's staged rows); null: a new one (jobs.job_id_sql).
   v_insert := $i$
       with s as materialized (
         select e.ord::integer as ord,
@@ -821,7 +894,7 @@ begin
                            or coalesce((s.r).tenant, '') <> coalesce(f.tenant, '')) as yes
       ), sorted as materialized (
         -- in lock order, the ids drawn in that order too
-        select o.ord, coalesce(p_ids[o.ord], pg_catalog.nextval('jobs.job_id_seq')) as id, o.r
+        select o.ord, coalesce(p_ids[o.ord], {new_id}) as id, o.r
           from (select s.ord, s.r
                   from s
                  order by case when (select mixed.yes from mixed) then (s.r).name end,
@@ -837,6 +910,8 @@ begin
         {on_conflict}
         returning j.id, j.queue, j.run_at
       )$i$;
+  v_insert := pg_catalog.replace(v_insert, '{new_id}',
+                                jobs.job_id_sql('(o.r).name', '(o.r).tenant', '(o.r).key'));
   execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
     create or replace function jobs.insert_jobs(p_specs jsonb, p_now timestamptz,
                                                 p_ids bigint[] default null)
@@ -878,7 +953,7 @@ begin
   v_insert := $i$
       with sorted as materialized (
         -- in lock order, the ids drawn in that order too
-        select o.ord, pg_catalog.nextval('jobs.job_id_seq') as id, o.key, o.payload
+        select o.ord, {new_id} as id, o.key, o.payload
           from (select k.ord::integer as ord, k.key,
                        coalesce(nullif(p.payload, 'null'), '{}') as payload
                   from pg_catalog.unnest(p_keys) with ordinality as k(key, ord)
@@ -892,6 +967,8 @@ begin
         {on_conflict}
         returning j.id, j.queue, j.run_at
       )$i$;
+  v_insert := pg_catalog.replace(v_insert, '{new_id}',
+                                jobs.job_id_sql('v_r.name', 'v_r.tenant', 'o.key'));
   execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
     create or replace function jobs.insert_batch(p_spec jsonb, p_keys text[],
                                                  p_payloads jsonb, p_now timestamptz)
@@ -4030,8 +4107,9 @@ begin
   -- WRITE: keys with no job and no unpublished staged row; a key repeated in the batch
   -- is staged from its first spec.
   with ins as (
-    insert into jobs.outbox as o (name, tenant, key, ordering_key, spec, staged_at)
-    select e.spec->>'name', e.spec->>'tenant', e.spec->>'key', e.spec->>'ordering_key',
+    insert into jobs.outbox as o (id, name, tenant, key, ordering_key, spec, staged_at)
+    select jobs.new_job_id(e.spec->>'name', e.spec->>'tenant', e.spec->>'key'),
+           e.spec->>'name', e.spec->>'tenant', e.spec->>'key', e.spec->>'ordering_key',
            case when e.spec->>'delay_s' is null then e.spec - 'ordering_key'
                 else e.spec - 'ordering_key' - 'delay_s'
                      || pg_catalog.jsonb_build_object('run_at', v_now

@@ -68,9 +68,18 @@
 --     has a job (private jobs.batch_write, plain_insert_allowed: at most 8 tries, each
 --     a subtransaction, per transaction). The same answers; no probe of the unique
 --     indexes ahead of each new row.
+--   * A new job's id carries its bucket (docs/design/citus.md): seq << 8 | a hash of
+--     its tenant, or of (name, key) without one, in the low 8 bits (private
+--     jobs.job_id_sql, new_job_id). Every job of a dedupe key and every job of a tenant
+--     has one bucket, so a later distributed install routes by id and keeps its unique
+--     keys per shard without moving a job made from now on. Ids stay bigint and keep
+--     growing (the sequence goes on from where it is: every new id is above every old
+--     one). jobs.job.id and jobs.outbox.id lose their default (the bare sequence):
+--     an insert that names no id is refused instead of making an id without a bucket.
 -- Locks: eight new, empty tables; three nullable columns added to jobs.job, one to
--- jobs.event and two to jobs.job_type (an ACCESS EXCLUSIVE lock held for a catalog
--- change only: milliseconds, after waiting for the transactions that hold the table);
+-- jobs.event and two to jobs.job_type, and two defaults dropped (an ACCESS EXCLUSIVE
+-- lock held for a catalog change only: milliseconds, after waiting for the
+-- transactions that hold the table);
 -- job_debounce_idx and job_lease_idx rebuilt (a SHARE lock on jobs.job while each
 -- reads the table: enqueues and settles wait, about a second per million rows each);
 -- job_finished_idx dropped (an ACCESS EXCLUSIVE lock for a catalog change only);
@@ -84,6 +93,10 @@
 -- the functions, views, triggers and comments are generated below it.
 
 alter table jobs.job add column code_version text;
+
+-- Ids are made with their bucket (jobs.job_id_sql), never by a column default.
+alter table jobs.job alter column id drop default;
+alter table jobs.outbox alter column id drop default;
 
 -- Settles stop writing an entry for it; job_retention_idx serves its reads.
 drop index jobs.job_finished_idx;
