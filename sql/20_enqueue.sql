@@ -28,7 +28,7 @@
 -- New keys (most batches): a plain insert, which makes no probe of the unique indexes
 -- ahead of each row (ON CONFLICT's cost a quarter of the insert); a key that has a job
 -- raises unique_violation, and the same insert runs again with DO NOTHING. Each try is
--- a subtransaction: at most jobs.plain_insert_allowed() per transaction. `grouped` is
+-- a subtransaction: at most jobs.subtransaction_allowed() per transaction. `grouped` is
 -- the expression that says whether a row of the batch is singleton or debounced: such
 -- a batch takes DO NOTHING at once. (A plain insert writes a row's key entry before it
 -- waits on another transaction's job of the same group, and a second enqueue of that
@@ -42,7 +42,7 @@ immutable
 set search_path = ''
 as $$
 select pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($w$
-      if not ({grouped}) and jobs.plain_insert_allowed() then
+      if not ({grouped}) and jobs.subtransaction_allowed() then
         declare
           v_ords    integer[];
           v_ids     bigint[];
@@ -76,20 +76,22 @@ $$;
 comment on function jobs.batch_write(text, text) is
   'Private: the PL/pgSQL that writes a batch of jobs (used by jobs.define_spec()).';
 
--- jobs.plain_insert_allowed() -> whether this batch may try its plain insert
--- (jobs.batch_write): true for the first 8 batches of a transaction. Each try is a
--- subtransaction with its own transaction id, and a transaction with more than 64 of
--- those makes every other session's snapshot check look them up in pg_subtrans; 8
--- leaves room for the caller's own savepoints. The count is a transaction-local
--- setting: a session that sets it only chooses which insert its own batches take.
-create or replace function jobs.plain_insert_allowed()
+-- jobs.subtransaction_allowed() -> whether this call may try its fast way in a
+-- subtransaction: a batch's plain insert (jobs.batch_write), a batch settle's write
+-- without a lock pass (jobs.ack_batch). True for the first 8 tries of a transaction.
+-- Each try is a subtransaction with its own transaction id, and a transaction with more
+-- than 64 of those makes every other session's snapshot check look them up in
+-- pg_subtrans; 8 leaves room for the caller's own savepoints. The count is a
+-- transaction-local setting: a session that sets it only chooses which way its own
+-- calls take.
+create or replace function jobs.subtransaction_allowed()
 returns boolean
 language plpgsql
 volatile
 set search_path = ''
 as $$
 declare
-  v_used text := pg_catalog.current_setting('jobs.plain_inserts', true);
+  v_used text := pg_catalog.current_setting('jobs.subtransactions', true);
   v_n    integer := case when v_used ~ '^[0-9]$' then v_used::integer
                          when coalesce(v_used, '') = '' then 0
                          else 8 end;
@@ -97,13 +99,13 @@ begin
   if v_n >= 8 then
     return false;
   end if;
-  perform pg_catalog.set_config('jobs.plain_inserts', (v_n + 1)::text, true);
+  perform pg_catalog.set_config('jobs.subtransactions', (v_n + 1)::text, true);
   return true;
 end
 $$;
 
-comment on function jobs.plain_insert_allowed() is
-  'Private: whether a batch may try its plain insert (the first 8 of a transaction).';
+comment on function jobs.subtransaction_allowed() is
+  'Private: whether a call may try its fast way in a subtransaction (the first 8 of a transaction).';
 
 -- ---------------------------------------------------------------------------
 -- jobs.define_spec(): derive the job spec from jobs.job. (Re)creates

@@ -356,13 +356,20 @@ comment on function jobs.unwritten_answer(bigint, bigint) is
 -- {"historical": true}. ok = false: the fence did not hold, nothing changed; ok = null:
 -- the row was busy (locked by another transaction), nothing changed, call again.
 -- ---------------------------------------------------------------------------
-create or replace function jobs.ack_batch(
+-- jobs.ack_rows(ids, claims, results, locked, now) -> (done, claims, watched): the write
+-- of jobs.ack_batch: every job named that runs under its claim (and, when locked is not
+-- null, is among the locked) succeeds with its result; answers those jobs, the claim
+-- each ran under, and the watched among them.
+create or replace function jobs.ack_rows(
   p_ids     bigint[],
   p_claims  bigint[],
   p_results jsonb[],
-  p_wait    boolean
+  p_locked  bigint[],
+  p_now     timestamptz,
+  out done    bigint[],
+  out claims  bigint[],
+  out watched bigint[]
 )
-returns table (id bigint, ok boolean)
 language plpgsql
 volatile
 set search_path = ''
@@ -374,46 +381,81 @@ set enable_seqscan = off
 set enable_bitmapscan = off
 set jit = off
 as $$
-declare
-  v_now     timestamptz := jobs.now();
-  v_locked  bigint[];
-  v_done    bigint[];
-  v_claims  bigint[];  -- the claim each done job was settled under
-  v_watched bigint[];
 begin
-  perform jobs.check_batch(p_ids, p_claims, p_results);
-  perform jobs.check_values(p_results, 'result');
-  perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
-  v_locked := jobs.lock_batch(p_ids, p_claims, p_wait);
   with input as (
     select u.id, u.claim, u.result
       from unnest(p_ids, p_claims,
                   coalesce(p_results, pg_catalog.array_fill(null::jsonb, array[pg_catalog.cardinality(p_ids)])))
            as u(id, claim, result)
   ),
-  done as (
+  settled as (
     update jobs.job as j
        set state = 'succeeded',
            result = i.result,
-           finished_at = v_now,
+           finished_at = p_now,
            lease_expires_at = null,
            -- an earlier attempt's error stays for the record, marked as history
            last_error = case when j.last_error is not null
                              then j.last_error || '{"historical": true}' end
       from (select input.id, input.claim, input.result from input order by input.id) as i
      where j.id = i.id and j.claim = i.claim and j.state = 'running'
-       and (v_locked is null or j.id = any (v_locked))
+       and (p_locked is null or j.id = any (p_locked))
     returning j.id, j.claim, j.settle_watched
   )
-  select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.claim),
-         pg_catalog.array_agg(done.id) filter (where done.settle_watched)
-    into v_done, v_claims, v_watched
-    from done;
+  select pg_catalog.array_agg(settled.id), pg_catalog.array_agg(settled.claim),
+         pg_catalog.array_agg(settled.id) filter (where settled.settle_watched)
+    into done, claims, watched
+    from settled;
+end
+$$;
+
+comment on function jobs.ack_rows(bigint[], bigint[], jsonb[], bigint[], timestamp with time zone) is
+  'Private: the write of jobs.ack_batch.';
+
+create or replace function jobs.ack_batch(
+  p_ids     bigint[],
+  p_claims  bigint[],
+  p_results jsonb[],
+  p_wait    boolean
+)
+returns table (id bigint, ok boolean)
+language plpgsql
+volatile
+set search_path = ''
+set plan_cache_mode = force_generic_plan
+set jit = off
+as $$
+declare
+  v_now     timestamptz := jobs.now();
+  v_timeout text := pg_catalog.current_setting('lock_timeout');
+  v_locked  bigint[];
+  v_rows    record;  -- jobs.ack_rows' answer
+begin
+  perform jobs.check_batch(p_ids, p_claims, p_results);
+  perform jobs.check_values(p_results, 'result');
+  perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
+  -- Busy rows (above) without a pass of their own: the write itself waits at most 50 ms
+  -- for a row lock, in a subtransaction (jobs.subtransaction_allowed); a row still busy
+  -- then undoes it, and the batch takes jobs.lock_batch's way. Locking every row first
+  -- cost a tenth of the drain's SQL time.
+  if not p_wait and jobs.subtransaction_allowed() then
+    begin
+      perform pg_catalog.set_config('lock_timeout', '50ms', true);
+      v_rows := jobs.ack_rows(p_ids, p_claims, p_results, null, v_now);
+      perform pg_catalog.set_config('lock_timeout', v_timeout, true);
+    exception when lock_not_available then
+      v_rows := null;  -- (the subtransaction's setting is undone with it)
+    end;
+  end if;
+  if v_rows is null then
+    v_locked := jobs.lock_batch(p_ids, p_claims, p_wait);
+    v_rows := jobs.ack_rows(p_ids, p_claims, p_results, v_locked, v_now);
+  end if;
   -- NOTIFY result waiters of watched jobs only (once per call).
-  perform jobs.notify_settled(v_watched);
+  perform jobs.notify_settled(v_rows.watched);
   return query  -- per input: a job named twice is answered under each claim given
     select u.id, case when (u.id, u.claim) in (select d.id, d.claim  -- (a hashed subplan)
-                                                  from unnest(v_done, v_claims) as d(id, claim))
+                                                  from unnest(v_rows.done, v_rows.claims) as d(id, claim))
                       then true else jobs.unwritten_answer(u.id, u.claim) end
       from unnest(p_ids, p_claims) with ordinality as u(id, claim, ord)
      order by u.ord;

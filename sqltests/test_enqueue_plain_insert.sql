@@ -3,7 +3,7 @@
 -- DO NOTHING. Both ways answer and store the same; the plain try leaves nothing behind
 -- when it falls back; a batch with a singleton or debounced row never tries it (the
 -- deadlock it would risk: tests/test_races.py); at most 8 tries a transaction
--- (jobs.plain_insert_allowed), and a session's setting of the count only picks the way
+-- (jobs.subtransaction_allowed), and a session's setting of the count only picks the way
 -- its own batches take.
 begin;
 select plan(18);
@@ -30,25 +30,25 @@ end
 $$;
 
 -- ---------------------------------------------------------------- the count
-select is(jobs.plain_insert_allowed(), true, 'the first batch of a transaction may try');
-select is(pg_catalog.current_setting('jobs.plain_inserts'), '1', 'and counts its try');
-set local jobs.plain_inserts = '7';
-select is(jobs.plain_insert_allowed(), true, 'so may the eighth');
-select is(jobs.plain_insert_allowed(), false, 'the ninth may not');
-select is(pg_catalog.current_setting('jobs.plain_inserts'), '8', 'a refusal counts nothing');
-set local jobs.plain_inserts = 'many';
-select is(jobs.plain_insert_allowed(), false, 'a setting that is not a count: no try');
-set local jobs.plain_inserts = '-1';
-select is(jobs.plain_insert_allowed(), false, 'nor a negative one');
+select is(jobs.subtransaction_allowed(), true, 'the first batch of a transaction may try');
+select is(pg_catalog.current_setting('jobs.subtransactions'), '1', 'and counts its try');
+set local jobs.subtransactions = '7';
+select is(jobs.subtransaction_allowed(), true, 'so may the eighth');
+select is(jobs.subtransaction_allowed(), false, 'the ninth may not');
+select is(pg_catalog.current_setting('jobs.subtransactions'), '8', 'a refusal counts nothing');
+set local jobs.subtransactions = 'many';
+select is(jobs.subtransaction_allowed(), false, 'a setting that is not a count: no try');
+set local jobs.subtransactions = '-1';
+select is(jobs.subtransaction_allowed(), false, 'nor a negative one');
 
 -- ---------------------------------------------------------------- both ways, the same
-set local jobs.plain_inserts = '';  -- every batch below tries the plain insert
+set local jobs.subtransactions = '';  -- every batch below tries the plain insert
 create temp table plain as select * from jobs_test.batches('pi.plain');
-select is(pg_catalog.current_setting('jobs.plain_inserts'), '3',
+select is(pg_catalog.current_setting('jobs.subtransactions'), '3',
           'each batch tried the plain insert but the singleton one');
-set local jobs.plain_inserts = '8';  -- none does
+set local jobs.subtransactions = '8';  -- none does
 create temp table skip as select * from jobs_test.batches('pi.skip');
-select is(pg_catalog.current_setting('jobs.plain_inserts'), '8', 'none tried it');
+select is(pg_catalog.current_setting('jobs.subtransactions'), '8', 'none tried it');
 
 select results_eq($$ select batch, ord, outcome from plain order by batch, ord $$,
                   $$ values (1, 1, 'created'), (1, 2, 'created'), (1, 3, 'created'),
@@ -68,7 +68,7 @@ select is((select pg_catalog.count(*)::int from jobs.job where name = 'pi.plain'
           'a fallen-back try left no row behind (a, b, c, d, e, f, g)');
 
 -- ---------------------------------------------------------------- the answers are the rows
-set local jobs.plain_inserts = '';
+set local jobs.subtransactions = '';
 create temp table seq0 as select test.seq() as n;
 create temp table ids1 as select b.ord, b.id from jobs.enqueue_batch('{"name": "pi.ids"}', array['y', 'x']) b;
 select results_eq($$ select id from ids1 order by ord $$,
@@ -83,13 +83,13 @@ select results_eq($$ select id from ids2 order by ord $$,
                   'a batch that fell back names the created job and the existing one');
 
 -- ---------------------------------------------------------------- past the count
-set local jobs.plain_inserts = '';
+set local jobs.subtransactions = '';
 do $$ begin
   for i in 1..12 loop
     perform jobs.enqueue_batch('{"name": "pi.many"}', array['k' || i, 'l' || i]);
   end loop;
 end $$;
-select is(pg_catalog.current_setting('jobs.plain_inserts'), '8', 'twelve batches, eight tries');
+select is(pg_catalog.current_setting('jobs.subtransactions'), '8', 'twelve batches, eight tries');
 select is((select pg_catalog.count(*)::int from jobs.job where name = 'pi.many'), 24,
           'every batch past the count wrote its jobs all the same');
 

@@ -65,9 +65,13 @@
 --     running counts of queue_gauges, workers and the operator list name it too.
 --   * A batch enqueue (jobs.enqueue_batch, enqueue_many, the relay's publish) tries a
 --     plain insert first and falls back to ON CONFLICT DO NOTHING when a key or group
---     has a job (private jobs.batch_write, plain_insert_allowed: at most 8 tries, each
+--     has a job (private jobs.batch_write, subtransaction_allowed: at most 8 tries, each
 --     a subtransaction, per transaction). The same answers; no probe of the unique
 --     indexes ahead of each new row.
+--   * A batch ack (jobs.ack_many) writes first, waiting at most 50 ms for a busy row in
+--     a subtransaction (private jobs.ack_rows), and takes the lock pass
+--     (jobs.lock_batch) only when a row stays busy: the same answers, no pass that
+--     locked every row before writing it.
 --   * A new job's id carries its bucket (docs/design/citus.md): seq << 8 | a hash of
 --     its tenant, or of (name, key) without one, in the low 8 bits (private
 --     jobs.job_id_sql, new_job_id). Every job of a dedupe key and every job of a tenant

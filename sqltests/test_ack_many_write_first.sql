@@ -1,0 +1,36 @@
+-- jobs.ack_many writes first (sql/40_settle.sql, jobs.ack_batch): each call is one try
+-- in a subtransaction, counted against the transaction's budget
+-- (jobs.subtransaction_allowed); past it, and for a one-job jobs.ack, the lock pass runs
+-- first. Every way answers and writes the same. (A busy row, which makes the try fail,
+-- takes two sessions: tests/test_busy_rows_and_recovery.py.)
+begin;
+select plan(7);
+
+set local jobs.notify = off;
+do $$ begin
+  perform jobs.enqueue('wf.job', k, '{}', '{"queue": "q_wf"}') from unnest(array['a', 'b', 'c', 'd']) k;
+  perform jobs.claim('{q_wf}', 'w', 4, 30);
+end $$;
+create temp table t on commit drop as
+  select j.key, j.id, j.claim from jobs.job j where j.queue = 'q_wf';
+
+select is((select array_agg(a.ok) from jobs.ack_many((select array_agg(id) from t where key = 'a'),
+                                                     (select array_agg(claim) from t where key = 'a')) a),
+          array[true], 'ack_many: acked');
+select is(current_setting('jobs.subtransactions'), '1', '... in one try of the budget');
+set local jobs.subtransactions = '8';
+select is((select array_agg(a.ok order by a.id)
+             from jobs.ack_many((select array_agg(id order by id) from t where key in ('b', 'c')),
+                                (select array_agg(claim order by id) from t where key in ('b', 'c'))) a),
+          array[true, true], 'past the budget: acked by the lock pass''s way');
+select is(current_setting('jobs.subtransactions'), '8', '... which counts no try');
+select is((select array_agg(a.ok) from jobs.ack_many((select array_agg(id) from t where key = 'b'),
+                                                     (select array_agg(claim) from t where key = 'b')) a),
+          array[false], 'a job already acked answers false (the fence), either way');
+select lives_ok($$ select jobs.ack((select id from t where key = 'd'), (select claim from t where key = 'd')) $$,
+                'jobs.ack waits for its row instead');
+select is((select array_agg(j.state::text order by j.key) from jobs.job j where j.queue = 'q_wf'),
+          array['succeeded', 'succeeded', 'succeeded', 'succeeded'], 'every job succeeded once');
+
+select * from finish();
+rollback;
