@@ -430,24 +430,27 @@ declare
   v_timeout text := pg_catalog.current_setting('lock_timeout');
   v_locked  bigint[];
   v_rows    record;  -- jobs.ack_rows' answer
+  v_written boolean := false;
 begin
   perform jobs.check_batch(p_ids, p_claims, p_results);
   perform jobs.check_values(p_results, 'result');
   perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
   -- Busy rows (above) without a pass of their own: the write itself waits at most 50 ms
-  -- for a row lock, in a subtransaction (jobs.subtransaction_allowed); a row still busy
-  -- then undoes it, and the batch takes jobs.lock_batch's way. Locking every row first
-  -- cost a tenth of the drain's SQL time.
+  -- for a lock (its triggers' too: a fan-in child's parent row), in a subtransaction
+  -- (jobs.subtransaction_allowed); a lock still held then undoes it, and the batch
+  -- takes jobs.lock_batch's way. Locking every row first cost a tenth of the drain's
+  -- SQL time (docs/design/engine-hot-path.md, "Acks without a lock pass").
   if not p_wait and jobs.subtransaction_allowed() then
     begin
       perform pg_catalog.set_config('lock_timeout', '50ms', true);
       v_rows := jobs.ack_rows(p_ids, p_claims, p_results, null, v_now);
       perform pg_catalog.set_config('lock_timeout', v_timeout, true);
+      v_written := true;
     exception when lock_not_available then
-      v_rows := null;  -- (the subtransaction's setting is undone with it)
+      null;  -- (the write and the setting are undone with the subtransaction)
     end;
   end if;
-  if v_rows is null then
+  if not v_written then
     v_locked := jobs.lock_batch(p_ids, p_claims, p_wait);
     v_rows := jobs.ack_rows(p_ids, p_claims, p_results, v_locked, v_now);
   end if;

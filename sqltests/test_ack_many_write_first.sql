@@ -4,9 +4,13 @@
 -- first. Every way answers and writes the same. (A busy row, which makes the try fail,
 -- takes two sessions: tests/test_busy_rows_and_recovery.py.)
 begin;
-select plan(7);
+select plan(11);
 
 set local jobs.notify = off;
+set local track_functions = 'all';  -- the lock pass's calls, counted in this transaction
+create function pg_temp.lock_passes() returns bigint language sql as $$
+  select coalesce(pg_stat_get_xact_function_calls('jobs.lock_batch(bigint[],bigint[],boolean)'::regprocedure), 0)
+$$;
 do $$ begin
   perform jobs.enqueue('wf.job', k, '{}', '{"queue": "q_wf"}') from unnest(array['a', 'b', 'c', 'd']) k;
   perform jobs.claim('{q_wf}', 'w', 4, 30);
@@ -18,12 +22,18 @@ select is((select array_agg(a.ok) from jobs.ack_many((select array_agg(id) from 
                                                      (select array_agg(claim) from t where key = 'a')) a),
           array[true], 'ack_many: acked');
 select is(current_setting('jobs.subtransactions'), '1', '... in one try of the budget');
+select is(pg_temp.lock_passes(), 0::bigint, '... without a lock pass');
+select is((select array_agg(a.ok) from jobs.ack_many((select array_agg(id) from t where key = 'a'),
+                                                     (select array_agg(claim) from t where key = 'a')) a),
+          array[false], 'an ack that writes nothing (the fence) answers false');
+select is(pg_temp.lock_passes(), 0::bigint, '... in its one try, without a lock pass either');
 set local jobs.subtransactions = '8';
 select is((select array_agg(a.ok order by a.id)
              from jobs.ack_many((select array_agg(id order by id) from t where key in ('b', 'c')),
                                 (select array_agg(claim order by id) from t where key in ('b', 'c'))) a),
           array[true, true], 'past the budget: acked by the lock pass''s way');
 select is(current_setting('jobs.subtransactions'), '8', '... which counts no try');
+select is(pg_temp.lock_passes(), 1::bigint, '... and locks its rows in a pass first');
 select is((select array_agg(a.ok) from jobs.ack_many((select array_agg(id) from t where key = 'b'),
                                                      (select array_agg(claim) from t where key = 'b')) a),
           array[false], 'a job already acked answers false (the fence), either way');

@@ -81,6 +81,34 @@ def test_a_batch_settles_what_is_not_locked_and_answers_busy_for_the_rest(
     assert state(conn, ids[1]) == "succeeded"
 
 
+def test_a_batch_ack_that_waits_on_more_than_its_rows_is_redone_and_answers_the_same(
+        conn: psycopg.Connection[Any], locker: psycopg.Connection[Any],
+        worker_conn: psycopg.Connection[Any]) -> None:
+    """ack_many writes first, allowing 50 ms for a lock; a longer wait on anything but
+    its own rows (a table lock here, as a trigger's wait on another row would be) undoes
+    that write, and the lock pass's way writes the batch, waiting as a plain UPDATE does."""
+    jobs = claimed(conn, 2)
+    ids, claims = [j.id for j in jobs], [j.claim for j in jobs]
+    locker.execute("lock table jobs.job in share mode")  # no update of jobs.job until released
+    answers: list[Any] = []
+    acking = threading.Thread(target=lambda: answers.extend(
+        Client(worker_conn).run(queries.ack_many(ids, claims, ["a", "b"]))))
+    acking.start()
+    # the lock pass runs only after the first write gave up: its row locks hold the
+    # table in ROW SHARE mode, while its write waits for the table like the first one
+    wait_for(lambda: scalar(conn, "select count(*) = 1 from pg_locks where pid = %s "
+                                  "and relation = 'jobs.job'::regclass "
+                                  "and mode = 'RowShareLock' and granted",
+                            (worker_conn.info.backend_pid,)),
+             "the batch to take the lock pass's way")
+    assert [state(conn, i) for i in ids] == ["running", "running"]
+    locker.rollback()
+    acking.join(timeout=60)
+    assert [a.ok for a in answers] == [True, True]
+    assert [state(conn, i) for i in ids] == ["succeeded", "succeeded"]
+    assert worker_conn.execute("show lock_timeout").fetchone() == ("1min",)
+
+
 def test_the_one_job_ack_waits_for_the_lock_and_then_settles(
         conn: psycopg.Connection[Any], db_dsn: str, locker: psycopg.Connection[Any]) -> None:
     [job] = claimed(conn, 1)

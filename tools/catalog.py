@@ -61,7 +61,8 @@ CATALOG_QUERIES: dict[str, str] = {
          where c.relnamespace = 'jobs'::regnamespace and c.relkind in ('v', 'm')
          order by 1""",
     "sequences": """
-        select s.sequencename, s.data_type::text, s.start_value, s.increment_by, s.cycle
+        select s.sequencename, s.data_type::text, s.start_value, s.increment_by, s.max_value,
+               s.cycle
           from pg_catalog.pg_sequences s
          where s.schemaname = 'jobs'
          order by 1""",

@@ -98,9 +98,11 @@
 
 alter table jobs.job add column code_version text;
 
--- Ids are made with their bucket (jobs.job_id_sql), never by a column default.
+-- Ids are made with their bucket (jobs.job_id_sql), never by a column default; the
+-- sequence stops at 2^55 - 1 (shifted 8 bits, a larger value would wrap negative).
 alter table jobs.job alter column id drop default;
 alter table jobs.outbox alter column id drop default;
+alter sequence jobs.job_id_seq maxvalue 36028797018963967;
 
 -- Settles stop writing an entry for it; job_retention_idx serves its reads.
 drop index jobs.job_finished_idx;
@@ -295,7 +297,8 @@ comment on function jobs.job_id_sql(text, text, text) is
   'Private: the SQL expression of a new job id (the sequence << 8 | the bucket) for the name, tenant and key expressions given.';
 
 -- jobs.define_new_job_id() writes jobs.new_job_id(name, tenant, key) -> a new job id,
--- for the outbox's staged rows (one per call: the per-row call the inserts avoid).
+-- for the outbox's staged rows (a call per row, which the enqueue inserts avoid: about
+-- 1 µs a row).
 create or replace function jobs.define_new_job_id()
 returns void
 language plpgsql
@@ -2900,24 +2903,27 @@ declare
   v_timeout text := pg_catalog.current_setting('lock_timeout');
   v_locked  bigint[];
   v_rows    record;  -- jobs.ack_rows' answer
+  v_written boolean := false;
 begin
   perform jobs.check_batch(p_ids, p_claims, p_results);
   perform jobs.check_values(p_results, 'result');
   perform jobs.check_tenant(p_ids);  -- a bound session: another tenant's job is refused
   -- Busy rows (above) without a pass of their own: the write itself waits at most 50 ms
-  -- for a row lock, in a subtransaction (jobs.subtransaction_allowed); a row still busy
-  -- then undoes it, and the batch takes jobs.lock_batch's way. Locking every row first
-  -- cost a tenth of the drain's SQL time.
+  -- for a lock (its triggers' too: a fan-in child's parent row), in a subtransaction
+  -- (jobs.subtransaction_allowed); a lock still held then undoes it, and the batch
+  -- takes jobs.lock_batch's way. Locking every row first cost a tenth of the drain's
+  -- SQL time (docs/design/engine-hot-path.md, "Acks without a lock pass").
   if not p_wait and jobs.subtransaction_allowed() then
     begin
       perform pg_catalog.set_config('lock_timeout', '50ms', true);
       v_rows := jobs.ack_rows(p_ids, p_claims, p_results, null, v_now);
       perform pg_catalog.set_config('lock_timeout', v_timeout, true);
+      v_written := true;
     exception when lock_not_available then
-      v_rows := null;  -- (the subtransaction's setting is undone with it)
+      null;  -- (the write and the setting are undone with the subtransaction)
     end;
   end if;
-  if v_rows is null then
+  if not v_written then
     v_locked := jobs.lock_batch(p_ids, p_claims, p_wait);
     v_rows := jobs.ack_rows(p_ids, p_claims, p_results, v_locked, v_now);
   end if;

@@ -98,9 +98,11 @@
 
 alter table jobs.job add column code_version text;
 
--- Ids are made with their bucket (jobs.job_id_sql), never by a column default.
+-- Ids are made with their bucket (jobs.job_id_sql), never by a column default; the
+-- sequence stops at 2^55 - 1 (shifted 8 bits, a larger value would wrap negative).
 alter table jobs.job alter column id drop default;
 alter table jobs.outbox alter column id drop default;
+alter sequence jobs.job_id_seq maxvalue 36028797018963967;
 
 -- Settles stop writing an entry for it; job_retention_idx serves its reads.
 drop index jobs.job_finished_idx;
