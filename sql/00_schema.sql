@@ -56,8 +56,9 @@ create sequence if not exists jobs.job_id_seq as bigint maxvalue 360287970189639
 -- tie-break is unchanged). Ids made before revision 3 are the bare sequence value.
 --
 -- jobs.job_id_sql(name, tenant, key) -> the SQL of a new id for a job of those three
--- expressions: each insert into jobs.job and jobs.outbox is written with it, so the
--- rule lives here once (inlined: a function call per row cost the bulk enqueue more).
+-- expressions: jobs.define_spec() (sql/20_enqueue.sql) writes the inserts into jobs.job
+-- and jobs.new_job_id (the outbox's) with it, so the rule lives here once (inlined: a
+-- function call per row cost the bulk enqueue more).
 -- ---------------------------------------------------------------------------
 create or replace function jobs.job_id_sql(p_name text, p_tenant text, p_key text)
 returns text
@@ -73,38 +74,6 @@ $$;
 
 comment on function jobs.job_id_sql(text, text, text) is
   'Private: the SQL expression of a new job id (the sequence << 8 | the bucket) for the name, tenant and key expressions given.';
-
--- jobs.define_new_job_id() writes jobs.new_job_id(name, tenant, key) -> a new job id,
--- for the outbox's staged rows (a call per row, which the enqueue inserts avoid: about
--- 1 µs a row).
-create or replace function jobs.define_new_job_id()
-returns void
-language plpgsql
-volatile
-set search_path = ''
-as $$
-begin
-  execute pg_catalog.format($f$
-    create or replace function jobs.new_job_id(p_name text, p_tenant text, p_key text)
-    returns bigint
-    language plpgsql
-    volatile
-    set search_path = ''
-    as $b$
-    begin
-      return %s;
-    end
-    $b$ $f$, jobs.job_id_sql('p_name', 'p_tenant', 'p_key'));
-end
-$$;
-
-comment on function jobs.define_new_job_id() is
-  'Private: (re)writes jobs.new_job_id from jobs.job_id_sql.';
-
-select jobs.define_new_job_id();
-
-comment on function jobs.new_job_id(text, text, text) is
-  'Private: a new job id for a job of this name, tenant and key (its bucket in the low 8 bits).';
 
 -- ---------------------------------------------------------------------------
 -- jobs.job: every job, live and finished (docs/design/finished-jobs.md says why one

@@ -116,6 +116,7 @@ comment on function jobs.subtransaction_allowed() is
 --                         read off the columns' types
 --   jobs.insert_jobs()    the one insert of jobs that enqueue, enqueue_many, stage's
 --                         relay and every other path share
+--   jobs.new_job_id()     a new job's id (jobs.job_id_sql), for the outbox's staged rows
 -- from the catalog, so a column added to jobs.job is a spec field with its default
 -- everywhere at once. Runs at install, and again in any revision that changes jobs.job.
 -- The engine's own columns, which no caller sets, are named here.
@@ -412,6 +413,23 @@ begin
       '{known}', v_known), '{spec}', 'e.spec'), '{r}', '(x.r)');
   comment on function jobs.spec_problem(jsonb) is
     'The first problem in a jsonb array of job specs, or null when all are valid. Reads no table.';
+
+  -- jobs.new_job_id(name, tenant, key) -> a new job id, its bucket in the low 8 bits: for
+  -- jobs.stage_many, which makes a staged row's id (a call per row, about 1 µs, which
+  -- the inserts below avoid by inlining the same expression).
+  execute pg_catalog.format($f$
+    create or replace function jobs.new_job_id(p_name text, p_tenant text, p_key text)
+    returns bigint
+    language plpgsql
+    volatile
+    set search_path = ''
+    as $b$
+    begin
+      return %s;
+    end
+    $b$ $f$, jobs.job_id_sql('p_name', 'p_tenant', 'p_key'));
+  comment on function jobs.new_job_id(text, text, text) is
+    'Private: a new job id for a job of this name, tenant and key (its bucket in the low 8 bits; made by jobs.define_spec()).';
 
   -- jobs.insert_job(spec, now, id) -> (id, queue, run_at) of the job it created, or nulls:
   -- the insert of jobs.insert_jobs for one spec (already checked), a key that has a job

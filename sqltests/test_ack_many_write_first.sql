@@ -4,7 +4,7 @@
 -- first. Every way answers and writes the same. (A busy row, which makes the try fail,
 -- takes two sessions: tests/test_busy_rows_and_recovery.py.)
 begin;
-select plan(11);
+select plan(14);
 
 set local jobs.notify = off;
 set local track_functions = 'all';  -- the lock pass's calls, counted in this transaction
@@ -41,6 +41,25 @@ select lives_ok($$ select jobs.ack((select id from t where key = 'd'), (select c
                 'jobs.ack waits for its row instead');
 select is((select array_agg(j.state::text order by j.key) from jobs.job j where j.queue = 'q_wf'),
           array['succeeded', 'succeeded', 'succeeded', 'succeeded'], 'every job succeeded once');
+
+
+-- the least role that settles takes the same way; the write's helpers are nobody's
+do $$ begin
+  perform jobs.enqueue('wf.job', 'e', '{}', '{"queue": "q_wf"}');
+  perform jobs.claim('{q_wf}', 'w', 1, 30);
+end $$;
+insert into t select j.key, j.id, j.claim from jobs.job j where j.key = 'e' and j.queue = 'q_wf';
+set local jobs.subtransactions = '0';
+grant select on t to public;  -- (the test's own table, read as the worker)
+set local role sqljobs_worker;
+select is((select array_agg(a.ok) from jobs.ack_many((select array_agg(id) from t where key = 'e'),
+                                                     (select array_agg(claim) from t where key = 'e')) a),
+          array[true], 'a worker''s ack_many writes first too');
+select throws_ok($$ select jobs.ack_rows('{1}', '{1}', null, null, now()) $$, '42501', null,
+                 'a worker may not call jobs.ack_rows');
+select throws_ok($$ select jobs.subtransaction_allowed() $$, '42501', null,
+                 '... nor jobs.subtransaction_allowed');
+reset role;
 
 select * from finish();
 rollback;

@@ -2,9 +2,10 @@
 -- id = sequence value << 8 | bucket, the bucket a hash of the tenant ('' counts as
 -- none), else of (name, key). Every path that makes an id (enqueue, a batch of specs,
 -- a batch of keys under one spec, staging in the outbox) makes it so; a relayed job
--- keeps its staged id; an insert that names no id is refused.
+-- keeps its staged id; an insert that names no id is refused; the sequence stops with
+-- an error before a shifted value would wrap; the id helpers are no role's to call.
 begin;
-select plan(12);
+select plan(20);
 
 set local jobs.notify = off;
 create function pg_temp.bucket_of(p_name text, p_tenant text, p_key text) returns bigint
@@ -55,6 +56,33 @@ select is((select id from jobs.job where key = 's1'), (select id from jobs.outbo
 
 select throws_ok($$ insert into jobs.job (name, key, run_at) values ('ids.raw', 'r1', now()) $$,
                  '23502', null, 'an insert that names no id is refused (no id without a bucket)');
+
+
+-- the least role that enqueues gets the same ids; the helpers are nobody's
+set local role sqljobs_producer;
+select is((select id & 255 from jobs.enqueue('ids.job', 'p1', '{}', '{"tenant": "acme"}')),
+          pg_temp.bucket_of('ids.job', 'acme', 'p1'), 'a producer''s enqueue: the same bucket');
+select is((select id & 255 from jobs.stage('ids.staged', 'p2')),
+          pg_temp.bucket_of('ids.staged', null, 'p2'), 'a producer''s stage: the same bucket');
+select throws_ok($$ select jobs.new_job_id('ids.job', null, 'x') $$, '42501', null,
+                 'a producer may not draw ids (jobs.new_job_id)');
+select throws_ok($$ select jobs.job_id_sql('a', 'b', 'c') $$, '42501', null,
+                 '... nor call jobs.job_id_sql');
+reset role;
+set local role sqljobs_worker;
+select throws_ok($$ select jobs.new_job_id('ids.job', null, 'x') $$, '42501', null,
+                 'nor may a worker');
+reset role;
+
+-- the last id the sequence may give, then an error (never a negative id). (setval is
+-- not undone by the rollback: the sequence is put back where it was below.)
+do $$ begin perform pg_catalog.set_config('t.seq', test.seq()::text, true); end $$;
+select lives_ok($$ select setval('jobs.job_id_seq', 36028797018963966) $$, 'setup: the sequence near its end');
+select is((select id from jobs.enqueue('ids.job', 'last')) >> 8, 36028797018963967::bigint,
+          'the last sequence value makes the largest id');
+select throws_ok($$ select jobs.enqueue('ids.job', 'past') $$, '2200H', null,
+                 'past it, an enqueue fails (sequence exhausted) instead of wrapping');
+do $$ begin perform setval('jobs.job_id_seq', current_setting('t.seq')::bigint); end $$;
 
 select * from finish();
 rollback;

@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DYNAMIC_FROM_CATALOG = {
     "jobs.define_spec": "writes jobs.job_spec and the spec functions from jobs.job's columns",
     "jobs.install_roles": "constant role names; function names read from pg_proc as regprocedure",
-    "jobs.define_new_job_id": "writes jobs.new_job_id from jobs.job_id_sql's constant expression",
 }
 
 FUNCTION = re.compile(

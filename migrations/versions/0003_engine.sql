@@ -79,7 +79,8 @@
 --     keys per shard without moving a job made from now on. Ids stay bigint and keep
 --     growing (the sequence goes on from where it is: every new id is above every old
 --     one). jobs.job.id and jobs.outbox.id lose their default (the bare sequence):
---     an insert that names no id is refused instead of making an id without a bucket.
+--     an insert that names no id is refused instead of making an id without a bucket;
+--     jobs.job_id_seq stops at 2^55 - 1 (shifted, a larger value would wrap negative).
 -- Locks: eight new, empty tables; three nullable columns added to jobs.job, one to
 -- jobs.event and two to jobs.job_type, and two defaults dropped (an ACCESS EXCLUSIVE
 -- lock held for a catalog change only: milliseconds, after waiting for the
@@ -278,8 +279,9 @@ comment on table jobs.consumer is
 -- tie-break is unchanged). Ids made before revision 3 are the bare sequence value.
 --
 -- jobs.job_id_sql(name, tenant, key) -> the SQL of a new id for a job of those three
--- expressions: each insert into jobs.job and jobs.outbox is written with it, so the
--- rule lives here once (inlined: a function call per row cost the bulk enqueue more).
+-- expressions: jobs.define_spec() (sql/20_enqueue.sql) writes the inserts into jobs.job
+-- and jobs.new_job_id (the outbox's) with it, so the rule lives here once (inlined: a
+-- function call per row cost the bulk enqueue more).
 -- ---------------------------------------------------------------------------
 create or replace function jobs.job_id_sql(p_name text, p_tenant text, p_key text)
 returns text
@@ -295,38 +297,6 @@ $$;
 
 comment on function jobs.job_id_sql(text, text, text) is
   'Private: the SQL expression of a new job id (the sequence << 8 | the bucket) for the name, tenant and key expressions given.';
-
--- jobs.define_new_job_id() writes jobs.new_job_id(name, tenant, key) -> a new job id,
--- for the outbox's staged rows (a call per row, which the enqueue inserts avoid: about
--- 1 µs a row).
-create or replace function jobs.define_new_job_id()
-returns void
-language plpgsql
-volatile
-set search_path = ''
-as $$
-begin
-  execute pg_catalog.format($f$
-    create or replace function jobs.new_job_id(p_name text, p_tenant text, p_key text)
-    returns bigint
-    language plpgsql
-    volatile
-    set search_path = ''
-    as $b$
-    begin
-      return %s;
-    end
-    $b$ $f$, jobs.job_id_sql('p_name', 'p_tenant', 'p_key'));
-end
-$$;
-
-comment on function jobs.define_new_job_id() is
-  'Private: (re)writes jobs.new_job_id from jobs.job_id_sql.';
-
-select jobs.define_new_job_id();
-
-comment on function jobs.new_job_id(text, text, text) is
-  'Private: a new job id for a job of this name, tenant and key (its bucket in the low 8 bits).';
 
 comment on table jobs.job_fork is 'Private: which job and step a forked job was made from.';
 
@@ -550,6 +520,7 @@ comment on function jobs.subtransaction_allowed() is
 --                         read off the columns' types
 --   jobs.insert_jobs()    the one insert of jobs that enqueue, enqueue_many, stage's
 --                         relay and every other path share
+--   jobs.new_job_id()     a new job's id (jobs.job_id_sql), for the outbox's staged rows
 -- from the catalog, so a column added to jobs.job is a spec field with its default
 -- everywhere at once. Runs at install, and again in any revision that changes jobs.job.
 -- The engine's own columns, which no caller sets, are named here.
@@ -846,6 +817,23 @@ begin
       '{known}', v_known), '{spec}', 'e.spec'), '{r}', '(x.r)');
   comment on function jobs.spec_problem(jsonb) is
     'The first problem in a jsonb array of job specs, or null when all are valid. Reads no table.';
+
+  -- jobs.new_job_id(name, tenant, key) -> a new job id, its bucket in the low 8 bits: for
+  -- jobs.stage_many, which makes a staged row's id (a call per row, about 1 µs, which
+  -- the inserts below avoid by inlining the same expression).
+  execute pg_catalog.format($f$
+    create or replace function jobs.new_job_id(p_name text, p_tenant text, p_key text)
+    returns bigint
+    language plpgsql
+    volatile
+    set search_path = ''
+    as $b$
+    begin
+      return %s;
+    end
+    $b$ $f$, jobs.job_id_sql('p_name', 'p_tenant', 'p_key'));
+  comment on function jobs.new_job_id(text, text, text) is
+    'Private: a new job id for a job of this name, tenant and key (its bucket in the low 8 bits; made by jobs.define_spec()).';
 
   -- jobs.insert_job(spec, now, id) -> (id, queue, run_at) of the job it created, or nulls:
   -- the insert of jobs.insert_jobs for one spec (already checked), a key that has a job

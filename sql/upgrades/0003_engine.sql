@@ -79,7 +79,8 @@
 --     keys per shard without moving a job made from now on. Ids stay bigint and keep
 --     growing (the sequence goes on from where it is: every new id is above every old
 --     one). jobs.job.id and jobs.outbox.id lose their default (the bare sequence):
---     an insert that names no id is refused instead of making an id without a bucket.
+--     an insert that names no id is refused instead of making an id without a bucket;
+--     jobs.job_id_seq stops at 2^55 - 1 (shifted, a larger value would wrap negative).
 -- Locks: eight new, empty tables; three nullable columns added to jobs.job, one to
 -- jobs.event and two to jobs.job_type, and two defaults dropped (an ACCESS EXCLUSIVE
 -- lock held for a catalog change only: milliseconds, after waiting for the
