@@ -24,9 +24,12 @@
 -- ---------------------------------------------------------------------------
 -- jobs.batch_write(insert, grouped) -> the PL/pgSQL that writes a batch, for insert_jobs and
 -- jobs.insert_batch (made by jobs.define_spec()). `insert` is the statement's WITH list,
--- ending in `sorted` (ord, id) and `ins` (the insert, with an {on_conflict} slot).
+-- ending in `sorted` (ord, id, queue, run_at: each row as it will be inserted) and `ins`
+-- (the insert, with an {on_conflict} slot).
 -- New keys (most batches): a plain insert, which makes no probe of the unique indexes
--- ahead of each row (ON CONFLICT's cost a quarter of the insert); a key that has a job
+-- ahead of each row (ON CONFLICT's cost a quarter of the insert), answered from `sorted`
+-- (every row of it went in, or the statement failed: joined to the insert's rows, the
+-- answer cost a tenth of a batch of 1,000); a key that has a job
 -- raises unique_violation, and the same insert runs again with DO NOTHING. Each try is
 -- a subtransaction: at most jobs.subtransaction_allowed() per transaction. `grouped` is
 -- the expression that says whether a row of the batch is singleton or debounced: such
@@ -50,10 +53,10 @@ select pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($w$
           v_run_ats timestamptz[];
         begin
           {insert_or_raise}
-          select pg_catalog.array_agg(s.ord), pg_catalog.array_agg(ins.id),
-                 pg_catalog.array_agg(ins.queue), pg_catalog.array_agg(ins.run_at)
+          select pg_catalog.array_agg(s.ord), pg_catalog.array_agg(s.id),
+                 pg_catalog.array_agg(s.queue), pg_catalog.array_agg(s.run_at)
             into v_ords, v_ids, v_queues, v_run_ats
-            from ins join sorted s on s.id = ins.id;
+            from sorted s;
           return query
             select u.ord, u.id, u.queue, u.run_at
               from rows from (pg_catalog.unnest(v_ords), pg_catalog.unnest(v_ids),
@@ -487,7 +490,9 @@ begin
                            or coalesce((s.r).tenant, '') <> coalesce(f.tenant, '')) as yes
       ), sorted as materialized (
         -- in lock order, the ids drawn in that order too
-        select o.ord, coalesce(p_ids[o.ord], {new_id}) as id, o.r
+        select o.ord, coalesce(p_ids[o.ord], {new_id}) as id, o.r, (o.r).queue,
+               coalesce((o.r).run_at, p_now + pg_catalog.make_interval(
+                 secs => coalesce((o.r).delay_s, (o.r).debounce_s, 0))) as run_at
           from (select s.ord, s.r
                   from s
                  order by case when (select mixed.yes from mixed) then (s.r).name end,
@@ -495,10 +500,7 @@ begin
                           (s.r).key, s.ord) o
       ), ins as (
         insert into jobs.job as j (id, {columns}, run_at, created_at)
-        select s.id, {values},
-               coalesce((s.r).run_at, p_now + pg_catalog.make_interval(
-                 secs => coalesce((s.r).delay_s, (s.r).debounce_s, 0))),
-               p_now
+        select s.id, {values}, s.run_at, p_now
           from sorted s
         {on_conflict}
         returning j.id, j.queue, j.run_at
@@ -546,7 +548,7 @@ begin
   v_insert := $i$
       with sorted as materialized (
         -- in lock order, the ids drawn in that order too
-        select o.ord, {new_id} as id, o.key, o.payload
+        select o.ord, {new_id} as id, o.key, o.payload, v_r.queue, v_run_at as run_at
           from (select k.ord::integer as ord, k.key,
                        coalesce(nullif(p.payload, 'null'), '{}') as payload
                   from pg_catalog.unnest(p_keys) with ordinality as k(key, ord)
@@ -555,7 +557,7 @@ begin
                  order by k.key, k.ord) o
       ), ins as (
         insert into jobs.job as j (id, {columns}, run_at, created_at)
-        select s.id, {values}, v_run_at, p_now
+        select s.id, {values}, s.run_at, p_now
           from sorted s
         {on_conflict}
         returning j.id, j.queue, j.run_at
@@ -1152,6 +1154,9 @@ declare
   v_n       integer := coalesce(pg_catalog.cardinality(p_keys), 0);
   v_max     integer := jobs.max_payload_bytes();
   v_ids     bigint[];
+  v_ords    integer[];
+  v_made    integer;
+  v_queue   text;
   v_created boolean[];
   v_wake    text[];
   v_first   jsonb;    -- spec 1, as enqueue_many would read it
@@ -1227,15 +1232,23 @@ begin
   end if;
   perform jobs.check_tenant_policy(pg_catalog.jsonb_build_array(p_spec));
 
-  -- WRITE: one insert for the whole batch (a key repeated in it: its first spec).
-  with created as (
-    select c.ord, c.id, c.queue, c.run_at from jobs.insert_batch(p_spec, p_keys, p_payloads, v_now) c)
-  select pg_catalog.array_agg(c.id order by u.ord),
-         pg_catalog.array_agg(c.id is not null order by u.ord),
-         (select pg_catalog.array_agg(distinct w.queue) from created w where w.run_at <= v_now)
-    into v_ids, v_created, v_wake
-    from pg_catalog.generate_series(1, v_n) as u(ord)
-    left join created c on c.ord = u.ord;
+  -- WRITE: one insert for the whole batch (a key repeated in it: its first spec). Its
+  -- jobs share the spec's queue and run_at; usually it took every key, in key order.
+  select pg_catalog.count(*)::integer, pg_catalog.array_agg(c.id order by c.ord),
+         pg_catalog.array_agg(c.ord order by c.ord),
+         pg_catalog.max(c.queue) filter (where c.run_at <= v_now)
+    into v_made, v_ids, v_ords, v_queue
+    from jobs.insert_batch(p_spec, p_keys, p_payloads, v_now) c;
+  v_wake := case when v_queue is not null then array[v_queue] end;
+  if v_made = v_n then
+    v_created := pg_catalog.array_fill(true, array[v_n]);
+  else  -- each id in its key's place, null where the insert took none
+    select pg_catalog.array_agg(c.id order by u.ord), pg_catalog.array_agg(c.id is not null order by u.ord)
+      into v_ids, v_created
+      from pg_catalog.generate_series(1, v_n) as u(ord)
+      left join rows from (pg_catalog.unnest(v_ords), pg_catalog.unnest(v_ids)) as c(ord, id)
+             on c.ord = u.ord;
+  end if;
 
   -- Keys the insert did not take: answer the job that holds each (or its singleton's).
   if pg_catalog.array_position(v_created, false) is not null then
