@@ -68,8 +68,7 @@
 --     has a job (private jobs.batch_write, subtransaction_allowed: at most 8 tries, each
 --     a subtransaction, per transaction). The same answers; no probe of the unique
 --     indexes ahead of each new row, and a plain insert is answered from the rows it
---     was given, not joined back to the rows it returned (private jobs.insert_batch
---     answers one array of ids, in its keys' order).
+--     was given, not joined back to the rows it returned.
 --   * A batch ack (jobs.ack_many) writes first, waiting at most 50 ms for a busy row in
 --     a subtransaction (private jobs.ack_rows), and takes the lock pass
 --     (jobs.lock_batch) only when a row stays busy: the same answers, no pass that
@@ -113,9 +112,6 @@ alter table jobs.job_type add column tenant_policy text;
 alter table jobs.job_type add column factory jsonb;
 -- jobs.job_types() answers the column factory too: its result type changes
 drop function jobs.job_types();
--- The private jobs.insert_batch answers its batch's ids as one array: its result type
--- changes (jobs.define_spec() makes it again below)
-drop function jobs.insert_batch(jsonb, text[], jsonb, timestamptz);
 
 -- A debounced job is "waiting to start" only until its first claim (attempt 0): one
 -- awaiting its retry no longer absorbs the next enqueue of its group.
@@ -431,18 +427,15 @@ comment on function jobs.check_tenant_policy(jsonb) is
 -- === sql/20_enqueue.sql ===
 
 -- ---------------------------------------------------------------------------
--- jobs.batch_write(insert, grouped, into_new, into_some, answer) -> the PL/pgSQL that
--- writes a batch, for insert_jobs and jobs.insert_batch (made by jobs.define_spec()).
--- `insert` is the statement's WITH list, ending in `sorted` (each row as it will be
--- inserted: ord, id, queue, run_at) and `ins` (the insert, with an {on_conflict} slot);
--- `into_new` and `into_some` each end that statement, reading what it wrote into the
--- function's variables, and `answer` answers from them.
+-- jobs.batch_write(insert, grouped) -> the PL/pgSQL that writes a batch, for insert_jobs and
+-- jobs.insert_batch (made by jobs.define_spec()). `insert` is the statement's WITH list,
+-- ending in `sorted` (ord, id, queue, run_at: each row as it will be inserted) and `ins`
+-- (the insert, with an {on_conflict} slot).
 -- New keys (most batches): a plain insert, which makes no probe of the unique indexes
--- ahead of each row (ON CONFLICT's cost a quarter of the insert). It takes every row or
--- fails, so `into_new` reads `sorted` alone (joined back to the rows the insert
--- returned, the answer cost a tenth of a batch of 1,000). A key that has a job
--- raises unique_violation, and the same insert runs again with DO NOTHING, read by
--- `into_some` from `ins` (the rows it took). Each try is
+-- ahead of each row (ON CONFLICT's cost a quarter of the insert), answered from `sorted`
+-- (every row of it went in, or the statement failed: joined to the insert's rows, the
+-- answer cost a tenth of a batch of 1,000); a key that has a job
+-- raises unique_violation, and the same insert runs again with DO NOTHING. Each try is
 -- a subtransaction: at most jobs.subtransaction_allowed() per transaction. `grouped` is
 -- the expression that says whether a row of the batch is singleton or debounced: such
 -- a batch takes DO NOTHING at once. (A plain insert writes a row's key entry before it
@@ -450,36 +443,45 @@ comment on function jobs.check_tenant_policy(jsonb) is
 -- key in that transaction would then deadlock; ON CONFLICT checks every unique index
 -- before it writes any.)
 -- ---------------------------------------------------------------------------
-create or replace function jobs.batch_write(p_insert text, p_grouped text, p_into_new text,
-                                            p_into_some text, p_answer text)
+create or replace function jobs.batch_write(p_insert text, p_grouped text)
 returns text
 language sql
 immutable
 set search_path = ''
 as $$
-select pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
-         pg_catalog.replace(pg_catalog.replace($w$
+select pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($w$
       if not ({grouped}) and jobs.subtransaction_allowed() then
+        declare
+          v_ords    integer[];
+          v_ids     bigint[];
+          v_queues  text[];
+          v_run_ats timestamptz[];
         begin
           {insert_or_raise}
-          {into_new}
-          {answer}
+          select pg_catalog.array_agg(s.ord), pg_catalog.array_agg(s.id),
+                 pg_catalog.array_agg(s.queue), pg_catalog.array_agg(s.run_at)
+            into v_ords, v_ids, v_queues, v_run_ats
+            from sorted s;
+          return query
+            select u.ord, u.id, u.queue, u.run_at
+              from rows from (pg_catalog.unnest(v_ords), pg_catalog.unnest(v_ids),
+                              pg_catalog.unnest(v_queues), pg_catalog.unnest(v_run_ats))
+                   as u(ord, id, queue, run_at);
           return;
         exception when unique_violation then
           null;  -- a key (or a singleton's group) that has a job: the insert below skips it
         end;
       end if;
+      return query
       {insert_or_skip}
-      {into_some}
-      {answer}$w$,
+      select s.ord, ins.id, ins.queue, ins.run_at from ins join sorted s on s.id = ins.id;$w$,
   '{insert_or_raise}', pg_catalog.replace(p_insert, '{on_conflict}', '')),
   '{insert_or_skip}', pg_catalog.replace(p_insert, '{on_conflict}',
                                          'on conflict do nothing  -- the key, or a group''s job')),
-  '{grouped}', p_grouped), '{into_new}', p_into_new), '{into_some}', p_into_some),
-  '{answer}', p_answer)
+  '{grouped}', p_grouped)
 $$;
 
-comment on function jobs.batch_write(text, text, text, text, text) is
+comment on function jobs.batch_write(text, text) is
   'Private: the PL/pgSQL that writes a batch of jobs (used by jobs.define_spec()).';
 
 -- jobs.subtransaction_allowed() -> whether this call may try its fast way in a
@@ -919,11 +921,7 @@ begin
     set plan_cache_mode = force_generic_plan
     as $b$
     declare
-      v_base    jobs.job_spec;
-      v_ords    integer[];
-      v_ids     bigint[];
-      v_queues  text[];
-      v_run_ats timestamptz[];
+      v_base jobs.job_spec;
     begin
       -- ONE SPEC (most calls): one row, without the batch statement's set-up.
       if pg_catalog.jsonb_array_length(p_specs) = 1 then
@@ -939,20 +937,7 @@ begin
       v_base := pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults});{write}
     end
     $b$ $f$, '{write}', jobs.batch_write(v_insert,
-        $g$p_specs @? '$[*] ? (@.singleton == true || @.debounce_s != null)'$g$,
-        $n$select pg_catalog.array_agg(s.ord), pg_catalog.array_agg(s.id),
-                 pg_catalog.array_agg(s.queue), pg_catalog.array_agg(s.run_at)
-            into v_ords, v_ids, v_queues, v_run_ats
-            from sorted s;$n$,
-        $s$select pg_catalog.array_agg(s.ord), pg_catalog.array_agg(ins.id),
-                 pg_catalog.array_agg(ins.queue), pg_catalog.array_agg(ins.run_at)
-            into v_ords, v_ids, v_queues, v_run_ats
-            from ins join sorted s on s.id = ins.id;$s$,
-        $a$return query
-            select u.ord, u.id, u.queue, u.run_at
-              from rows from (pg_catalog.unnest(v_ords), pg_catalog.unnest(v_ids),
-                              pg_catalog.unnest(v_queues), pg_catalog.unnest(v_run_ats))
-                   as u(ord, id, queue, run_at);$a$)),
+        $g$p_specs @? '$[*] ? (@.singleton == true || @.debounce_s != null)'$g$)),
       '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
       '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
                       from pg_catalog.unnest(v_columns) c)),
@@ -961,12 +946,10 @@ begin
   comment on function jobs.insert_jobs(jsonb, timestamp with time zone, bigint[]) is
     'Private: the one insert of jobs (made by jobs.define_spec()).';
 
-  -- jobs.insert_batch(spec, keys, payloads, now) -> (ids, queue, run_at): the id of the
-  -- job each key made, in the keys' order (null: a key that made none), and the queue
-  -- and run_at they share. The insert of jobs.insert_jobs for jobs that share one spec
-  -- (already checked), each with its own key and payload (null: {}). The shared fields
-  -- are read once, not once per job. In key order (one name and tenant), as insert_jobs
-  -- locks.
+  -- jobs.insert_batch(spec, keys, payloads, now) -> (ord, id, queue, run_at) per job it
+  -- created: the insert of jobs.insert_jobs for jobs that share one spec (already
+  -- checked), each with its own key and payload (null: {}). The shared fields are read
+  -- once, not once per job. In key order (one name and tenant), as insert_jobs locks.
   v_insert := $i$
       with sorted as materialized (
         -- in lock order, the ids drawn in that order too
@@ -988,9 +971,8 @@ begin
                                 jobs.job_id_sql('v_r.name', 'v_r.tenant', 'o.key'));
   execute pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace($f$
     create or replace function jobs.insert_batch(p_spec jsonb, p_keys text[],
-                                                 p_payloads jsonb, p_now timestamptz,
-                                                 out ids bigint[], out queue text,
-                                                 out run_at timestamptz)
+                                                 p_payloads jsonb, p_now timestamptz)
+    returns table (ord integer, id bigint, queue text, run_at timestamptz)
     language plpgsql volatile set search_path = ''
     set plan_cache_mode = force_generic_plan
     as $b$
@@ -1002,14 +984,7 @@ begin
                   secs => coalesce(v_r.delay_s, v_r.debounce_s, 0)));
     begin{write}
     end
-    $b$ $f$, '{write}', jobs.batch_write(v_insert, 'v_r.singleton or v_r.debounce_s is not null',
-        $n$select pg_catalog.array_agg(s.id order by s.ord) into ids from sorted s;$n$,
-        $s$select pg_catalog.array_agg(i.id order by u.ord) into ids
-            from pg_catalog.generate_series(1, pg_catalog.cardinality(p_keys)) as u(ord)
-            left join (select s.ord, ins.id from ins join sorted s on s.id = ins.id) i
-                   on i.ord = u.ord;$s$,
-        $a$queue := v_r.queue;
-          run_at := v_run_at;$a$)),
+    $b$ $f$, '{write}', jobs.batch_write(v_insert, 'v_r.singleton or v_r.debounce_s is not null')),
       '{defaults}', pg_catalog.quote_literal(v_defaults) || '::jsonb'),
       '{columns}', (select pg_catalog.string_agg(pg_catalog.quote_ident(c), ', ')
                       from pg_catalog.unnest(v_columns) c)),
@@ -1466,8 +1441,9 @@ declare
   v_n       integer := coalesce(pg_catalog.cardinality(p_keys), 0);
   v_max     integer := jobs.max_payload_bytes();
   v_ids     bigint[];
+  v_ords    integer[];
+  v_made    integer;
   v_queue   text;
-  v_run_at  timestamptz;
   v_created boolean[];
   v_wake    text[];
   v_first   jsonb;    -- spec 1, as enqueue_many would read it
@@ -1543,17 +1519,22 @@ begin
   end if;
   perform jobs.check_tenant_policy(pg_catalog.jsonb_build_array(p_spec));
 
-  -- WRITE: one insert for the whole batch (a key repeated in it: its first spec); its
-  -- jobs share the spec's queue and run_at. Usually it takes every key.
-  select b.ids, b.queue, b.run_at into v_ids, v_queue, v_run_at
-    from jobs.insert_batch(p_spec, p_keys, p_payloads, v_now) b;
-  if pg_catalog.array_position(v_ids, null) is null then
+  -- WRITE: one insert for the whole batch (a key repeated in it: its first spec). Its
+  -- jobs share the spec's queue and run_at; usually it took every key, in key order.
+  select pg_catalog.count(*)::integer, pg_catalog.array_agg(c.id order by c.ord),
+         pg_catalog.array_agg(c.ord order by c.ord),
+         pg_catalog.max(c.queue) filter (where c.run_at <= v_now)
+    into v_made, v_ids, v_ords, v_queue
+    from jobs.insert_batch(p_spec, p_keys, p_payloads, v_now) c;
+  v_wake := case when v_queue is not null then array[v_queue] end;
+  if v_made = v_n then
     v_created := pg_catalog.array_fill(true, array[v_n]);
-  else
-    v_created := array(select i is not null from pg_catalog.unnest(v_ids) as i);
-  end if;
-  if v_run_at <= v_now and true = any (v_created) then
-    v_wake := array[v_queue];
+  else  -- each id in its key's place, null where the insert took none
+    select pg_catalog.array_agg(c.id order by u.ord), pg_catalog.array_agg(c.id is not null order by u.ord)
+      into v_ids, v_created
+      from pg_catalog.generate_series(1, v_n) as u(ord)
+      left join rows from (pg_catalog.unnest(v_ords), pg_catalog.unnest(v_ids)) as c(ord, id)
+             on c.ord = u.ord;
   end if;
 
   -- Keys the insert did not take: answer the job that holds each (or its singleton's).

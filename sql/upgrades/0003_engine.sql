@@ -68,8 +68,7 @@
 --     has a job (private jobs.batch_write, subtransaction_allowed: at most 8 tries, each
 --     a subtransaction, per transaction). The same answers; no probe of the unique
 --     indexes ahead of each new row, and a plain insert is answered from the rows it
---     was given, not joined back to the rows it returned (private jobs.insert_batch
---     answers one array of ids, in its keys' order).
+--     was given, not joined back to the rows it returned.
 --   * A batch ack (jobs.ack_many) writes first, waiting at most 50 ms for a busy row in
 --     a subtransaction (private jobs.ack_rows), and takes the lock pass
 --     (jobs.lock_batch) only when a row stays busy: the same answers, no pass that
@@ -113,9 +112,6 @@ alter table jobs.job_type add column tenant_policy text;
 alter table jobs.job_type add column factory jsonb;
 -- jobs.job_types() answers the column factory too: its result type changes
 drop function jobs.job_types();
--- The private jobs.insert_batch answers its batch's ids as one array: its result type
--- changes (jobs.define_spec() makes it again below)
-drop function jobs.insert_batch(jsonb, text[], jsonb, timestamptz);
 
 -- A debounced job is "waiting to start" only until its first claim (attempt 0): one
 -- awaiting its retry no longer absorbs the next enqueue of its group.
