@@ -207,6 +207,18 @@ as $$ select 'strict $.**{99} ? (@.type() == "object" || @.type() == "array")'::
 comment on function jobs.too_deep() is
   'Private: the JSON path matching a value nested 100 levels deep or more.';
 
+-- jobs.too_deep_item(): jobs.too_deep() for each item of an array (a batch's payloads),
+-- in one pass over the array instead of taking each item out.
+create or replace function jobs.too_deep_item()
+returns jsonpath
+language sql
+immutable
+set search_path = ''
+as $$ select 'strict $[*].**{99} ? (@.type() == "object" || @.type() == "array")'::pg_catalog.jsonpath $$;
+
+comment on function jobs.too_deep_item() is
+  'Private: the JSON path matching an array item nested 100 levels deep or more.';
+
 -- jobs.check_value(value, what): a JSON value (a result, progress, an error, a step's
 -- value, an event's payload) nested 100 levels deep or more is refused: JSON readers
 -- give up somewhere deeper (Python's with a RecursionError at a few thousand), and a

@@ -3,7 +3,7 @@
 -- refusals (the same codes and messages, nothing written), singletons. Its wake-ups:
 -- test_wake_callers.sql.
 begin;
-select plan(28);
+select plan(31);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
@@ -77,6 +77,18 @@ select is((select pg_catalog.count(*)::int from jobs.job where name = 'eb.single
 select is((select pg_catalog.count(*)::int from jobs.enqueue_batch('{"name": "eb.job"}', '{}')), 0,
           'no keys: no answer');
 
+-- ---------------------------------------------------------------- payloads at the limits
+set local jobs.max_payload_bytes = 20;
+select results_eq($$ select outcome from jobs.enqueue_batch('{"name": "eb.fit"}', array['f1', 'f2'],
+                                                            '[{"a": "0123456789"}, {"b": "0123456789"}]') $$,
+                  $$ values ('created'), ('created') $$,
+                  'payloads each within the limit are taken, however long their array');
+reset jobs.max_payload_bytes;
+select lives_ok($$ select jobs.enqueue_batch('{"name": "eb.fit"}', array['f3'],
+                                             ('[' || repeat('{"a": ', 99) || '1' || repeat('}', 99)
+                                              || ']')::jsonb) $$,
+                'a payload nested 99 deep is taken');
+
 -- ---------------------------------------------------------------- refusals (nothing written)
 create temp table before as select jobs_test.jobs() as n;
 select throws_ok($$ select jobs.enqueue_batch('[]', array['k']) $$, 'SJ001',
@@ -104,6 +116,11 @@ select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job"}', array['k1', 
                                               '[{}, {"big": "0123456789012345678901234567890"}]') $$, 'SJ002',
                  null, 'a payload over the limit');
 reset jobs.max_payload_bytes;
+select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job"}', array['k1', 'k2'],
+                                              ('[{}, ' || repeat('{"a": ', 100) || '1' || repeat('}', 100)
+                                               || ']')::jsonb) $$, 'SJ001',
+                 'sqljobs.invalid_argument: spec 2: payload must be nested less than 100 levels deep',
+                 'a payload nested 100 deep');
 select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job", "on_conflict": "error"}', array['zz', 'a']) $$,
                  'SJ003', null, 'on_conflict error: a key that has a job is refused');
 -- A spec enqueue_many would refuse in every copy is refused before it is copied once per

@@ -68,7 +68,8 @@
 --     has a job (private jobs.batch_write, subtransaction_allowed: at most 8 tries, each
 --     a subtransaction, per transaction). The same answers; no probe of the unique
 --     indexes ahead of each new row, and a plain insert is answered from the rows it
---     was given, not joined back to the rows it returned.
+--     was given, not joined back to the rows it returned. enqueue_batch checks its
+--     payloads in one pass over their array (private jobs.too_deep_item).
 --   * A batch ack (jobs.ack_many) writes first, waiting at most 50 ms for a busy row in
 --     a subtransaction (private jobs.ack_rows), and takes the lock pass
 --     (jobs.lock_batch) only when a row stays busy: the same answers, no pass that
