@@ -3,7 +3,7 @@
 -- refusals (the same codes and messages, nothing written), singletons. Its wake-ups:
 -- test_wake_callers.sql.
 begin;
-select plan(31);
+select plan(33);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
@@ -88,6 +88,16 @@ select lives_ok($$ select jobs.enqueue_batch('{"name": "eb.fit"}', array['f3'],
                                              ('[' || repeat('{"a": ', 99) || '1' || repeat('}', 99)
                                               || ']')::jsonb) $$,
                 'a payload nested 99 deep is taken');
+-- logged in as the producer: the same check, and its private path is not the producer's
+set local role sqljobs_producer;
+select throws_ok($$ select jobs.enqueue_batch('{"name": "eb.job"}', array['k1', 'k2'],
+                                              ('[{}, ' || repeat('[', 100) || '1' || repeat(']', 100)
+                                               || ']')::jsonb) $$, 'SJ001',
+                 'sqljobs.invalid_argument: spec 2: payload must be a JSON object',
+                 'as the producer: a payload that is not an object, nested 100 deep');
+select throws_ok($$ select jobs.too_deep_item() $$, '42501', null,
+                 'as the producer: jobs.too_deep_item is not callable');
+reset role;
 
 -- ---------------------------------------------------------------- refusals (nothing written)
 create temp table before as select jobs_test.jobs() as n;
