@@ -3,7 +3,7 @@
 -- refusals (the same codes and messages, nothing written), singletons. Its wake-ups:
 -- test_wake_callers.sql.
 begin;
-select plan(33);
+select plan(34);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema jobs_test;
@@ -33,6 +33,14 @@ select results_eq($$ select key, payload, queue, priority::int, max_attempts, st
                             ('b', '{}'::jsonb, 'q_eb', 3, 7, 'ready'),
                             ('c', '{"n": 1}'::jsonb, 'q_eb', 3, 7, 'ready') $$,
                   'the shared fields and each own key and payload are stored; a null payload is {}');
+-- inserted, and so given their ids, in byte order of the keys (the lock order insert_jobs
+-- takes too), with each payload beside its key
+create temp table b1o as
+  select r.* from jobs.enqueue_batch('{"name": "eb.ord"}', array['c', 'a', 'B'],
+                                     '[{"n": "c"}, {"n": "a"}, {"n": "B"}]') r;
+select results_eq($$ select key, payload->>'n' from jobs.job where name = 'eb.ord' order by id $$,
+                  $$ values ('B', 'B'), ('a', 'a'), ('c', 'c') $$,
+                  'a batch is inserted in the keys'' byte order, each with its own payload');
 select is((select pg_catalog.count(distinct created_at)::int from jobs.job where name = 'eb.job'),
           1, 'one enqueue time for the batch');
 select is((select run_at from jobs.job where id = test.jid('eb.job', 'a')),

@@ -78,23 +78,26 @@ select results_eq(
   'in a batch, tenant '''' repeats tenant null; tenant x is another job');
 
 -- ---------------------------------------------------------------- insert order
--- Rows are inserted, and so draw their ids, in (name, tenant, key) order: the lock order
--- that makes two batches sharing keys wait for each other instead of deadlocking.
+-- Rows are inserted, and so draw their ids, in (name, tenant, key) byte order: the lock
+-- order that makes two batches sharing keys wait for each other instead of deadlocking,
+-- the same whatever the database's collation (under en_US, 'B' would sort after 'a').
 select results_eq(
   $$ select key from jobs.job where id in (select id from b4) order by id $$,
-  $$ select key from jobs.job where id in (select id from b4) order by key $$,
+  $$ select key from jobs.job where id in (select id from b4) order by key collate "C" $$,
   'a batch of one name and tenant is inserted in key order');
 create temp table b9 as
   select * from jobs.enqueue_many('[{"name": "batch.ord.b", "key": "k2"},
                                     {"name": "batch.ord.a", "key": "k3", "tenant": "t"},
                                     {"name": "batch.ord.a", "key": "k1"},
                                     {"name": "batch.ord.b", "key": "k1", "tenant": "u"},
+                                    {"name": "batch.ord.a", "key": "a", "tenant": "t"},
+                                    {"name": "batch.ord.a", "key": "B", "tenant": "t"},
                                     {"name": "batch.ord.a", "key": "k2", "tenant": "t"},
                                     {"name": "batch.ord.a", "key": "k0", "tenant": ""}]');
 select results_eq(
   $$ select j.name, coalesce(j.tenant, ''), j.key from jobs.job j where j.id in (select id from b9) order by j.id $$,
   $$ select j.name, coalesce(j.tenant, ''), j.key from jobs.job j where j.id in (select id from b9)
-      order by j.name, coalesce(j.tenant, ''), j.key $$,
+      order by j.name collate "C", coalesce(j.tenant, '') collate "C", j.key collate "C" $$,
   'a batch of several names and tenants is inserted in (name, tenant, key) order');
 
 -- ---------------------------------------------------------------- one spec

@@ -69,7 +69,9 @@
 --     a subtransaction, per transaction). The same answers; no probe of the unique
 --     indexes ahead of each new row, and a plain insert is answered from the rows it
 --     was given, not joined back to the rows it returned. enqueue_batch checks its
---     payloads in one pass over their array (private jobs.too_deep_item).
+--     payloads in one pass over their array (private jobs.too_deep_item). A batch is
+--     inserted in its keys' byte order (collate "C"): any one order keeps two batches
+--     that share keys from deadlocking, and the locale's comparisons cost more.
 --   * A batch ack (jobs.ack_many) writes first, waiting at most 50 ms for a busy row in
 --     a subtransaction (private jobs.ack_rows), and takes the lock pass
 --     (jobs.lock_batch) only when a row stays busy: the same answers, no pass that
@@ -890,7 +892,9 @@ begin
 
   -- jobs.insert_jobs(specs, now, ids) -> (ord, id, queue, run_at) per job it created.
   -- Inserts every spec (already checked) as a ready job, in (name, tenant, key) order so
-  -- two batches that share keys wait for each other instead of deadlocking; a key that
+  -- two batches that share keys wait for each other instead of deadlocking (byte order:
+  -- any one order does, and the locale's comparisons cost a sort of 1,000 keys twice
+  -- as much, more under a locale such as en_US than C.UTF-8); a key that
   -- has a job (or that an earlier spec of the batch takes) is skipped, not answered.
   -- ids: the id of each spec (the relay's staged rows); null: a new one (jobs.job_id_sql).
   v_insert := $i$
@@ -913,9 +917,10 @@ begin
                  secs => coalesce((o.r).delay_s, (o.r).debounce_s, 0))) as run_at
           from (select s.ord, s.r
                   from s
-                 order by case when (select mixed.yes from mixed) then (s.r).name end,
-                          case when (select mixed.yes from mixed) then coalesce((s.r).tenant, '') end,
-                          (s.r).key, s.ord) o
+                 order by case when (select mixed.yes from mixed) then (s.r).name collate "C" end,
+                          case when (select mixed.yes from mixed)
+                               then coalesce((s.r).tenant, '') collate "C" end,
+                          (s.r).key collate "C", s.ord) o
       ), ins as (
         insert into jobs.job as j (id, {columns}, run_at, created_at)
         select s.id, {values}, s.run_at, p_now
@@ -968,11 +973,12 @@ begin
         -- in lock order, the ids drawn in that order too
         select o.ord, {new_id} as id, o.key, o.payload, v_r.queue, v_run_at as run_at
           from (select k.ord::integer as ord, k.key,
-                       coalesce(nullif(p.payload, 'null'), '{}') as payload
-                  from pg_catalog.unnest(p_keys) with ordinality as k(key, ord)
-                  left join pg_catalog.jsonb_array_elements(p_payloads)
-                            with ordinality as p(payload, ord) on p.ord = k.ord
-                 order by k.key, k.ord) o
+                       coalesce(nullif(k.payload, 'null'), '{}') as payload
+                  -- each key beside its payload (as many: enqueue_batch checks), none: {}
+                  from rows from (pg_catalog.unnest(p_keys),
+                                  pg_catalog.jsonb_array_elements(p_payloads))
+                       with ordinality as k(key, payload, ord)
+                 order by k.key collate "C", k.ord) o
       ), ins as (
         insert into jobs.job as j (id, {columns}, run_at, created_at)
         select s.id, {values}, s.run_at, p_now

@@ -69,7 +69,9 @@
 --     a subtransaction, per transaction). The same answers; no probe of the unique
 --     indexes ahead of each new row, and a plain insert is answered from the rows it
 --     was given, not joined back to the rows it returned. enqueue_batch checks its
---     payloads in one pass over their array (private jobs.too_deep_item).
+--     payloads in one pass over their array (private jobs.too_deep_item). A batch is
+--     inserted in its keys' byte order (collate "C"): any one order keeps two batches
+--     that share keys from deadlocking, and the locale's comparisons cost more.
 --   * A batch ack (jobs.ack_many) writes first, waiting at most 50 ms for a busy row in
 --     a subtransaction (private jobs.ack_rows), and takes the lock pass
 --     (jobs.lock_batch) only when a row stays busy: the same answers, no pass that
