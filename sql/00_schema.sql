@@ -159,9 +159,14 @@ create table if not exists jobs.job (
 comment on table jobs.job is 'Private storage of every job; use the jobs.* functions.';
 
 -- Idempotency namespace: (name, tenant or '', key). Covers finished rows too, so a
--- key is answered (deduped) for as long as its job is retained.
+-- key is answered (deduped) for as long as its job is retained. The key comes first:
+-- it is what tells two entries apart, so each comparison of an insert's descent (every
+-- enqueue, and every claim and settle, which are not HOT) is decided by one column,
+-- where name first compared three (the name and tenant almost always equal): a batch
+-- insert of 1,000 jobs 11% faster (docs/design/engine-hot-path.md). Every reader
+-- names all three.
 create unique index if not exists job_key_idx
-  on jobs.job (name, (coalesce(tenant, '')), key);
+  on jobs.job (key, name, (coalesce(tenant, '')));
 
 -- The claim seeks this, per queue, in (priority, run_at, id) order. A job waiting for a
 -- concurrency limit's slot (blocked_on) is not claimable until a slot frees.
