@@ -234,6 +234,17 @@ def test_batches_and_single_enqueues_of_shared_keys_neither_duplicate_nor_deadlo
                 answers.extend(zip(chunk, got, strict=True))
         return answers
 
+    def shared_spec_batches(name: str, order: list[str]) -> list[tuple[str, Enqueued]]:
+        # jobs.enqueue_batch: its own insert (jobs.insert_batch), in the same lock order
+        answers: list[tuple[str, Enqueued]] = []
+        with session(db_dsn) as own:
+            for start in range(0, len(order), 40):
+                chunk = order[start:start + 40]
+                chunk = chunk + chunk[:3]
+                got = Client(own).run(queries.enqueue_batch({"name": name}, chunk))
+                answers.extend(zip(chunk, got, strict=True))
+        return answers
+
     def singles(name: str, order: list[str]) -> list[tuple[str, Enqueued]]:
         with session(db_dsn) as own:
             return [(k, Client(own).run(queries.enqueue(name, k, {"k": k}, {}))) for k in order]
@@ -243,6 +254,7 @@ def test_batches_and_single_enqueues_of_shared_keys_neither_duplicate_nor_deadlo
         work: list[Callable[[], list[tuple[str, Enqueued]]]] = []
         for _ in range(6):
             work.append(partial(batches, name, rng.sample(keys, 160)))
+            work.append(partial(shared_spec_batches, name, rng.sample(keys, 160)))
             work.append(partial(singles, name, rng.sample(keys, 80)))
         try:
             results = run_together(work)
