@@ -508,6 +508,8 @@ declare
   v_unwind_states jobs.job_state[];
   v_unwind_errors jsonb[];
   v_buried        bigint[];  -- watched jobs lease recovery buried: notified
+  v_held          bigint[];  -- jobs that held limit slots
+  v_follows       bigint[];  -- buried jobs with hooks or a parent
 begin
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
     perform jobs.raise_error('queues_required', 'recover needs at least one queue',
@@ -564,17 +566,26 @@ begin
     returning j.id, j.step_seq, n.next_state, j.last_error,
               j.compensable and n.next_state <> 'ready' as starts_unwind,
               -- buried (dead or failed): a result waiter hears of it, as from nack_many
-              n.settle_watched and j.finished_at is not null as buried_watched
+              n.settle_watched and j.finished_at is not null as buried_watched,
+              j.slots is not null as held,
+              (j.hooks is not null or j.parent_id is not null) and j.finished_at is not null
+                as follows
   )
   select pg_catalog.array_agg(m.id) filter (where m.starts_unwind),
          pg_catalog.array_agg(m.step_seq) filter (where m.starts_unwind),
          pg_catalog.array_agg(m.next_state) filter (where m.starts_unwind),
          pg_catalog.array_agg(m.last_error) filter (where m.starts_unwind),
          pg_catalog.array_agg(m.id) filter (where m.buried_watched),
+         pg_catalog.array_agg(m.id) filter (where m.held),
+         pg_catalog.array_agg(m.id) filter (where m.follows),
          pg_catalog.count(*)
-    into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors, v_buried, v_moved
+    into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors, v_buried, v_held,
+         v_follows, v_moved
     from moved m;
-  if v_unwind_ids is not null then  -- (a SQL function: planned at every call)
+  -- they left running; the buried ones for good (sql/35_limits.sql, sql/42_hooks.sql)
+  perform jobs.release_slots(v_held);
+  perform jobs.job_final(v_follows);
+  if v_unwind_ids is not null then
     perform jobs.record_unwinds(v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors);
   end if;
   if v_buried is not null then

@@ -852,46 +852,47 @@ begin
 end
 $$;
 
--- Jobs that leave running free their slots, once per statement (an ack_many of a
--- batch pays one trigger, not one per job): their jobs.slot rows go, and the first
--- waiting job of each freed group becomes claimable (skip locked: a waiter another
--- transaction holds is left to the sweep). A statement that moved no job holding
--- slots out of running returns after one look at its old rows.
-create or replace function jobs.slots_freed()
-returns trigger
+-- jobs.release_slots(ids): these jobs just left running (ack, nack, lease recovery, a
+-- cancel, a saga's last settle: each calls it, once per statement, with the jobs that
+-- held slots). Their jobs.slot rows go, and the first waiting job of each freed group
+-- becomes claimable (skip locked: a waiter another transaction holds is left to the
+-- sweep). A call, not a trigger on jobs.job: no other update of a job pays for it, and
+-- a distributed install runs no trigger on its shards (docs/design/citus.md). Private.
+create or replace function jobs.release_slots(p_ids bigint[])
+returns void
 language plpgsql
 volatile
 set search_path = ''
 set enable_bitmapscan = off  -- jobs.slot churns: see jobs.claim (sql/30_claim.sql)
 as $$
 declare
+  v_freed  text[];  -- a group per slot row freed (a group freed twice: twice)
   v_groups text[];
   v_queues text[];
 begin
-  if not exists (select from old_jobs o where o.slots is not null and o.state = 'running') then
-    return null;
+  if p_ids is null then
+    return;
   end if;
-  -- (the released pairs first, then each slot row found by both columns of its key:
-  -- joined to the transition tables, the planner looked rows up by job_id alone, a
-  -- walk over the whole slot_pkey per job)
+  -- (each slot row found by both columns of its key: by job_id alone it is a walk over
+  -- the whole slot_pkey per job)
   with f as materialized (
-    select g, o.id, o.queue
-      from old_jobs o
-      join new_jobs n on n.id = o.id
-     cross join lateral pg_catalog.unnest(o.slots) as g
-     where o.state = 'running' and n.state <> 'running' and o.slots is not null
+    select g, j.id, j.queue
+      from jobs.job j
+     cross join lateral pg_catalog.unnest(j.slots) as g
+     where j.id = any (p_ids)
   ), freed as (
     delete from jobs.slot s
      using f
      where s.grp = f.g and s.job_id = f.id
     returning s.grp, f.queue
   )
-  select pg_catalog.array_agg(distinct freed.grp), pg_catalog.array_agg(distinct freed.queue)
-    into v_groups, v_queues
+  select pg_catalog.array_agg(freed.grp), pg_catalog.array_agg(distinct freed.queue)
+    into v_freed, v_queues
     from freed;
-  if v_groups is null then
-    return null;
+  if v_freed is null then
+    return;
   end if;
+  v_groups := array(select distinct g from pg_catalog.unnest(v_freed) as g);
   if exists (select from jobs.job b
               where b.blocked_on = any (v_groups) and b.state in ('ready', 'interrupted')) then
     perform jobs.unblock(array(
@@ -913,19 +914,12 @@ begin
                 and l.name || '|' = any (v_groups)
                 and l.concurrency <= (select pg_catalog.count(*) from jobs.slot s
                                        where s.grp = l.name || '|')
-                                     + (select pg_catalog.count(*) from old_jobs o
-                                         where l.name || '|' = any (o.slots))) then
+                                     + (select pg_catalog.count(*) from pg_catalog.unnest(v_freed) as g
+                                         where g = l.name || '|')) then
     perform jobs.wake(v_queues);
   end if;
-  return null;
 end
 $$;
 
--- (Transition tables need a trigger on every update: PostgreSQL allows no column list
--- with them.)
-drop trigger if exists job_slots_freed on jobs.job;
-create trigger job_slots_freed
-  after update on jobs.job
-  referencing old table as old_jobs new table as new_jobs
-  for each statement
-  execute function jobs.slots_freed();
+comment on function jobs.release_slots(bigint[]) is
+  'Private: free the limit slots of jobs that just left running, and let their groups'' waiters in.';

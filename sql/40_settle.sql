@@ -334,16 +334,18 @@ comment on function jobs.lock_briefly(bigint[]) is
 
 create or replace function jobs.unwritten_answer(p_id bigint, p_claim bigint)
 returns boolean
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
+begin
   -- a row this batch held and whose fence held was written: one still running under
   -- the claim was one it could not lock
-  select case when exists (select from jobs.job j
+  return case when exists (select from jobs.job j
                             where j.id = p_id and j.claim = p_claim and j.state = 'running')
               then null  -- busy: locked by another transaction, still this claim's
-              else false end
+              else false end;
+end
 $$;
 
 comment on function jobs.unwritten_answer(bigint, bigint) is
@@ -381,6 +383,9 @@ set enable_seqscan = off
 set enable_bitmapscan = off
 set jit = off
 as $$
+declare
+  v_held    bigint[];  -- the jobs that held limit slots
+  v_follows bigint[];  -- the jobs with hooks or a parent
 begin
   with input as (
     select u.id, u.claim, u.result
@@ -400,12 +405,18 @@ begin
       from (select input.id, input.claim, input.result from input order by input.id) as i
      where j.id = i.id and j.claim = i.claim and j.state = 'running'
        and (p_locked is null or j.id = any (p_locked))
-    returning j.id, j.claim, j.settle_watched
+    returning j.id, j.claim, j.settle_watched, j.slots is not null as held,
+              j.hooks is not null or j.parent_id is not null as follows
   )
   select pg_catalog.array_agg(settled.id), pg_catalog.array_agg(settled.claim),
-         pg_catalog.array_agg(settled.id) filter (where settled.settle_watched)
-    into done, claims, watched
+         pg_catalog.array_agg(settled.id) filter (where settled.settle_watched),
+         pg_catalog.array_agg(settled.id) filter (where settled.held),
+         pg_catalog.array_agg(settled.id) filter (where settled.follows)
+    into done, claims, watched, v_held, v_follows
     from settled;
+  -- they left running, for good (sql/35_limits.sql, sql/42_hooks.sql)
+  perform jobs.release_slots(v_held);
+  perform jobs.job_final(v_follows);
 end
 $$;
 
@@ -556,15 +567,17 @@ comment on function jobs.retry_state(integer, integer, boolean) is
 create or replace function jobs.record_unwinds(p_ids bigint[], p_ordinals integer[],
                                                p_states jobs.job_state[], p_errors jsonb[])
 returns void
-language sql
+language plpgsql
 volatile
 set search_path = ''
 as $$
+begin
   insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
   select u.id, 'sqljobs.unwind', u.ordinal, 'unwind',
          pg_catalog.jsonb_build_object('state', u.state, 'error', u.error), jobs.now()
     from unnest(p_ids, p_ordinals, p_states, p_errors) as u(id, ordinal, state, error)
-  on conflict (job_id, name) do nothing
+  on conflict (job_id, name) do nothing;
+end
 $$;
 
 -- ---------------------------------------------------------------------------
@@ -648,6 +661,8 @@ declare
   v_claims  bigint[];  -- the claim each done job was settled under
   v_states  jobs.job_state[];
   v_watched bigint[];
+  v_held    bigint[];  -- the jobs that held limit slots
+  v_follows bigint[];  -- the jobs with hooks or a parent, settled for good
 begin
   perform jobs.check_batch(p_ids, p_claims, p_errors);
   perform jobs.check_values(p_errors, 'error');
@@ -756,7 +771,9 @@ begin
         from target t
        where j.id = t.id
       returning j.id, j.claim, j.state, j.settle_watched, t.unwinds, j.step_seq, t.next_state,
-                t.error
+                t.error, j.slots is not null and not t.unwinds as held,
+                (j.hooks is not null or j.parent_id is not null)
+                  and j.state in ('failed', 'dead') as follows
     ),
     unwound as (
       -- record the final state of each job that starts unwinding (sagas, above)
@@ -768,9 +785,15 @@ begin
   select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.claim),
          pg_catalog.array_agg(done.state),
          pg_catalog.array_agg(done.id) filter (
-           where done.settle_watched and done.state in ('failed', 'dead'))
-    into v_done, v_claims, v_states, v_watched
+           where done.settle_watched and done.state in ('failed', 'dead')),
+         pg_catalog.array_agg(done.id) filter (where done.held),
+         pg_catalog.array_agg(done.id) filter (where done.follows)
+    into v_done, v_claims, v_states, v_watched, v_held, v_follows
     from done, (select pg_catalog.count(*) from unwound) as u;
+  -- those that left running free their slots; those settled for good set off their
+  -- hooks and parents (sql/35_limits.sql, sql/42_hooks.sql)
+  perform jobs.release_slots(v_held);
+  perform jobs.job_final(v_follows);
   -- NOTIFY result waiters of watched jobs that reached a final state (once per call).
   perform jobs.notify_settled(v_watched);
   return query

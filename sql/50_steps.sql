@@ -225,13 +225,16 @@ comment on function jobs.step_sleep(bigint, bigint, text, timestamptz, double pr
 -- ---------------------------------------------------------------------------
 create or replace function jobs.job_steps(p_id bigint)
 returns table (name text, ordinal integer, kind text, value jsonb, created_at timestamptz)
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select jobs.check_tenant(array[p_id]);
-  select s.name, s.ordinal, s.kind, s.value, s.created_at
-    from jobs.step s where s.job_id = p_id order by s.ordinal
+begin
+  perform jobs.check_tenant(array[p_id]);
+  return query
+    select s.name, s.ordinal, s.kind, s.value, s.created_at
+      from jobs.step s where s.job_id = p_id order by s.ordinal;
+end
 $$;
 
 comment on function jobs.job_steps(bigint) is 'The stored steps of one job, in the order they were first written.';
@@ -243,49 +246,41 @@ comment on function jobs.job_steps(bigint) is 'The stored steps of one job, in t
 --                           step awaiting it. A child's FINAL settlement (succeeded,
 --                           failed, dead, cancelled — by ack, nack, lease recovery or
 --                           an operator) or its removal makes a parked parent ready
---                           (trigger job_child_settled). The trigger's WHEN clause is
---                           evaluated for every state change but calls nothing for a
---                           job without a parent: the hot ack path pays one null test.
+--                           (jobs.wake_parents). A settle looks at its jobs'
+--                           parent_id in the row it writes: the hot ack path pays one
+--                           null test.
 
--- Wakes the parent of a child that reached a final state (or was removed), and
--- notifies the parent's queue (jobs.wake) so a worker claims it at once. Only child
--- jobs pay that notifying commit; PostgreSQL folds repeats within one transaction.
-create or replace function jobs.child_settled()
-returns trigger
+-- jobs.wake_parents(ids): parked parents whose child reached a final state or was
+-- removed become ready, and their queues are notified (jobs.wake) so a worker claims
+-- them at once. Called by jobs.job_final (sql/42_hooks.sql) and by jobs.apply_remove:
+-- only child jobs pay that notifying commit. Private.
+create or replace function jobs.wake_parents(p_ids bigint[])
+returns void
 language plpgsql
 volatile
 set search_path = ''
 as $$
 declare
-  v_parent bigint := case when tg_op = 'DELETE' then old.parent_id else new.parent_id end;
-  v_queue  text;
+  v_queues text[];
 begin
-  update jobs.job as p
-     set state = 'ready', run_at = jobs.now()
-   where p.id = v_parent and p.state = 'parked'
-  returning p.queue into v_queue;
-  if v_queue is not null then
-    perform jobs.wake(array[v_queue]);
+  if p_ids is null or pg_catalog.cardinality(p_ids) = 0 then
+    return;
   end if;
-  return null;
+  with woken as (
+    update jobs.job as p
+       set state = 'ready', run_at = jobs.now()
+     where p.id = any (p_ids) and p.state = 'parked'
+    returning p.queue
+  )
+  select pg_catalog.array_agg(distinct woken.queue) into v_queues from woken;
+  if v_queues is not null then
+    perform jobs.wake(v_queues);
+  end if;
 end
 $$;
 
-drop trigger if exists job_child_settled on jobs.job;
-create trigger job_child_settled
-  after update of state on jobs.job
-  for each row
-  when (new.parent_id is not null
-        and new.state in ('succeeded', 'failed', 'dead', 'cancelled')
-        and old.state is distinct from new.state)
-  execute function jobs.child_settled();
-
-drop trigger if exists job_child_removed on jobs.job;
-create trigger job_child_removed
-  after delete on jobs.job
-  for each row
-  when (old.parent_id is not null)
-  execute function jobs.child_settled();
+comment on function jobs.wake_parents(bigint[]) is
+  'Private: make the parked parents of settled or removed children ready.';
 
 -- ---------------------------------------------------------------------------
 -- jobs.step_invoke(id, claim, names, specs, lease_s) -> (name, value, child_id, parked)
@@ -428,8 +423,8 @@ comment on function jobs.step_invoke(bigint, bigint, text[], jsonb, double preci
 -- one. jobs.step_unwound then settles the job in the recorded final state.
 --   * nack (any settle)  of a compensable running job that would end failed or dead ->
 --                        compensating, still running under its claim (sql/40_settle.sql)
---   * cancel (any verb)  of a compensable, live job -> ready + compensating (trigger
---                        job_cancel_unwinds), so a worker claims it to unwind; the
+--   * cancel (any verb)  of a compensable, live job -> ready + compensating
+--                        (jobs.apply_cancel), so a worker claims it to unwind; the
 --                        old run's fence no longer holds. Cancelling a job that is
 --                        already compensating changes nothing: its unwind finishes.
 --   * lease recovery     of a compensable job on its final attempt -> ready + compensating;
@@ -452,6 +447,8 @@ declare
   v_unwind  jsonb;
   v_state   jobs.job_state;
   v_watched boolean;
+  v_held    boolean;  -- it held limit slots
+  v_follows boolean;  -- it has hooks or a parent
 begin
   perform jobs.hold_step(p_id, p_claim, null);
   select s.value into v_unwind from jobs.step s where s.job_id = p_id and s.name = 'sqljobs.unwind';
@@ -470,7 +467,16 @@ begin
                                                                  'at', jobs.now())
                            else j.last_error end
    where j.id = p_id
-  returning j.state, j.settle_watched into v_state, v_watched;
+  returning j.state, j.settle_watched, j.slots is not null,
+            j.hooks is not null or j.parent_id is not null
+    into v_state, v_watched, v_held, v_follows;
+  -- it left running, for good: its slots go, its hooks and its parent follow
+  if v_held then
+    perform jobs.release_slots(array[p_id]);
+  end if;
+  if v_follows then
+    perform jobs.job_final(array[p_id]);
+  end if;
   -- a result waiter hears of the end of the unwind; nobody else is notified (40_settle)
   if v_watched then
     perform jobs.notify_settled(array[p_id]);
@@ -482,39 +488,3 @@ $$;
 comment on function jobs.step_unwound(bigint, bigint) is
   'Saga: settle a job whose compensations all ran in the final state its unwind recorded.';
 
--- Cancelling a compensable job unwinds it (see above).
-create or replace function jobs.cancel_unwinds()
-returns trigger
-language plpgsql
-volatile
-set search_path = ''
-as $$
-begin
-  if old.compensating then
-    -- already unwinding: the unwind finishes and settles the job
-    new.state := old.state;
-    new.finished_at := old.finished_at;
-    new.lease_expires_at := old.lease_expires_at;
-    return new;
-  end if;
-  perform jobs.record_unwinds(array[old.id], array[old.step_seq + 1], '{cancelled}',
-    array[pg_catalog.jsonb_build_object('kind', 'cancelled', 'message', 'the job was cancelled')]);
-  new.step_seq := old.step_seq + 1;
-  new.state := 'ready';
-  new.run_at := jobs.now();
-  new.finished_at := null;
-  new.lease_expires_at := null;
-  new.compensating := true;
-  perform jobs.wake(array[old.queue]);
-  return new;
-end
-$$;
-
-drop trigger if exists job_cancel_unwinds on jobs.job;
-create trigger job_cancel_unwinds
-  before update of state on jobs.job
-  for each row
-  -- (jobs.step_unwound's own settlement clears compensating: not a cancel)
-  when (new.state = 'cancelled' and old.state <> 'cancelled' and old.compensable
-        and new.compensating = old.compensating)
-  execute function jobs.cancel_unwinds();

@@ -181,31 +181,91 @@ $$;
 -- ---------------------------------------------------------------------------
 create or replace function jobs.apply_cancel(p_ids bigint[])
 returns void
-language sql
+language plpgsql
 volatile
 set search_path = ''
 as $$
+declare
+  v_unwinds bigint[];   -- compensable jobs: their cancel starts their unwind
+  v_seqs    integer[];
+  v_queues  text[];
+  v_held    bigint[];   -- jobs that may hold limit slots (only running ones do)
+  v_more    bigint[];
+  v_follows bigint[];   -- cancelled jobs with hooks or a parent
+  v_watched bigint[];
+begin
   -- the workers running any of them hear it now (jobs.worker_token), not at their next
   -- heartbeat; delivered at commit, as every notification
-  select pg_catalog.pg_notify('jobs_wake', jobs.worker_token(w.worker))
-    from (select distinct j.worker from jobs.job j
-           where j.id = any (p_ids) and j.state = 'running' and j.worker is not null) w;
+  perform pg_catalog.pg_notify('jobs_wake', jobs.worker_token(w.worker))
+     from (select distinct j.worker from jobs.job j
+            where j.id = any (p_ids) and j.state = 'running' and j.worker is not null) w;
+  -- A compensable job unwinds instead (sagas, sql/50_steps.sql): back to ready and
+  -- compensating, its unwind recorded to end cancelled, its queue woken so a worker
+  -- claims it to run the compensations. One already unwinding is left to finish.
+  with unwinding as (
+    update jobs.job as j
+       set state = 'ready', run_at = jobs.now(), finished_at = null, lease_expires_at = null,
+           compensating = true, step_seq = j.step_seq + 1,
+           attempts = jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim,
+                                              j.worker, j.started_at)
+     where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
+       and j.compensable and not j.compensating
+    returning j.id, j.step_seq, j.queue, j.slots is not null as held
+  )
+  select pg_catalog.array_agg(u.id), pg_catalog.array_agg(u.step_seq),
+         pg_catalog.array_agg(distinct u.queue), pg_catalog.array_agg(u.id) filter (where u.held)
+    into v_unwinds, v_seqs, v_queues, v_held
+    from unwinding u;
+  if v_unwinds is not null then
+    perform jobs.record_unwinds(v_unwinds, v_seqs,
+      pg_catalog.array_fill('cancelled'::jobs.job_state, array[pg_catalog.cardinality(v_unwinds)]),
+      pg_catalog.array_fill(pg_catalog.jsonb_build_object('kind', 'cancelled',
+                                                          'message', 'the job was cancelled'),
+                            array[pg_catalog.cardinality(v_unwinds)]));
+    perform jobs.wake(v_queues);
+  end if;
   with moved as (
     update jobs.job as j
        set state = 'cancelled', finished_at = jobs.now(), lease_expires_at = null,
-           -- a running attempt ends here: it joins the history (sql/40_settle.sql)
-           attempts = case when j.state = 'running' then
-             jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
-               'attempt', j.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
-               'started_at', j.started_at, 'ended_at', jobs.now(), 'outcome', 'cancelled',
-               'error', null))
-             else j.attempts end
+           attempts = jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim,
+                                              j.worker, j.started_at)
      where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
-    returning j.id, j.state, j.settle_watched
+       and not j.compensable
+    returning j.id, j.settle_watched, j.slots is not null as held,
+              j.hooks is not null or j.parent_id is not null as follows
   )
+  select pg_catalog.array_agg(moved.id) filter (where moved.held),
+         pg_catalog.array_agg(moved.id) filter (where moved.follows),
+         pg_catalog.array_agg(moved.id) filter (where moved.settle_watched)
+    into v_more, v_follows, v_watched
+    from moved;
+  perform jobs.release_slots(nullif(coalesce(v_held, '{}') || coalesce(v_more, '{}'), '{}'));
+  perform jobs.job_final(v_follows);
   -- result waiters of watched jobs hear of it (a saga's cancel first unwinds: not yet)
-  select jobs.notify_settled(array(
-    select moved.id from moved where moved.settle_watched and moved.state = 'cancelled'))
+  perform jobs.notify_settled(v_watched);
+end
+$$;
+
+-- jobs.cancelled_attempt(state, attempts, attempt, claim, worker, started_at) -> a
+-- cancelled job's attempt history: a running attempt ends here and joins it
+-- (sql/40_settle.sql). Private.
+create or replace function jobs.cancelled_attempt(p_state jobs.job_state, p_attempts jsonb,
+                                                  p_attempt integer, p_claim bigint,
+                                                  p_worker text, p_started_at timestamptz)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  if p_state <> 'running' then
+    return p_attempts;
+  end if;
+  return jobs.attempts_push(p_attempts, pg_catalog.jsonb_build_object(
+    'attempt', p_attempt, 'claim', p_claim >> 32, 'worker', p_worker,
+    'started_at', p_started_at, 'ended_at', jobs.now(), 'outcome', 'cancelled',
+    'error', null));
+end
 $$;
 
 -- jobs.requeue_blocked(ids) -> the ids a requeue must leave as they are: a singleton
@@ -214,27 +274,30 @@ $$;
 -- the first of each such group. Private.
 create or replace function jobs.requeue_blocked(p_ids bigint[])
 returns bigint[]
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select coalesce(pg_catalog.array_agg(r.id order by r.id), '{}')
-    from (select j.id,
-                 pg_catalog.row_number() over (
-                   partition by j.name, coalesce(j.tenant, ''), coalesce(j.group_key, ''),
-                                j.singleton, j.debounce_s is not null
-                   order by j.id) as nth,
-                 exists (select from jobs.job k
-                          where k.id <> j.id and k.name = j.name
-                            and coalesce(k.tenant, '') = coalesce(j.tenant, '')
-                            and coalesce(k.group_key, '') = coalesce(j.group_key, '')
-                            and ((j.singleton and k.singleton
-                                  and k.state in ('ready', 'running', 'parked', 'interrupted'))
-                                 or (j.debounce_s is not null and k.debounce_s is not null
-                                     and k.state = 'ready' and k.attempt = 0))) as taken
-            from jobs.job j
-           where j.id = any (p_ids) and (j.singleton or j.debounce_s is not null)) r
-   where r.taken or r.nth > 1
+begin
+  return (
+    select coalesce(pg_catalog.array_agg(r.id order by r.id), '{}')
+      from (select j.id,
+                   pg_catalog.row_number() over (
+                     partition by j.name, coalesce(j.tenant, ''), coalesce(j.group_key, ''),
+                                  j.singleton, j.debounce_s is not null
+                     order by j.id) as nth,
+                   exists (select from jobs.job k
+                            where k.id <> j.id and k.name = j.name
+                              and coalesce(k.tenant, '') = coalesce(j.tenant, '')
+                              and coalesce(k.group_key, '') = coalesce(j.group_key, '')
+                              and ((j.singleton and k.singleton
+                                    and k.state in ('ready', 'running', 'parked', 'interrupted'))
+                                   or (j.debounce_s is not null and k.debounce_s is not null
+                                       and k.state = 'ready' and k.attempt = 0))) as taken
+              from jobs.job j
+             where j.id = any (p_ids) and (j.singleton or j.debounce_s is not null)) r
+     where r.taken or r.nth > 1);
+end
 $$;
 
 comment on function jobs.requeue_blocked(bigint[]) is
@@ -243,10 +306,13 @@ comment on function jobs.requeue_blocked(bigint[]) is
 -- Requeue and promote make jobs runnable now, so they wake their queues' workers.
 create or replace function jobs.apply_requeue(p_ids bigint[])
 returns void
-language sql
+language plpgsql
 volatile
 set search_path = ''
 as $$
+declare
+  v_queues text[];
+begin
   with moved as (
     update jobs.job as j
        set state = 'ready', attempt = 0, run_at = jobs.now(), finished_at = null,
@@ -256,15 +322,20 @@ as $$
      where j.id = any (p_ids) and j.state in ('failed', 'dead', 'cancelled')
     returning j.queue
   )
-  select jobs.wake(array(select distinct moved.queue from moved))
+  select array(select distinct moved.queue from moved) into v_queues;
+  perform jobs.wake(v_queues);
+end
 $$;
 
 create or replace function jobs.apply_promote(p_ids bigint[])
 returns void
-language sql
+language plpgsql
 volatile
 set search_path = ''
 as $$
+declare
+  v_queues text[];
+begin
   with moved as (
     update jobs.job as j
        set state = case when j.state = 'parked' then 'ready' else j.state end,
@@ -274,16 +345,30 @@ as $$
      where j.id = any (p_ids) and j.state in ('ready', 'interrupted', 'parked')
     returning j.queue
   )
-  select jobs.wake(array(select distinct moved.queue from moved))
+  select array(select distinct moved.queue from moved) into v_queues;
+  perform jobs.wake(v_queues);
+end
 $$;
 
 create or replace function jobs.apply_remove(p_ids bigint[])
 returns void
-language sql
+language plpgsql
 volatile
 set search_path = ''
 as $$
-  delete from jobs.job as j where j.id = any (p_ids) and j.state <> 'running'
+declare
+  v_parents bigint[];
+begin
+  with gone as (
+    delete from jobs.job as j where j.id = any (p_ids) and j.state <> 'running'
+    returning j.parent_id
+  )
+  select pg_catalog.array_agg(gone.parent_id) filter (where gone.parent_id is not null)
+    into v_parents
+    from gone;
+  -- a parked parent whose child was removed goes on without it (sql/50_steps.sql)
+  perform jobs.wake_parents(v_parents);
+end
 $$;
 
 -- ---------------------------------------------------------------------------
@@ -511,12 +596,14 @@ comment on function jobs.resume_queue(text) is 'Let claims take from a paused qu
 
 create or replace function jobs.job_payload(p_id bigint)
 returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select jobs.check_tenant(array[p_id]);
-  select j.payload from jobs.job j where j.id = p_id
+begin
+  perform jobs.check_tenant(array[p_id]);
+  return (select j.payload from jobs.job j where j.id = p_id);
+end
 $$;
 
 comment on function jobs.job_payload(bigint) is

@@ -280,17 +280,19 @@ comment on function jobs.purge_cutoff(timestamptz, double precision) is
 -- ---------------------------------------------------------------------------
 create or replace function jobs.purge_unreferenced(p_id bigint, p_parent_id bigint)
 returns boolean
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select not exists (select 1 from jobs.job c
+begin
+  return not exists (select 1 from jobs.job c
                       where c.parent_id = p_id
                         and c.state in ('ready', 'running', 'parked', 'interrupted'))
      and (p_parent_id is null
           or not exists (select 1 from jobs.job p
                           where p.id = p_parent_id
-                            and p.state in ('ready', 'running', 'parked', 'interrupted')))
+                            and p.state in ('ready', 'running', 'parked', 'interrupted')));
+end
 $$;
 
 comment on function jobs.purge_unreferenced(bigint, bigint) is

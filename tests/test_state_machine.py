@@ -1128,6 +1128,21 @@ class FlowMachine(RuleBasedStateMachine):
                 assert counts[g] <= cap, f"group {g} runs {counts[g]} jobs, its limit {cap}"
 
     @invariant()
+    def slots_held_by_running_jobs_only(self) -> None:
+        """Every path out of running frees the job's slot rows (jobs.release_slots is
+        called by each settling function, not a trigger), and a running job holds a row
+        for each of its groups."""
+        assert self.conn.execute("""
+            select s.grp, s.job_id, j.state from jobs.slot s
+              left join jobs.job j on j.id = s.job_id
+             where j.state is distinct from 'running'""").fetchall() == []
+        assert self.conn.execute("""
+            select j.id, g from jobs.job j cross join unnest(j.slots) as g
+             where j.state = 'running'
+               and not exists (select from jobs.slot s where s.grp = g and s.job_id = j.id)
+        """).fetchall() == []
+
+    @invariant()
     def no_rate_window_over_its_limit(self) -> None:
         """At most n starts of a rate or throttle group in any window of per_s."""
         rates = {g: (n, per) for j in self.jobs.values() for g, n, per in self._rates(j)}

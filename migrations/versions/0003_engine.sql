@@ -21,7 +21,17 @@
 --     ('sqljobs.order'), which the 0.3 client checks a replay against.
 --   * The backfill ledger (table jobs.backfill, sql/85_factories.sql) and its functions.
 --   * Settlement hooks: jobs.job.hooks (a spec field: a new nullable column, no
---     default) and the trigger job_hooks (sql/42_hooks.sql) that stages them.
+--     default), staged by the settling functions (sql/42_hooks.sql).
+--   * No trigger on jobs.job (docs/design/citus.md: a distributed install runs none on
+--     its shards). The settling functions (ack, nack, lease recovery, cancel, a saga's
+--     last settle) free their jobs' limit slots (private jobs.release_slots), stage
+--     hooks and wake parked parents (jobs.job_final, wake_parents) in statements of
+--     their own, and a cancel unwinds a compensable job itself (jobs.apply_cancel).
+--     Every other update of a job (a claim, a heartbeat, a step) no longer keeps its
+--     old and new rows for a statement trigger. Cancelling a job that is already
+--     unwinding no longer adds a cancelled entry to its attempt history: its attempt
+--     goes on. The functions that touch jobs.job, step or slot are all PL/pgSQL (Citus
+--     plans no SQL function with parameters over a distributed table).
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
@@ -109,6 +119,16 @@
 -- the functions, views, triggers and comments are generated below it.
 
 alter table jobs.job add column code_version text;
+
+-- No trigger on jobs.job: what they did, the settling functions now do in statements of
+-- their own (jobs.release_slots, job_final, wake_parents; apply_cancel unwinds a saga).
+drop trigger job_slots_freed on jobs.job;
+drop trigger job_child_settled on jobs.job;
+drop trigger job_child_removed on jobs.job;
+drop trigger job_cancel_unwinds on jobs.job;
+drop function jobs.slots_freed();
+drop function jobs.child_settled();
+drop function jobs.cancel_unwinds();
 
 -- Ids are made with their bucket (jobs.job_id_sql), never by a column default; the
 -- sequence stops at 2^55 - 1 (shifted 8 bits, a larger value would wrap negative).
@@ -2169,6 +2189,8 @@ declare
   v_unwind_states jobs.job_state[];
   v_unwind_errors jsonb[];
   v_buried        bigint[];  -- watched jobs lease recovery buried: notified
+  v_held          bigint[];  -- jobs that held limit slots
+  v_follows       bigint[];  -- buried jobs with hooks or a parent
 begin
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
     perform jobs.raise_error('queues_required', 'recover needs at least one queue',
@@ -2225,17 +2247,26 @@ begin
     returning j.id, j.step_seq, n.next_state, j.last_error,
               j.compensable and n.next_state <> 'ready' as starts_unwind,
               -- buried (dead or failed): a result waiter hears of it, as from nack_many
-              n.settle_watched and j.finished_at is not null as buried_watched
+              n.settle_watched and j.finished_at is not null as buried_watched,
+              j.slots is not null as held,
+              (j.hooks is not null or j.parent_id is not null) and j.finished_at is not null
+                as follows
   )
   select pg_catalog.array_agg(m.id) filter (where m.starts_unwind),
          pg_catalog.array_agg(m.step_seq) filter (where m.starts_unwind),
          pg_catalog.array_agg(m.next_state) filter (where m.starts_unwind),
          pg_catalog.array_agg(m.last_error) filter (where m.starts_unwind),
          pg_catalog.array_agg(m.id) filter (where m.buried_watched),
+         pg_catalog.array_agg(m.id) filter (where m.held),
+         pg_catalog.array_agg(m.id) filter (where m.follows),
          pg_catalog.count(*)
-    into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors, v_buried, v_moved
+    into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors, v_buried, v_held,
+         v_follows, v_moved
     from moved m;
-  if v_unwind_ids is not null then  -- (a SQL function: planned at every call)
+  -- they left running; the buried ones for good (sql/35_limits.sql, sql/42_hooks.sql)
+  perform jobs.release_slots(v_held);
+  perform jobs.job_final(v_follows);
+  if v_unwind_ids is not null then
     perform jobs.record_unwinds(v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors);
   end if;
   if v_buried is not null then
@@ -2586,46 +2617,47 @@ begin
 end
 $$;
 
--- Jobs that leave running free their slots, once per statement (an ack_many of a
--- batch pays one trigger, not one per job): their jobs.slot rows go, and the first
--- waiting job of each freed group becomes claimable (skip locked: a waiter another
--- transaction holds is left to the sweep). A statement that moved no job holding
--- slots out of running returns after one look at its old rows.
-create or replace function jobs.slots_freed()
-returns trigger
+-- jobs.release_slots(ids): these jobs just left running (ack, nack, lease recovery, a
+-- cancel, a saga's last settle: each calls it, once per statement, with the jobs that
+-- held slots). Their jobs.slot rows go, and the first waiting job of each freed group
+-- becomes claimable (skip locked: a waiter another transaction holds is left to the
+-- sweep). A call, not a trigger on jobs.job: no other update of a job pays for it, and
+-- a distributed install runs no trigger on its shards (docs/design/citus.md). Private.
+create or replace function jobs.release_slots(p_ids bigint[])
+returns void
 language plpgsql
 volatile
 set search_path = ''
 set enable_bitmapscan = off  -- jobs.slot churns: see jobs.claim (sql/30_claim.sql)
 as $$
 declare
+  v_freed  text[];  -- a group per slot row freed (a group freed twice: twice)
   v_groups text[];
   v_queues text[];
 begin
-  if not exists (select from old_jobs o where o.slots is not null and o.state = 'running') then
-    return null;
+  if p_ids is null then
+    return;
   end if;
-  -- (the released pairs first, then each slot row found by both columns of its key:
-  -- joined to the transition tables, the planner looked rows up by job_id alone, a
-  -- walk over the whole slot_pkey per job)
+  -- (each slot row found by both columns of its key: by job_id alone it is a walk over
+  -- the whole slot_pkey per job)
   with f as materialized (
-    select g, o.id, o.queue
-      from old_jobs o
-      join new_jobs n on n.id = o.id
-     cross join lateral pg_catalog.unnest(o.slots) as g
-     where o.state = 'running' and n.state <> 'running' and o.slots is not null
+    select g, j.id, j.queue
+      from jobs.job j
+     cross join lateral pg_catalog.unnest(j.slots) as g
+     where j.id = any (p_ids)
   ), freed as (
     delete from jobs.slot s
      using f
      where s.grp = f.g and s.job_id = f.id
     returning s.grp, f.queue
   )
-  select pg_catalog.array_agg(distinct freed.grp), pg_catalog.array_agg(distinct freed.queue)
-    into v_groups, v_queues
+  select pg_catalog.array_agg(freed.grp), pg_catalog.array_agg(distinct freed.queue)
+    into v_freed, v_queues
     from freed;
-  if v_groups is null then
-    return null;
+  if v_freed is null then
+    return;
   end if;
+  v_groups := array(select distinct g from pg_catalog.unnest(v_freed) as g);
   if exists (select from jobs.job b
               where b.blocked_on = any (v_groups) and b.state in ('ready', 'interrupted')) then
     perform jobs.unblock(array(
@@ -2647,13 +2679,15 @@ begin
                 and l.name || '|' = any (v_groups)
                 and l.concurrency <= (select pg_catalog.count(*) from jobs.slot s
                                        where s.grp = l.name || '|')
-                                     + (select pg_catalog.count(*) from old_jobs o
-                                         where l.name || '|' = any (o.slots))) then
+                                     + (select pg_catalog.count(*) from pg_catalog.unnest(v_freed) as g
+                                         where g = l.name || '|')) then
     perform jobs.wake(v_queues);
   end if;
-  return null;
 end
 $$;
+
+comment on function jobs.release_slots(bigint[]) is
+  'Private: free the limit slots of jobs that just left running, and let their groups'' waiters in.';
 
 -- === sql/40_settle.sql ===
 
@@ -2843,16 +2877,18 @@ comment on function jobs.lock_briefly(bigint[]) is
 
 create or replace function jobs.unwritten_answer(p_id bigint, p_claim bigint)
 returns boolean
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
+begin
   -- a row this batch held and whose fence held was written: one still running under
   -- the claim was one it could not lock
-  select case when exists (select from jobs.job j
+  return case when exists (select from jobs.job j
                             where j.id = p_id and j.claim = p_claim and j.state = 'running')
               then null  -- busy: locked by another transaction, still this claim's
-              else false end
+              else false end;
+end
 $$;
 
 comment on function jobs.unwritten_answer(bigint, bigint) is
@@ -2890,6 +2926,9 @@ set enable_seqscan = off
 set enable_bitmapscan = off
 set jit = off
 as $$
+declare
+  v_held    bigint[];  -- the jobs that held limit slots
+  v_follows bigint[];  -- the jobs with hooks or a parent
 begin
   with input as (
     select u.id, u.claim, u.result
@@ -2909,12 +2948,18 @@ begin
       from (select input.id, input.claim, input.result from input order by input.id) as i
      where j.id = i.id and j.claim = i.claim and j.state = 'running'
        and (p_locked is null or j.id = any (p_locked))
-    returning j.id, j.claim, j.settle_watched
+    returning j.id, j.claim, j.settle_watched, j.slots is not null as held,
+              j.hooks is not null or j.parent_id is not null as follows
   )
   select pg_catalog.array_agg(settled.id), pg_catalog.array_agg(settled.claim),
-         pg_catalog.array_agg(settled.id) filter (where settled.settle_watched)
-    into done, claims, watched
+         pg_catalog.array_agg(settled.id) filter (where settled.settle_watched),
+         pg_catalog.array_agg(settled.id) filter (where settled.held),
+         pg_catalog.array_agg(settled.id) filter (where settled.follows)
+    into done, claims, watched, v_held, v_follows
     from settled;
+  -- they left running, for good (sql/35_limits.sql, sql/42_hooks.sql)
+  perform jobs.release_slots(v_held);
+  perform jobs.job_final(v_follows);
 end
 $$;
 
@@ -3010,6 +3055,28 @@ end
 $$;
 
 -- ---------------------------------------------------------------------------
+-- jobs.record_unwinds(ids, ordinals, states, errors): store the 'sqljobs.unwind' step of
+-- each job that starts unwinding its saga (docs/design/sagas.md): the final state it
+-- will settle in once its compensations ran, and why. The caller moves the job itself
+-- (compensating = true, step_seq to the ordinal). A recorded unwind is kept as is.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.record_unwinds(p_ids bigint[], p_ordinals integer[],
+                                               p_states jobs.job_state[], p_errors jsonb[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  select u.id, 'sqljobs.unwind', u.ordinal, 'unwind',
+         pg_catalog.jsonb_build_object('state', u.state, 'error', u.error), jobs.now()
+    from unnest(p_ids, p_ordinals, p_states, p_errors) as u(id, ordinal, state, error)
+  on conflict (job_id, name) do nothing;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
 -- jobs.nack_many(ids, claims, errors, modes, delays_s) -> (id, ok, state) per input.
 --
 -- modes (null = 'retry'):
@@ -3064,6 +3131,8 @@ declare
   v_claims  bigint[];  -- the claim each done job was settled under
   v_states  jobs.job_state[];
   v_watched bigint[];
+  v_held    bigint[];  -- the jobs that held limit slots
+  v_follows bigint[];  -- the jobs with hooks or a parent, settled for good
 begin
   perform jobs.check_batch(p_ids, p_claims, p_errors);
   perform jobs.check_values(p_errors, 'error');
@@ -3172,7 +3241,9 @@ begin
         from target t
        where j.id = t.id
       returning j.id, j.claim, j.state, j.settle_watched, t.unwinds, j.step_seq, t.next_state,
-                t.error
+                t.error, j.slots is not null and not t.unwinds as held,
+                (j.hooks is not null or j.parent_id is not null)
+                  and j.state in ('failed', 'dead') as follows
     ),
     unwound as (
       -- record the final state of each job that starts unwinding (sagas, above)
@@ -3184,9 +3255,15 @@ begin
   select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.claim),
          pg_catalog.array_agg(done.state),
          pg_catalog.array_agg(done.id) filter (
-           where done.settle_watched and done.state in ('failed', 'dead'))
-    into v_done, v_claims, v_states, v_watched
+           where done.settle_watched and done.state in ('failed', 'dead')),
+         pg_catalog.array_agg(done.id) filter (where done.held),
+         pg_catalog.array_agg(done.id) filter (where done.follows)
+    into v_done, v_claims, v_states, v_watched, v_held, v_follows
     from done, (select pg_catalog.count(*) from unwound) as u;
+  -- those that left running free their slots; those settled for good set off their
+  -- hooks and parents (sql/35_limits.sql, sql/42_hooks.sql)
+  perform jobs.release_slots(v_held);
+  perform jobs.job_final(v_follows);
   -- NOTIFY result waiters of watched jobs that reached a final state (once per call).
   perform jobs.notify_settled(v_watched);
   return query
@@ -3344,52 +3421,65 @@ comment on function jobs.fence_run(bigint, bigint) is
 
 -- === sql/42_hooks.sql ===
 
-create or replace function jobs.stage_hooks()
-returns trigger
+create or replace function jobs.stage_hooks(p_ids bigint[])
+returns void
 language plpgsql
 volatile
 set search_path = ''
 as $$
 declare
-  v_specs jsonb := '[]';
-  v_hook  text;
+  v_specs jsonb;
 begin
-  foreach v_hook in array array['settled', 'exhausted'] loop
-    continue when not new.hooks ? v_hook;
-    continue when v_hook = 'exhausted'
-             and not (new.state = 'dead' or (new.state = 'failed' and new.attempt >= new.max_attempts));
-    v_specs := v_specs || pg_catalog.jsonb_build_array(pg_catalog.jsonb_strip_nulls(
-      pg_catalog.jsonb_build_object(
-        'name', new.hooks->v_hook->>'name',
-        'queue', new.hooks->v_hook->>'queue',
-        'tenant', new.tenant,
-        'actor', new.actor,
-        'key', pg_catalog.format('%s:%s:%s', new.id, v_hook,
-                                 pg_catalog.to_char(new.finished_at at time zone 'UTC',
-                                                    'YYYYMMDD"T"HH24MISS.US')),
-        'payload', pg_catalog.jsonb_build_object(
-          'job_id', new.id, 'name', new.name, 'state', new.state, 'attempt', new.attempt,
-          'error', case when new.state = 'succeeded' then null else new.last_error end))));
-  end loop;
-  if pg_catalog.jsonb_array_length(v_specs) > 0 then
+  select pg_catalog.jsonb_agg(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+           'name', j.hooks->h.hook->>'name',
+           'queue', j.hooks->h.hook->>'queue',
+           'tenant', j.tenant,
+           'actor', j.actor,
+           'key', pg_catalog.format('%s:%s:%s', j.id, h.hook,
+                                    pg_catalog.to_char(j.finished_at at time zone 'UTC',
+                                                       'YYYYMMDD"T"HH24MISS.US')),
+           'payload', pg_catalog.jsonb_build_object(
+             'job_id', j.id, 'name', j.name, 'state', j.state, 'attempt', j.attempt,
+             'error', case when j.state = 'succeeded' then null else j.last_error end)))
+           order by j.id, h.ord)
+    into v_specs
+    from jobs.job j
+   cross join lateral unnest(array['settled', 'exhausted']) with ordinality as h(hook, ord)
+   where j.id = any (p_ids) and j.hooks ? h.hook
+     and (h.hook = 'settled'
+          or j.state = 'dead' or (j.state = 'failed' and j.attempt >= j.max_attempts));
+  if v_specs is not null then
     perform from jobs.enqueue_many(v_specs);
   end if;
-  return null;
 end
 $$;
 
-comment on function jobs.stage_hooks() is
-  'Private: stage the settlement hooks of a job that reached a final state (trigger job_hooks).';
+comment on function jobs.stage_hooks(bigint[]) is
+  'Private: stage the settlement hooks of jobs that just reached a final state.';
 
-drop trigger if exists job_hooks on jobs.job;
+-- jobs.job_final(ids): what jobs that just reached a final state set off: their hooks'
+-- jobs, and their parked parents' wake-up (sql/50_steps.sql). Every statement that
+-- settles a job for good calls it (ack, nack, lease recovery, cancel, a saga's last
+-- settle) with those of its jobs that have hooks or a parent; a call, not a trigger, as
+-- jobs.release_slots (sql/35_limits.sql). Private.
+create or replace function jobs.job_final(p_ids bigint[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  if p_ids is null then
+    return;
+  end if;
+  perform jobs.stage_hooks(p_ids);
+  perform jobs.wake_parents(array(select j.parent_id from jobs.job j
+                                   where j.id = any (p_ids) and j.parent_id is not null));
+end
+$$;
 
-create trigger job_hooks
-  after update of state on jobs.job
-  for each row
-  when (new.hooks is not null
-        and new.state in ('succeeded', 'failed', 'dead', 'cancelled')
-        and old.state is distinct from new.state)
-  execute function jobs.stage_hooks();
+comment on function jobs.job_final(bigint[]) is
+  'Private: stage the hooks and wake the parents of jobs that just reached a final state.';
 
 -- === sql/45_workers.sql ===
 
@@ -3690,6 +3780,55 @@ end
 $$;
 
 -- ---------------------------------------------------------------------------
+-- jobs.job_steps(id) -> the stored steps of a job, in ordinal order (the read side).
+-- ---------------------------------------------------------------------------
+create or replace function jobs.job_steps(p_id bigint)
+returns table (name text, ordinal integer, kind text, value jsonb, created_at timestamptz)
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  perform jobs.check_tenant(array[p_id]);
+  return query
+    select s.name, s.ordinal, s.kind, s.value, s.created_at
+      from jobs.step s where s.job_id = p_id order by s.ordinal;
+end
+$$;
+
+-- jobs.wake_parents(ids): parked parents whose child reached a final state or was
+-- removed become ready, and their queues are notified (jobs.wake) so a worker claims
+-- them at once. Called by jobs.job_final (sql/42_hooks.sql) and by jobs.apply_remove:
+-- only child jobs pay that notifying commit. Private.
+create or replace function jobs.wake_parents(p_ids bigint[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_queues text[];
+begin
+  if p_ids is null or pg_catalog.cardinality(p_ids) = 0 then
+    return;
+  end if;
+  with woken as (
+    update jobs.job as p
+       set state = 'ready', run_at = jobs.now()
+     where p.id = any (p_ids) and p.state = 'parked'
+    returning p.queue
+  )
+  select pg_catalog.array_agg(distinct woken.queue) into v_queues from woken;
+  if v_queues is not null then
+    perform jobs.wake(v_queues);
+  end if;
+end
+$$;
+
+comment on function jobs.wake_parents(bigint[]) is
+  'Private: make the parked parents of settled or removed children ready.';
+
+-- ---------------------------------------------------------------------------
 -- jobs.step_invoke(id, claim, names, specs, lease_s) -> (name, value, child_id, parked)
 -- per name, in input order.
 --
@@ -3811,6 +3950,60 @@ begin
       left join jobs.step s on s.job_id = p_id and s.name = u.n
       left join unnest(v_pending, v_ids) as m(n, cid) on m.n = u.n
      order by u.ord;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
+-- jobs.step_unwound(id, claim) -> the job's final state.
+-- Ends the unwind of a compensating, running job: it settles in the state the unwind
+-- recorded (failed, dead or cancelled), with the recorded error as last_error.
+-- Fenced (lease_lost SJ004); invalid_argument (SJ001) when no unwind was recorded.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.step_unwound(p_id bigint, p_claim bigint)
+returns jobs.job_state
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_unwind  jsonb;
+  v_state   jobs.job_state;
+  v_watched boolean;
+  v_held    boolean;  -- it held limit slots
+  v_follows boolean;  -- it has hooks or a parent
+begin
+  perform jobs.hold_step(p_id, p_claim, null);
+  select s.value into v_unwind from jobs.step s where s.job_id = p_id and s.name = 'sqljobs.unwind';
+  if v_unwind is null then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('job %s is not unwinding', p_id));
+  end if;
+  update jobs.job as j
+     set state = (v_unwind->>'state')::jobs.job_state,
+         compensating = false,
+         finished_at = jobs.now(),
+         lease_expires_at = null,
+         last_error = case when pg_catalog.jsonb_typeof(v_unwind->'error') = 'object'
+                           then (v_unwind->'error')
+                                || pg_catalog.jsonb_build_object('compensated', true,
+                                                                 'at', jobs.now())
+                           else j.last_error end
+   where j.id = p_id
+  returning j.state, j.settle_watched, j.slots is not null,
+            j.hooks is not null or j.parent_id is not null
+    into v_state, v_watched, v_held, v_follows;
+  -- it left running, for good: its slots go, its hooks and its parent follow
+  if v_held then
+    perform jobs.release_slots(array[p_id]);
+  end if;
+  if v_follows then
+    perform jobs.job_final(array[p_id]);
+  end if;
+  -- a result waiter hears of the end of the unwind; nobody else is notified (40_settle)
+  if v_watched then
+    perform jobs.notify_settled(array[p_id]);
+  end if;
+  return v_state;
 end
 $$;
 
@@ -5184,31 +5377,91 @@ $$;
 -- ---------------------------------------------------------------------------
 create or replace function jobs.apply_cancel(p_ids bigint[])
 returns void
-language sql
+language plpgsql
 volatile
 set search_path = ''
 as $$
+declare
+  v_unwinds bigint[];   -- compensable jobs: their cancel starts their unwind
+  v_seqs    integer[];
+  v_queues  text[];
+  v_held    bigint[];   -- jobs that may hold limit slots (only running ones do)
+  v_more    bigint[];
+  v_follows bigint[];   -- cancelled jobs with hooks or a parent
+  v_watched bigint[];
+begin
   -- the workers running any of them hear it now (jobs.worker_token), not at their next
   -- heartbeat; delivered at commit, as every notification
-  select pg_catalog.pg_notify('jobs_wake', jobs.worker_token(w.worker))
-    from (select distinct j.worker from jobs.job j
-           where j.id = any (p_ids) and j.state = 'running' and j.worker is not null) w;
+  perform pg_catalog.pg_notify('jobs_wake', jobs.worker_token(w.worker))
+     from (select distinct j.worker from jobs.job j
+            where j.id = any (p_ids) and j.state = 'running' and j.worker is not null) w;
+  -- A compensable job unwinds instead (sagas, sql/50_steps.sql): back to ready and
+  -- compensating, its unwind recorded to end cancelled, its queue woken so a worker
+  -- claims it to run the compensations. One already unwinding is left to finish.
+  with unwinding as (
+    update jobs.job as j
+       set state = 'ready', run_at = jobs.now(), finished_at = null, lease_expires_at = null,
+           compensating = true, step_seq = j.step_seq + 1,
+           attempts = jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim,
+                                              j.worker, j.started_at)
+     where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
+       and j.compensable and not j.compensating
+    returning j.id, j.step_seq, j.queue, j.slots is not null as held
+  )
+  select pg_catalog.array_agg(u.id), pg_catalog.array_agg(u.step_seq),
+         pg_catalog.array_agg(distinct u.queue), pg_catalog.array_agg(u.id) filter (where u.held)
+    into v_unwinds, v_seqs, v_queues, v_held
+    from unwinding u;
+  if v_unwinds is not null then
+    perform jobs.record_unwinds(v_unwinds, v_seqs,
+      pg_catalog.array_fill('cancelled'::jobs.job_state, array[pg_catalog.cardinality(v_unwinds)]),
+      pg_catalog.array_fill(pg_catalog.jsonb_build_object('kind', 'cancelled',
+                                                          'message', 'the job was cancelled'),
+                            array[pg_catalog.cardinality(v_unwinds)]));
+    perform jobs.wake(v_queues);
+  end if;
   with moved as (
     update jobs.job as j
        set state = 'cancelled', finished_at = jobs.now(), lease_expires_at = null,
-           -- a running attempt ends here: it joins the history (sql/40_settle.sql)
-           attempts = case when j.state = 'running' then
-             jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
-               'attempt', j.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
-               'started_at', j.started_at, 'ended_at', jobs.now(), 'outcome', 'cancelled',
-               'error', null))
-             else j.attempts end
+           attempts = jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim,
+                                              j.worker, j.started_at)
      where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
-    returning j.id, j.state, j.settle_watched
+       and not j.compensable
+    returning j.id, j.settle_watched, j.slots is not null as held,
+              j.hooks is not null or j.parent_id is not null as follows
   )
+  select pg_catalog.array_agg(moved.id) filter (where moved.held),
+         pg_catalog.array_agg(moved.id) filter (where moved.follows),
+         pg_catalog.array_agg(moved.id) filter (where moved.settle_watched)
+    into v_more, v_follows, v_watched
+    from moved;
+  perform jobs.release_slots(nullif(coalesce(v_held, '{}') || coalesce(v_more, '{}'), '{}'));
+  perform jobs.job_final(v_follows);
   -- result waiters of watched jobs hear of it (a saga's cancel first unwinds: not yet)
-  select jobs.notify_settled(array(
-    select moved.id from moved where moved.settle_watched and moved.state = 'cancelled'))
+  perform jobs.notify_settled(v_watched);
+end
+$$;
+
+-- jobs.cancelled_attempt(state, attempts, attempt, claim, worker, started_at) -> a
+-- cancelled job's attempt history: a running attempt ends here and joins it
+-- (sql/40_settle.sql). Private.
+create or replace function jobs.cancelled_attempt(p_state jobs.job_state, p_attempts jsonb,
+                                                  p_attempt integer, p_claim bigint,
+                                                  p_worker text, p_started_at timestamptz)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  if p_state <> 'running' then
+    return p_attempts;
+  end if;
+  return jobs.attempts_push(p_attempts, pg_catalog.jsonb_build_object(
+    'attempt', p_attempt, 'claim', p_claim >> 32, 'worker', p_worker,
+    'started_at', p_started_at, 'ended_at', jobs.now(), 'outcome', 'cancelled',
+    'error', null));
+end
 $$;
 
 -- jobs.requeue_blocked(ids) -> the ids a requeue must leave as they are: a singleton
@@ -5217,31 +5470,102 @@ $$;
 -- the first of each such group. Private.
 create or replace function jobs.requeue_blocked(p_ids bigint[])
 returns bigint[]
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select coalesce(pg_catalog.array_agg(r.id order by r.id), '{}')
-    from (select j.id,
-                 pg_catalog.row_number() over (
-                   partition by j.name, coalesce(j.tenant, ''), coalesce(j.group_key, ''),
-                                j.singleton, j.debounce_s is not null
-                   order by j.id) as nth,
-                 exists (select from jobs.job k
-                          where k.id <> j.id and k.name = j.name
-                            and coalesce(k.tenant, '') = coalesce(j.tenant, '')
-                            and coalesce(k.group_key, '') = coalesce(j.group_key, '')
-                            and ((j.singleton and k.singleton
-                                  and k.state in ('ready', 'running', 'parked', 'interrupted'))
-                                 or (j.debounce_s is not null and k.debounce_s is not null
-                                     and k.state = 'ready' and k.attempt = 0))) as taken
-            from jobs.job j
-           where j.id = any (p_ids) and (j.singleton or j.debounce_s is not null)) r
-   where r.taken or r.nth > 1
+begin
+  return (
+    select coalesce(pg_catalog.array_agg(r.id order by r.id), '{}')
+      from (select j.id,
+                   pg_catalog.row_number() over (
+                     partition by j.name, coalesce(j.tenant, ''), coalesce(j.group_key, ''),
+                                  j.singleton, j.debounce_s is not null
+                     order by j.id) as nth,
+                   exists (select from jobs.job k
+                            where k.id <> j.id and k.name = j.name
+                              and coalesce(k.tenant, '') = coalesce(j.tenant, '')
+                              and coalesce(k.group_key, '') = coalesce(j.group_key, '')
+                              and ((j.singleton and k.singleton
+                                    and k.state in ('ready', 'running', 'parked', 'interrupted'))
+                                   or (j.debounce_s is not null and k.debounce_s is not null
+                                       and k.state = 'ready' and k.attempt = 0))) as taken
+              from jobs.job j
+             where j.id = any (p_ids) and (j.singleton or j.debounce_s is not null)) r
+     where r.taken or r.nth > 1);
+end
 $$;
 
 comment on function jobs.requeue_blocked(bigint[]) is
   'Private: the jobs a requeue leaves, their singleton or debounce group being taken.';
+
+-- Requeue and promote make jobs runnable now, so they wake their queues' workers.
+create or replace function jobs.apply_requeue(p_ids bigint[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_queues text[];
+begin
+  with moved as (
+    update jobs.job as j
+       set state = 'ready', attempt = 0, run_at = jobs.now(), finished_at = null,
+           lease_expires_at = null, result = null, blocked_on = null,
+           -- the waiter that watched it heard it settle; a new one watches it again
+           settle_watched = false
+     where j.id = any (p_ids) and j.state in ('failed', 'dead', 'cancelled')
+    returning j.queue
+  )
+  select array(select distinct moved.queue from moved) into v_queues;
+  perform jobs.wake(v_queues);
+end
+$$;
+
+create or replace function jobs.apply_promote(p_ids bigint[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_queues text[];
+begin
+  with moved as (
+    update jobs.job as j
+       set state = case when j.state = 'parked' then 'ready' else j.state end,
+           -- a job already due keeps its run_at: promoting never sends it behind
+           -- older jobs of its priority
+           run_at = least(j.run_at, jobs.now())
+     where j.id = any (p_ids) and j.state in ('ready', 'interrupted', 'parked')
+    returning j.queue
+  )
+  select array(select distinct moved.queue from moved) into v_queues;
+  perform jobs.wake(v_queues);
+end
+$$;
+
+create or replace function jobs.apply_remove(p_ids bigint[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_parents bigint[];
+begin
+  with gone as (
+    delete from jobs.job as j where j.id = any (p_ids) and j.state <> 'running'
+    returning j.parent_id
+  )
+  select pg_catalog.array_agg(gone.parent_id) filter (where gone.parent_id is not null)
+    into v_parents
+    from gone;
+  -- a parked parent whose child was removed goes on without it (sql/50_steps.sql)
+  perform jobs.wake_parents(v_parents);
+end
+$$;
 
 -- jobs.requeue(ids): failed/dead/cancelled jobs -> ready, attempt 0, now.
 -- Refuses the whole call, changing nothing, when any id is missing (job_not_found),
@@ -5311,6 +5635,18 @@ begin
                   where i <> all (jobs.requeue_blocked(v_ids)));
   perform jobs.apply_requeue(v_ids);
   return query select pg_catalog.cardinality(v_ids), jobs.count_where(p_filter, v_from);
+end
+$$;
+
+create or replace function jobs.job_payload(p_id bigint)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  perform jobs.check_tenant(array[p_id]);
+  return (select j.payload from jobs.job j where j.id = p_id);
 end
 $$;
 
@@ -5846,6 +6182,29 @@ end
 $$;
 
 -- === sql/95_retention.sql ===
+
+-- ---------------------------------------------------------------------------
+-- jobs.purge_unreferenced(id, parent_id) -> true when no live job refers to this one:
+-- none of its children is live, and its parent (if any) is not live. Two index probes
+-- (job_parent_idx, job_pkey) per row: written as a function so that the planner cannot
+-- turn them into anti joins over a scan of every live job.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.purge_unreferenced(p_id bigint, p_parent_id bigint)
+returns boolean
+language plpgsql
+stable
+set search_path = ''
+as $$
+begin
+  return not exists (select 1 from jobs.job c
+                      where c.parent_id = p_id
+                        and c.state in ('ready', 'running', 'parked', 'interrupted'))
+     and (p_parent_id is null
+          or not exists (select 1 from jobs.job p
+                          where p.id = p_parent_id
+                            and p.state in ('ready', 'running', 'parked', 'interrupted')));
+end
+$$;
 
 -- ---------------------------------------------------------------------------
 -- jobs.purge(max, dry_run, policy) -> (what, deleted, remaining), one row each for

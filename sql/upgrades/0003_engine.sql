@@ -21,7 +21,17 @@
 --     ('sqljobs.order'), which the 0.3 client checks a replay against.
 --   * The backfill ledger (table jobs.backfill, sql/85_factories.sql) and its functions.
 --   * Settlement hooks: jobs.job.hooks (a spec field: a new nullable column, no
---     default) and the trigger job_hooks (sql/42_hooks.sql) that stages them.
+--     default), staged by the settling functions (sql/42_hooks.sql).
+--   * No trigger on jobs.job (docs/design/citus.md: a distributed install runs none on
+--     its shards). The settling functions (ack, nack, lease recovery, cancel, a saga's
+--     last settle) free their jobs' limit slots (private jobs.release_slots), stage
+--     hooks and wake parked parents (jobs.job_final, wake_parents) in statements of
+--     their own, and a cancel unwinds a compensable job itself (jobs.apply_cancel).
+--     Every other update of a job (a claim, a heartbeat, a step) no longer keeps its
+--     old and new rows for a statement trigger. Cancelling a job that is already
+--     unwinding no longer adds a cancelled entry to its attempt history: its attempt
+--     goes on. The functions that touch jobs.job, step or slot are all PL/pgSQL (Citus
+--     plans no SQL function with parameters over a distributed table).
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
@@ -109,6 +119,16 @@
 -- the functions, views, triggers and comments are generated below it.
 
 alter table jobs.job add column code_version text;
+
+-- No trigger on jobs.job: what they did, the settling functions now do in statements of
+-- their own (jobs.release_slots, job_final, wake_parents; apply_cancel unwinds a saga).
+drop trigger job_slots_freed on jobs.job;
+drop trigger job_child_settled on jobs.job;
+drop trigger job_child_removed on jobs.job;
+drop trigger job_cancel_unwinds on jobs.job;
+drop function jobs.slots_freed();
+drop function jobs.child_settled();
+drop function jobs.cancel_unwinds();
 
 -- Ids are made with their bucket (jobs.job_id_sql), never by a column default; the
 -- sequence stops at 2^55 - 1 (shifted 8 bits, a larger value would wrap negative).
