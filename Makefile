@@ -8,7 +8,7 @@ PYTEST ?= $(PYTHON) -m pytest
 
 .DEFAULT_GOAL := help
 .PHONY: help test sqltest test-limits test-stalls chaos citus citus-cluster fuzz lint verify revision snapshot bench \
-	bench-citus bench-retention bench-pressure bench-pressure-short screenshots docs
+	bench-citus citus-probe bench-retention bench-pressure bench-pressure-short screenshots docs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -62,6 +62,9 @@ lint: ## ruff, mypy (strict on pyclient/) and the package layers (import-linter)
 bench: ## the benchmark suite, peers included (about 2 hours; docs/benchmarks.md)
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
 	$(PYTHON) -m bench
+
+citus-probe: ## every pgTAP file on the engine with its hot tables distributed, on a local 3-node cluster: what still fails (docs/design/citus.md)
+	$(PYTHON) -m bench.citus_probe
 
 bench-citus: ## the engine beside Citus, and the distributed prototype, on a local 3-node cluster (about 5 minutes; docs/design/citus.md)
 	$(PYTHON) -m bench.citus --repeat 3
