@@ -341,20 +341,23 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_problem text := jobs.limit_problem(p_name, p_def);
-  v_new     boolean;
+  v_problem  text := jobs.limit_problem(p_name, p_def);
+  v_new      boolean;
+  v_key_path text[];
 begin
   perform jobs.fleet_only('jobs.limit_put');  -- (sql/15_tenancy.sql)
   if v_problem is not null then
     perform jobs.raise_error('invalid_argument', v_problem);
   end if;
+  -- (read before the insert, which then has no subquery: Citus plans none in an
+  -- insert into a reference table, docs/design/citus.md)
+  v_key_path := case pg_catalog.jsonb_typeof(p_def->'key')
+                  when 'string' then array[p_def->>'key']
+                  when 'array' then array(select pg_catalog.jsonb_array_elements_text(p_def->'key'))
+                end;
   insert into jobs.limit as l (name, scope, target, key_path, concurrency, rate_n, rate_per_s,
                                when_busy, origin, updated_at)
-  values (p_name, p_def->>'scope', p_def->>'target',
-          case pg_catalog.jsonb_typeof(p_def->'key')
-            when 'string' then array[p_def->>'key']
-            when 'array' then array(select pg_catalog.jsonb_array_elements_text(p_def->'key'))
-          end,
+  values (p_name, p_def->>'scope', p_def->>'target', v_key_path,
           (p_def->>'concurrency')::integer, (p_def->'rate'->>'n')::integer,
           (p_def->'rate'->>'per_s')::double precision,
           coalesce(p_def->>'when_busy', 'wait'), coalesce(p_def->>'origin', 'api'), jobs.now())

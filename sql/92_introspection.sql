@@ -393,6 +393,25 @@ $$;
 comment on function jobs.job_type_problem(text, jsonb) is
   'Why a job type definition is refused (null when it is fine).';
 
+-- jobs.text_set(texts, json array of texts) -> both together, each once, sorted. Private.
+create or replace function jobs.text_set(p_texts text[], p_more jsonb)
+returns text[]
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  return array(select distinct e
+                 from (select pg_catalog.unnest(p_texts)
+                       union all
+                       select pg_catalog.jsonb_array_elements_text(p_more)) as u(e)
+                order by e);
+end
+$$;
+
+comment on function jobs.text_set(text[], jsonb) is
+  'Private: a set of texts (a job type''s paths), sorted, each once.';
+
 -- jobs.job_type_write(name, definition, widen) -> true when the type is new. Private:
 -- what job_type_put (replace) and job_type_declare (widen) share. A new type is
 -- registered as given. Replacing a known one writes every field; widening one only
@@ -412,13 +431,13 @@ begin
   if v_problem is not null then
     perform jobs.raise_error('invalid_job_type', v_problem);
   end if;
+  -- (no subquery in the insert: Citus plans none in an insert into a reference table,
+  -- docs/design/citus.md)
   insert into jobs.job_type as t (name, queue, sensitive_paths, personal_paths, payload_schema,
                                   retry, timeout_s, origin, updated_at, tenant_policy, factory)
   values (p_name, p_def->>'queue',
-          array(select distinct e from pg_catalog.jsonb_array_elements_text(
-                  coalesce(p_def->'sensitive', '[]')) e order by e),
-          array(select distinct e from pg_catalog.jsonb_array_elements_text(
-                  coalesce(p_def->'personal', '[]')) e order by e),
+          jobs.text_set(array[]::text[], coalesce(p_def->'sensitive', '[]')),
+          jobs.text_set(array[]::text[], coalesce(p_def->'personal', '[]')),
           pg_catalog.jsonb_strip_nulls(p_def)->'payload_schema',
           pg_catalog.jsonb_strip_nulls(p_def)->'retry',
           (p_def->>'timeout_s')::double precision,
@@ -427,12 +446,10 @@ begin
   on conflict (name) do update
      set queue = case when p_widen then coalesce(t.queue, excluded.queue) else excluded.queue end,
          sensitive_paths = case when p_widen
-                             then array(select distinct e from pg_catalog.unnest(
-                                    t.sensitive_paths || excluded.sensitive_paths) e order by e)
+                             then jobs.text_set(t.sensitive_paths || excluded.sensitive_paths, '[]')
                              else excluded.sensitive_paths end,
          personal_paths = case when p_widen
-                            then array(select distinct e from pg_catalog.unnest(
-                                   t.personal_paths || excluded.personal_paths) e order by e)
+                            then jobs.text_set(t.personal_paths || excluded.personal_paths, '[]')
                             else excluded.personal_paths end,
          payload_schema = excluded.payload_schema, retry = excluded.retry,
          timeout_s = excluded.timeout_s,

@@ -1,27 +1,35 @@
 -- Helpers the pgTAP files share, in schema `test` (tests/harness installs this file in
 -- the database every sqltests/test_*.sql file runs on, next to pgTAP). A file's own
 -- helpers go in a schema of its own (jobs_test), created and rolled back with it.
+-- Those with parameters that read jobs.job are PL/pgSQL: Citus plans no SQL function
+-- with parameters over a distributed table (bench/citus_probe.py).
 
 create schema if not exists test;
 
 -- test.job(name, key): the job row of that name and key (null when none).
 create or replace function test.job(p_name text, p_key text) returns jobs.job
-language sql stable as $$
-  select j from jobs.job j where j.name = p_name and j.key = p_key
+language plpgsql stable as $$
+begin
+  return (select j from jobs.job j where j.name = p_name and j.key = p_key);
+end
 $$;
 
 -- test.jid(name, key): the job's id (null when none).
 create or replace function test.jid(p_name text, p_key text) returns bigint
-language sql stable as $$
-  select j.id from jobs.job j where j.name = p_name and j.key = p_key
+language plpgsql stable as $$
+begin
+  return (select j.id from jobs.job j where j.name = p_name and j.key = p_key);
+end
 $$;
 
 -- test.claim_of(name, key): the job's current claim token, the proof a fenced call
 -- (ack, nack, heartbeat, step_put ...) must present: read from the table, as only the
 -- worker that claimed it knows it.
 create or replace function test.claim_of(p_name text, p_key text) returns bigint
-language sql stable as $$
-  select j.claim from jobs.job j where j.name = p_name and j.key = p_key
+language plpgsql stable as $$
+begin
+  return (select j.claim from jobs.job j where j.name = p_name and j.key = p_key);
+end
 $$;
 
 -- test.start(name, key, options, lease_s, worker): enqueue the job into a queue of its

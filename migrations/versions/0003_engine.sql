@@ -31,7 +31,9 @@
 --     old and new rows for a statement trigger. Cancelling a job that is already
 --     unwinding no longer adds a cancelled entry to its attempt history: its attempt
 --     goes on. The functions that touch jobs.job, step or slot are all PL/pgSQL (Citus
---     plans no SQL function with parameters over a distributed table).
+--     plans no SQL function with parameters over a distributed table), and
+--     jobs.limit_put and job_type_write read their values before their insert, which
+--     has no subquery (private jobs.text_set): the same rows.
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
@@ -2299,6 +2301,51 @@ comment on function jobs.recover(text[], integer) is
   'Recover lapsed leases, wake due parked jobs and free limit slots in these queues; answers the jobs moved.';
 
 -- === sql/35_limits.sql ===
+
+-- jobs.limit_put(name, definition) -> true when the limit is new (else it is replaced).
+-- definition: {"scope": "global" | "queue" | "name" | "tenant" | "key",
+--              "target": the queue / job name / tenant (tenant: omit for each tenant),
+--              "key": the payload field (key scope), "concurrency": N,
+--              "rate": {"n": N, "per_s": seconds}, "when_busy": "wait" | "fail"}.
+-- A lowered concurrency applies from the next claim (running jobs run to their end);
+-- a raised one frees waiting jobs at the next recovering claim.
+-- Errors: invalid_argument (SJ001) with what is wrong; nothing is written.
+create or replace function jobs.limit_put(p_name text, p_def jsonb)
+returns boolean
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_problem  text := jobs.limit_problem(p_name, p_def);
+  v_new      boolean;
+  v_key_path text[];
+begin
+  perform jobs.fleet_only('jobs.limit_put');  -- (sql/15_tenancy.sql)
+  if v_problem is not null then
+    perform jobs.raise_error('invalid_argument', v_problem);
+  end if;
+  -- (read before the insert, which then has no subquery: Citus plans none in an
+  -- insert into a reference table, docs/design/citus.md)
+  v_key_path := case pg_catalog.jsonb_typeof(p_def->'key')
+                  when 'string' then array[p_def->>'key']
+                  when 'array' then array(select pg_catalog.jsonb_array_elements_text(p_def->'key'))
+                end;
+  insert into jobs.limit as l (name, scope, target, key_path, concurrency, rate_n, rate_per_s,
+                               when_busy, origin, updated_at)
+  values (p_name, p_def->>'scope', p_def->>'target', v_key_path,
+          (p_def->>'concurrency')::integer, (p_def->'rate'->>'n')::integer,
+          (p_def->'rate'->>'per_s')::double precision,
+          coalesce(p_def->>'when_busy', 'wait'), coalesce(p_def->>'origin', 'api'), jobs.now())
+  on conflict (name) do update
+     set scope = excluded.scope, target = excluded.target, key_path = excluded.key_path,
+         concurrency = excluded.concurrency, rate_n = excluded.rate_n,
+         rate_per_s = excluded.rate_per_s, when_busy = excluded.when_busy,
+         origin = excluded.origin, updated_at = excluded.updated_at
+  returning (xmax = 0) into v_new;
+  return v_new;
+end
+$$;
 
 -- jobs.admit(candidates, limit, now) -> (id, slots, at) of the candidates admitted, at
 -- most p_limit, in candidate order: the limit groups each holds, and the admission's
@@ -5849,6 +5896,25 @@ begin
 end
 $$;
 
+-- jobs.text_set(texts, json array of texts) -> both together, each once, sorted. Private.
+create or replace function jobs.text_set(p_texts text[], p_more jsonb)
+returns text[]
+language plpgsql
+immutable
+set search_path = ''
+as $$
+begin
+  return array(select distinct e
+                 from (select pg_catalog.unnest(p_texts)
+                       union all
+                       select pg_catalog.jsonb_array_elements_text(p_more)) as u(e)
+                order by e);
+end
+$$;
+
+comment on function jobs.text_set(text[], jsonb) is
+  'Private: a set of texts (a job type''s paths), sorted, each once.';
+
 -- jobs.job_type_write(name, definition, widen) -> true when the type is new. Private:
 -- what job_type_put (replace) and job_type_declare (widen) share. A new type is
 -- registered as given. Replacing a known one writes every field; widening one only
@@ -5868,13 +5934,13 @@ begin
   if v_problem is not null then
     perform jobs.raise_error('invalid_job_type', v_problem);
   end if;
+  -- (no subquery in the insert: Citus plans none in an insert into a reference table,
+  -- docs/design/citus.md)
   insert into jobs.job_type as t (name, queue, sensitive_paths, personal_paths, payload_schema,
                                   retry, timeout_s, origin, updated_at, tenant_policy, factory)
   values (p_name, p_def->>'queue',
-          array(select distinct e from pg_catalog.jsonb_array_elements_text(
-                  coalesce(p_def->'sensitive', '[]')) e order by e),
-          array(select distinct e from pg_catalog.jsonb_array_elements_text(
-                  coalesce(p_def->'personal', '[]')) e order by e),
+          jobs.text_set(array[]::text[], coalesce(p_def->'sensitive', '[]')),
+          jobs.text_set(array[]::text[], coalesce(p_def->'personal', '[]')),
           pg_catalog.jsonb_strip_nulls(p_def)->'payload_schema',
           pg_catalog.jsonb_strip_nulls(p_def)->'retry',
           (p_def->>'timeout_s')::double precision,
@@ -5883,12 +5949,10 @@ begin
   on conflict (name) do update
      set queue = case when p_widen then coalesce(t.queue, excluded.queue) else excluded.queue end,
          sensitive_paths = case when p_widen
-                             then array(select distinct e from pg_catalog.unnest(
-                                    t.sensitive_paths || excluded.sensitive_paths) e order by e)
+                             then jobs.text_set(t.sensitive_paths || excluded.sensitive_paths, '[]')
                              else excluded.sensitive_paths end,
          personal_paths = case when p_widen
-                            then array(select distinct e from pg_catalog.unnest(
-                                   t.personal_paths || excluded.personal_paths) e order by e)
+                            then jobs.text_set(t.personal_paths || excluded.personal_paths, '[]')
                             else excluded.personal_paths end,
          payload_schema = excluded.payload_schema, retry = excluded.retry,
          timeout_s = excluded.timeout_s,

@@ -31,7 +31,9 @@
 --     old and new rows for a statement trigger. Cancelling a job that is already
 --     unwinding no longer adds a cancelled entry to its attempt history: its attempt
 --     goes on. The functions that touch jobs.job, step or slot are all PL/pgSQL (Citus
---     plans no SQL function with parameters over a distributed table).
+--     plans no SQL function with parameters over a distributed table), and
+--     jobs.limit_put and job_type_write read their values before their insert, which
+--     has no subquery (private jobs.text_set): the same rows.
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
