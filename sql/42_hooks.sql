@@ -1,8 +1,9 @@
 -- sqljobs: settlement hooks (docs/howto-hooks.md).
 --
 -- A job whose spec has `hooks` stages a follow-up job right after the statement that
--- moves it to a final state, in its transaction: by ack, nack, an operator's cancel, a saga's last compensation,
--- or the recovery that buries a lapsed lease on its final attempt (no worker present).
+-- moves it to a final state, in its transaction: by ack, nack, an operator's cancel, a
+-- saga's last compensation, or the recovery that buries a lapsed lease on its final
+-- attempt (no worker present).
 -- The follow-up is an ordinary job, written in the settling transaction: it exists iff
 -- the settlement committed, so a worker killed right after its ack cannot lose it, and a
 -- retried settle (fenced: it changes nothing) stages nothing twice.

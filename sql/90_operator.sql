@@ -190,7 +190,6 @@ declare
   v_seqs    integer[];
   v_queues  text[];
   v_held    bigint[];   -- jobs that may hold limit slots (only running ones do)
-  v_more    bigint[];
   v_follows bigint[];   -- cancelled jobs with hooks or a parent
   v_watched bigint[];
 begin
@@ -224,6 +223,7 @@ begin
                             array[pg_catalog.cardinality(v_unwinds)]));
     perform jobs.wake(v_queues);
   end if;
+  perform jobs.release_slots(v_held);
   with moved as (
     update jobs.job as j
        set state = 'cancelled', finished_at = jobs.now(), lease_expires_at = null,
@@ -237,9 +237,9 @@ begin
   select pg_catalog.array_agg(moved.id) filter (where moved.held),
          pg_catalog.array_agg(moved.id) filter (where moved.follows),
          pg_catalog.array_agg(moved.id) filter (where moved.settle_watched)
-    into v_more, v_follows, v_watched
+    into v_held, v_follows, v_watched
     from moved;
-  perform jobs.release_slots(nullif(coalesce(v_held, '{}') || coalesce(v_more, '{}'), '{}'));
+  perform jobs.release_slots(v_held);
   perform jobs.job_final(v_follows);
   -- result waiters of watched jobs hear of it (a saga's cancel first unwinds: not yet)
   perform jobs.notify_settled(v_watched);
