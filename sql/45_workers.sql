@@ -172,12 +172,19 @@ stable
 set search_path = ''
 as $$
   select jobs.fleet_only('jobs.workers');  -- (sql/15_tenancy.sql)
+  -- the running jobs counted once, per worker: one pass over job_lease_idx, not one per
+  -- worker (and no subquery joining the workers' table to the jobs', which Citus
+  -- cannot plan with the jobs distributed: docs/design/citus.md)
+  with running as (
+    select j.worker, pg_catalog.count(*) as n
+      from jobs.job j
+     where j.state = 'running' and j.lease_expires_at is not null  -- job_lease_idx
+     group by j.worker
+  )
   select w.id, w.started_at, w.heartbeat_at, w.expires_at, w.queues, w.names,
-         w.concurrency, w.host, w.pid,
-         (select pg_catalog.count(*) from jobs.job j
-           where j.state = 'running' and j.lease_expires_at is not null  -- job_lease_idx
-             and j.worker = w.id) as running
+         w.concurrency, w.host, w.pid, coalesce(r.n, 0) as running
     from jobs.worker w
+    left join running r on r.worker = w.id
    where w.expires_at > jobs.now()
    order by w.started_at, w.id
 $$;

@@ -716,12 +716,23 @@ as $$
                           and j.name = any (w.names))
      group by j.queue
   ),
-  full_limits as (  -- global and queue limits with no free slot (sql/35_limits.sql)
-    select l.scope, l.target
+  gate_limits as (  -- global and queue limits with a concurrency (sql/35_limits.sql)
+    select l.scope, l.target, l.name || '|' as grp, l.concurrency
       from jobs.limit l
      where l.scope in ('global', 'queue') and l.concurrency is not null
-       and l.concurrency <= (select pg_catalog.count(*) from jobs.slot s
-                              where s.grp = l.name || '|')
+  ),
+  used as (  -- their slots, counted per group first (no subquery per limit: Citus plans
+             -- none over a distributed table from a reference table's rows)
+    select s.grp, pg_catalog.count(*) as n
+      from jobs.slot s
+     where s.grp = any (array(select g.grp from gate_limits g))
+     group by s.grp
+  ),
+  full_limits as (  -- those with no free slot
+    select g.scope, g.target
+      from gate_limits g
+      left join used u on u.grp = g.grp
+     where g.concurrency <= coalesce(u.n, 0)
   ),
   held as (
     select exists (select from full_limits f where f.scope = 'global') as everywhere,

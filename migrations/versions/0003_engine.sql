@@ -33,7 +33,9 @@
 --     goes on. The functions that touch jobs.job, step or slot are all PL/pgSQL (Citus
 --     plans no SQL function with parameters over a distributed table), and
 --     jobs.limit_put and job_type_write read their values before their insert, which
---     has no subquery (private jobs.text_set): the same rows.
+--     has no subquery (private jobs.text_set): the same rows. jobs.workers and
+--     queue_stats_v2 count running jobs and limit slots per group in one pass, not
+--     in a subquery per worker or limit: the same answers.
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
@@ -3649,12 +3651,19 @@ stable
 set search_path = ''
 as $$
   select jobs.fleet_only('jobs.workers');  -- (sql/15_tenancy.sql)
+  -- the running jobs counted once, per worker: one pass over job_lease_idx, not one per
+  -- worker (and no subquery joining the workers' table to the jobs', which Citus
+  -- cannot plan with the jobs distributed: docs/design/citus.md)
+  with running as (
+    select j.worker, pg_catalog.count(*) as n
+      from jobs.job j
+     where j.state = 'running' and j.lease_expires_at is not null  -- job_lease_idx
+     group by j.worker
+  )
   select w.id, w.started_at, w.heartbeat_at, w.expires_at, w.queues, w.names,
-         w.concurrency, w.host, w.pid,
-         (select pg_catalog.count(*) from jobs.job j
-           where j.state = 'running' and j.lease_expires_at is not null  -- job_lease_idx
-             and j.worker = w.id) as running
+         w.concurrency, w.host, w.pid, coalesce(r.n, 0) as running
     from jobs.worker w
+    left join running r on r.worker = w.id
    where w.expires_at > jobs.now()
    order by w.started_at, w.id
 $$;
@@ -5765,12 +5774,23 @@ as $$
                           and j.name = any (w.names))
      group by j.queue
   ),
-  full_limits as (  -- global and queue limits with no free slot (sql/35_limits.sql)
-    select l.scope, l.target
+  gate_limits as (  -- global and queue limits with a concurrency (sql/35_limits.sql)
+    select l.scope, l.target, l.name || '|' as grp, l.concurrency
       from jobs.limit l
      where l.scope in ('global', 'queue') and l.concurrency is not null
-       and l.concurrency <= (select pg_catalog.count(*) from jobs.slot s
-                              where s.grp = l.name || '|')
+  ),
+  used as (  -- their slots, counted per group first (no subquery per limit: Citus plans
+             -- none over a distributed table from a reference table's rows)
+    select s.grp, pg_catalog.count(*) as n
+      from jobs.slot s
+     where s.grp = any (array(select g.grp from gate_limits g))
+     group by s.grp
+  ),
+  full_limits as (  -- those with no free slot
+    select g.scope, g.target
+      from gate_limits g
+      left join used u on u.grp = g.grp
+     where g.concurrency <= coalesce(u.n, 0)
   ),
   held as (
     select exists (select from full_limits f where f.scope = 'global') as everywhere,

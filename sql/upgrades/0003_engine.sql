@@ -33,7 +33,9 @@
 --     goes on. The functions that touch jobs.job, step or slot are all PL/pgSQL (Citus
 --     plans no SQL function with parameters over a distributed table), and
 --     jobs.limit_put and job_type_write read their values before their insert, which
---     has no subquery (private jobs.text_set): the same rows.
+--     has no subquery (private jobs.text_set): the same rows. jobs.workers and
+--     queue_stats_v2 count running jobs and limit slots per group in one pass, not
+--     in a subquery per worker or limit: the same answers.
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
