@@ -6,12 +6,12 @@ On the coordinator of a local cluster (its own, or a running one's given by
 --coordinator: `make citus-cluster` prints the DSN), in a database of its own, it
 installs sqljobs, distributes job, step, event_wait and slot (co-located, by the job's
 id: see DISTRIBUTE for why not yet its bucket), makes job_type, queue and limit
-reference tables, loads pgTAP, and runs every file of sqltests/, printing per file the
-assertions that passed and failed, or the error that stopped it and the engine
-function it came from. It drops what the distributed mode replaces with something else
-(the foreign keys to jobs.job from tables that stay local, the unique singleton and
-debounce groups, which span buckets), so what fails is what the engine's statements
-still need.
+reference tables, runs the hot functions with custom plans, loads pgTAP, and runs
+every file of sqltests/, printing per file the assertions that passed and failed, or
+the error that stopped it and the engine function it came from. It drops what the
+distributed mode replaces with something else (the foreign keys to jobs.job from
+tables that stay local, the unique singleton and debounce groups, which span buckets),
+so what fails is what the engine's statements still need.
 """
 
 from __future__ import annotations
@@ -52,6 +52,20 @@ select create_distributed_table('jobs.slot', 'job_id', colocate_with => 'jobs.jo
 select create_reference_table('jobs.job_type');
 select create_reference_table('jobs.queue');
 select create_reference_table('jobs.limit');
+-- The hot functions keep one generic plan per session (their plans are most of a call on
+-- one PostgreSQL); Citus plans no multi-shard statement from a generic plan with
+-- parameters ("could not create distributed plan"), and routes a custom one by its
+-- values. The distributed mode runs them with custom plans.
+do $p$
+declare
+  f regprocedure;
+begin
+  for f in select p.oid from pg_catalog.pg_proc p
+            where p.pronamespace = 'jobs'::regnamespace
+              and 'plan_cache_mode=force_generic_plan' = any (p.proconfig) loop
+    execute pg_catalog.format('alter function %s set plan_cache_mode = force_custom_plan', f);
+  end loop;
+end $p$;
 """
 
 
