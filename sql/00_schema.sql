@@ -150,7 +150,12 @@ create table if not exists jobs.job (
   -- a non-empty JSON string or object of at most 512 bytes, jobs.check_actors). The
   -- caller's word, like a label: not authentication. A child made by jobs.step_invoke
   -- takes its parent's unless its spec names one (docs/howto-hooks.md).
-  actor            jsonb
+  actor            jsonb,
+  -- Version 3, the engine's own: the bucket, id & 255 (jobs.job_id_sql), written by
+  -- every insert. A distributed install (docs/design/citus.md) is distributed by it:
+  -- Citus refuses a generated distribution column, so it is a plain one. Null for jobs
+  -- made before version 3 (adding it rewrote no row), which a distributing step fills.
+  bucket           smallint
 ) with (fillfactor = 70);  -- room for HOT updates of progress and heartbeats
 -- No CHECK constraints: every value a caller gives is checked once, by
 -- jobs.spec_problem, before any write (a CHECK would repeat those rules, and cost a
@@ -283,6 +288,7 @@ create table if not exists jobs.step (
   value      jsonb,
   event_id   bigint,                    -- kind = event: the event it consumed
   created_at timestamptz not null,
+  bucket     smallint,                  -- version 3: its job's bucket (job_id & 255)
   primary key (job_id, name),
   constraint step_kind check (kind in ('run', 'sleep', 'event', 'timeout', 'child', 'undo',
                                        'unwind'))
@@ -335,6 +341,7 @@ create table if not exists jobs.event_wait (
   names      text[] not null,
   deadline   timestamptz not null,     -- 'infinity': no timeout
   created_at timestamptz not null,
+  bucket     smallint,                 -- version 3: its job's bucket (job_id & 255)
   primary key (job_id, step)
 );
 
@@ -459,6 +466,7 @@ comment on table jobs.limit is 'Private: concurrency and rate limits; use jobs.l
 create table if not exists jobs.slot (
   grp     text not null,
   job_id  bigint not null,
+  bucket  smallint,                          -- version 3: its job's bucket (job_id & 255)
   primary key (grp, job_id)
 );
 

@@ -136,7 +136,7 @@ declare
                              'finished_at', 'first_started_at', 'step_seq', 'compensable',
                              'compensating', 'parent_id', 'parent_step', 'settle_watched',
                              'slots', 'blocked_on', 'deferred_by', 'attempts',
-                             'code_version'];
+                             'code_version', 'bucket'];
   -- the fields that only steer an enqueue (not columns)
   v_steering jsonb := '{"delay_s": "double precision", "on_conflict": "text"}';
   v_fields   jsonb := '{}';
@@ -452,9 +452,10 @@ begin
       -- the defaults' record with them)
       v_r jobs.job_spec := pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults} ||
              case when p_spec @? '$.* ? (@ == null)' then jobs.spec_given(p_spec) else p_spec end);
+      v_id bigint := coalesce(p_id, {new_id});
     begin
-      insert into jobs.job as j (id, {columns}, run_at, created_at)
-      values (coalesce(p_id, {new_id}), {values1},
+      insert into jobs.job as j (id, bucket, {columns}, run_at, created_at)
+      values (v_id, v_id & 255, {values1},
               coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
                 secs => coalesce(v_r.delay_s, v_r.debounce_s, 0))),
               p_now)
@@ -502,8 +503,8 @@ begin
                                then coalesce((s.r).tenant, '') collate "C" end,
                           (s.r).key collate "C", s.ord) o
       ), ins as (
-        insert into jobs.job as j (id, {columns}, run_at, created_at)
-        select s.id, {values}, s.run_at, p_now
+        insert into jobs.job as j (id, bucket, {columns}, run_at, created_at)
+        select s.id, s.id & 255, {values}, s.run_at, p_now
           from sorted s
         {on_conflict}
         returning j.id, j.queue, j.run_at
@@ -560,8 +561,8 @@ begin
                        with ordinality as k(key, payload, ord)
                  order by k.key collate "C", k.ord) o
       ), ins as (
-        insert into jobs.job as j (id, {columns}, run_at, created_at)
-        select s.id, {values}, s.run_at, p_now
+        insert into jobs.job as j (id, bucket, {columns}, run_at, created_at)
+        select s.id, s.id & 255, {values}, s.run_at, p_now
           from sorted s
         {on_conflict}
         returning j.id, j.queue, j.run_at

@@ -330,8 +330,8 @@ begin
                 j.started_at, j.actor
     ),
     slotted as (  -- the limit groups the admitted jobs now hold (sql/35_limits.sql)
-      insert into jobs.slot (grp, job_id)
-      select g, p.id from picked p cross join lateral pg_catalog.unnest(p.slots) as g
+      insert into jobs.slot (grp, job_id, bucket)
+      select g, p.id, p.id & 255 from picked p cross join lateral pg_catalog.unnest(p.slots) as g
       on conflict do nothing
     )
     select c.id, c.name, c.queue, c.tenant, c.key, c.payload, c.priority, c.attempt,

@@ -572,9 +572,10 @@ volatile
 set search_path = ''
 as $$
 begin
-  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at, bucket)
   select u.id, 'sqljobs.unwind', u.ordinal, 'unwind',
-         pg_catalog.jsonb_build_object('state', u.state, 'error', u.error), jobs.now()
+         pg_catalog.jsonb_build_object('state', u.state, 'error', u.error), jobs.now(),
+         u.id & 255
     from unnest(p_ids, p_ordinals, p_states, p_errors) as u(id, ordinal, state, error)
   on conflict (job_id, name) do nothing;
 end

@@ -134,10 +134,10 @@ begin
   -- FENCE (locks the job row)
   v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
   -- WRITE, first write wins
-  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at, bucket)
   values (p_id, v_name, v_seq,
           case when (p_options->>'undo')::boolean then 'undo' else 'run' end,
-          p_value, jobs.now())
+          p_value, jobs.now(), p_id & 255)
   on conflict (job_id, name) do nothing
   returning s.value into v_value;
   if found then
@@ -194,11 +194,11 @@ begin
   -- FENCE
   v_seq := jobs.hold_step(p_id, p_claim, null);
   -- WRITE the wake-up time once; later calls read it.
-  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at, bucket)
   values (p_id, p_name, v_seq, 'sleep',
           pg_catalog.jsonb_build_object('until',
             coalesce(p_until, v_now + pg_catalog.make_interval(secs => p_delay_s))),
-          v_now)
+          v_now, p_id & 255)
   on conflict (job_id, name) do nothing;
   select (s.value->>'until')::timestamptz into v_wake
     from jobs.step s where s.job_id = p_id and s.name = p_name and s.kind = 'sleep';
@@ -380,11 +380,11 @@ begin
       from unnest(v_pending, v_ids) as m(n, cid)
      where c.id = m.cid and c.parent_id is null;
     -- STORE the outcome of every child already final.
-    insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+    insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at, bucket)
     select p_id, m.n, v_seq, 'child',
            pg_catalog.jsonb_build_object('job_id', c.id, 'state', c.state, 'result', c.result,
                                          'error', c.last_error),
-           v_now
+           v_now, p_id & 255
       from unnest(v_pending, v_ids) as m(n, cid)
       join jobs.job c on c.id = m.cid
      where c.state in ('succeeded', 'failed', 'dead', 'cancelled')

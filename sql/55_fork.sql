@@ -74,8 +74,8 @@ begin
       null, 'wait for that job to finish, then fork');
   end if;
 
-  insert into jobs.step (job_id, name, ordinal, kind, value, event_id, created_at)
-  select v_new, s.name, s.ordinal, s.kind, s.value, s.event_id, s.created_at
+  insert into jobs.step (job_id, name, ordinal, kind, value, event_id, created_at, bucket)
+  select v_new, s.name, s.ordinal, s.kind, s.value, s.event_id, s.created_at, v_new & 255
     from jobs.step s
    where s.job_id = p_id and s.ordinal < v_ordinal
      and not pg_catalog.starts_with(s.name, 'sqljobs.undo:') and s.name <> 'sqljobs.unwind';

@@ -225,11 +225,11 @@ begin
   perform jobs.lock_keys(l.keys, l.modes)
      from jobs.event_locks((select j.tenant from jobs.job j where j.id = p_id), v_names, true) l;
   -- REGISTER once (a later call keeps the first deadline).
-  insert into jobs.event_wait as w (job_id, step, specs, names, deadline, created_at)
+  insert into jobs.event_wait as w (job_id, step, specs, names, deadline, created_at, bucket)
   values (p_id, p_name, p_specs, v_names,
           case when p_timeout_s is null then 'infinity'
                else v_now + pg_catalog.make_interval(secs => p_timeout_s) end,
-          v_now)
+          v_now, p_id & 255)
   on conflict (job_id, step) do nothing;
   select w.deadline, w.specs into v_deadline, p_specs
     from jobs.event_wait w where w.job_id = p_id and w.step = p_name;
@@ -250,12 +250,12 @@ begin
   if v_event.id is not null then
     v_value := pg_catalog.jsonb_build_object('event', v_event.name, 'payload', v_event.payload,
                                              'id', v_event.id);
-    insert into jobs.step (job_id, name, ordinal, kind, value, event_id, created_at)
-    values (p_id, p_name, v_seq, 'event', v_value, v_event.id, v_now);
+    insert into jobs.step (job_id, name, ordinal, kind, value, event_id, created_at, bucket)
+    values (p_id, p_name, v_seq, 'event', v_value, v_event.id, v_now, p_id & 255);
   elsif v_deadline <= v_now then
     v_value := '{"timeout": true}'::jsonb;
-    insert into jobs.step (job_id, name, ordinal, kind, value, created_at)
-    values (p_id, p_name, v_seq, 'timeout', v_value, v_now);
+    insert into jobs.step (job_id, name, ordinal, kind, value, created_at, bucket)
+    values (p_id, p_name, v_seq, 'timeout', v_value, v_now, p_id & 255);
   else
     -- PARK until the deadline (or a matching emit).
     perform jobs.nack_batch(array[p_id], array[p_claim], null, array['park'],

@@ -1143,6 +1143,18 @@ class FlowMachine(RuleBasedStateMachine):
         """).fetchall() == []
 
     @invariant()
+    def every_row_carries_its_bucket(self) -> None:
+        """Each job, step and slot row has bucket = its job's id & 255, written by the
+        insert that made it (the column a distributed install is distributed by)."""
+        assert self.conn.execute("""
+            select 'job', id from jobs.job where bucket is distinct from (id & 255)
+            union all
+            select 'step', job_id from jobs.step where bucket is distinct from (job_id & 255)
+            union all
+            select 'slot', job_id from jobs.slot where bucket is distinct from (job_id & 255)
+        """).fetchall() == []
+
+    @invariant()
     def no_rate_window_over_its_limit(self) -> None:
         """At most n starts of a rate or throttle group in any window of per_s."""
         rates = {g: (n, per) for j in self.jobs.values() for g, n, per in self._rates(j)}

@@ -36,6 +36,12 @@
 --     has no subquery (private jobs.text_set): the same rows. jobs.workers and
 --     queue_stats_v2 count running jobs and limit slots per group in one pass, not
 --     in a subquery per worker or limit: the same answers.
+--   * The bucket as a column (docs/design/citus.md): jobs.job, step, event_wait and
+--     slot have a new nullable column bucket (smallint, no default: a catalog change,
+--     no rewrite), which every insert writes (the job's id & 255, a step's, wait's or
+--     slot's job's). A distributed install is distributed by it (Citus refuses a
+--     generated distribution column); rows made before this revision keep null, which
+--     the distributing step fills. No statement reads it on one PostgreSQL.
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
@@ -166,6 +172,12 @@ create index job_lease_idx
 alter table jobs.job add column hooks jsonb;
 alter table jobs.job add column actor jsonb;
 alter table jobs.event add column actor jsonb;
+-- The bucket (id & 255) as a plain column, written by every insert: Citus distributes
+-- by a column and refuses a generated one. Earlier rows keep null (no rewrite).
+alter table jobs.job add column bucket smallint;
+alter table jobs.step add column bucket smallint;
+alter table jobs.event_wait add column bucket smallint;
+alter table jobs.slot add column bucket smallint;
 
 create table jobs.job_fork (
   job_id      bigint primary key references jobs.job (id) on delete cascade,
@@ -591,7 +603,7 @@ declare
                              'finished_at', 'first_started_at', 'step_seq', 'compensable',
                              'compensating', 'parent_id', 'parent_step', 'settle_watched',
                              'slots', 'blocked_on', 'deferred_by', 'attempts',
-                             'code_version'];
+                             'code_version', 'bucket'];
   -- the fields that only steer an enqueue (not columns)
   v_steering jsonb := '{"delay_s": "double precision", "on_conflict": "text"}';
   v_fields   jsonb := '{}';
@@ -907,9 +919,10 @@ begin
       -- the defaults' record with them)
       v_r jobs.job_spec := pg_catalog.jsonb_populate_record(null::jobs.job_spec, {defaults} ||
              case when p_spec @? '$.* ? (@ == null)' then jobs.spec_given(p_spec) else p_spec end);
+      v_id bigint := coalesce(p_id, {new_id});
     begin
-      insert into jobs.job as j (id, {columns}, run_at, created_at)
-      values (coalesce(p_id, {new_id}), {values1},
+      insert into jobs.job as j (id, bucket, {columns}, run_at, created_at)
+      values (v_id, v_id & 255, {values1},
               coalesce(v_r.run_at, p_now + pg_catalog.make_interval(
                 secs => coalesce(v_r.delay_s, v_r.debounce_s, 0))),
               p_now)
@@ -957,8 +970,8 @@ begin
                                then coalesce((s.r).tenant, '') collate "C" end,
                           (s.r).key collate "C", s.ord) o
       ), ins as (
-        insert into jobs.job as j (id, {columns}, run_at, created_at)
-        select s.id, {values}, s.run_at, p_now
+        insert into jobs.job as j (id, bucket, {columns}, run_at, created_at)
+        select s.id, s.id & 255, {values}, s.run_at, p_now
           from sorted s
         {on_conflict}
         returning j.id, j.queue, j.run_at
@@ -1015,8 +1028,8 @@ begin
                        with ordinality as k(key, payload, ord)
                  order by k.key collate "C", k.ord) o
       ), ins as (
-        insert into jobs.job as j (id, {columns}, run_at, created_at)
-        select s.id, {values}, s.run_at, p_now
+        insert into jobs.job as j (id, bucket, {columns}, run_at, created_at)
+        select s.id, s.id & 255, {values}, s.run_at, p_now
           from sorted s
         {on_conflict}
         returning j.id, j.queue, j.run_at
@@ -2018,8 +2031,8 @@ begin
                 j.started_at, j.actor
     ),
     slotted as (  -- the limit groups the admitted jobs now hold (sql/35_limits.sql)
-      insert into jobs.slot (grp, job_id)
-      select g, p.id from picked p cross join lateral pg_catalog.unnest(p.slots) as g
+      insert into jobs.slot (grp, job_id, bucket)
+      select g, p.id, p.id & 255 from picked p cross join lateral pg_catalog.unnest(p.slots) as g
       on conflict do nothing
     )
     select c.id, c.name, c.queue, c.tenant, c.key, c.payload, c.priority, c.attempt,
@@ -3117,9 +3130,10 @@ volatile
 set search_path = ''
 as $$
 begin
-  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at, bucket)
   select u.id, 'sqljobs.unwind', u.ordinal, 'unwind',
-         pg_catalog.jsonb_build_object('state', u.state, 'error', u.error), jobs.now()
+         pg_catalog.jsonb_build_object('state', u.state, 'error', u.error), jobs.now(),
+         u.id & 255
     from unnest(p_ids, p_ordinals, p_states, p_errors) as u(id, ordinal, state, error)
   on conflict (job_id, name) do nothing;
 end
@@ -3755,10 +3769,10 @@ begin
   -- FENCE (locks the job row)
   v_seq := jobs.hold_step(p_id, p_claim, p_lease_s);
   -- WRITE, first write wins
-  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at, bucket)
   values (p_id, v_name, v_seq,
           case when (p_options->>'undo')::boolean then 'undo' else 'run' end,
-          p_value, jobs.now())
+          p_value, jobs.now(), p_id & 255)
   on conflict (job_id, name) do nothing
   returning s.value into v_value;
   if found then
@@ -3812,11 +3826,11 @@ begin
   -- FENCE
   v_seq := jobs.hold_step(p_id, p_claim, null);
   -- WRITE the wake-up time once; later calls read it.
-  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+  insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at, bucket)
   values (p_id, p_name, v_seq, 'sleep',
           pg_catalog.jsonb_build_object('until',
             coalesce(p_until, v_now + pg_catalog.make_interval(secs => p_delay_s))),
-          v_now)
+          v_now, p_id & 255)
   on conflict (job_id, name) do nothing;
   select (s.value->>'until')::timestamptz into v_wake
     from jobs.step s where s.job_id = p_id and s.name = p_name and s.kind = 'sleep';
@@ -3982,11 +3996,11 @@ begin
       from unnest(v_pending, v_ids) as m(n, cid)
      where c.id = m.cid and c.parent_id is null;
     -- STORE the outcome of every child already final.
-    insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at)
+    insert into jobs.step as s (job_id, name, ordinal, kind, value, created_at, bucket)
     select p_id, m.n, v_seq, 'child',
            pg_catalog.jsonb_build_object('job_id', c.id, 'state', c.state, 'result', c.result,
                                          'error', c.last_error),
-           v_now
+           v_now, p_id & 255
       from unnest(v_pending, v_ids) as m(n, cid)
       join jobs.job c on c.id = m.cid
      where c.state in ('succeeded', 'failed', 'dead', 'cancelled')
@@ -4139,8 +4153,8 @@ begin
       null, 'wait for that job to finish, then fork');
   end if;
 
-  insert into jobs.step (job_id, name, ordinal, kind, value, event_id, created_at)
-  select v_new, s.name, s.ordinal, s.kind, s.value, s.event_id, s.created_at
+  insert into jobs.step (job_id, name, ordinal, kind, value, event_id, created_at, bucket)
+  select v_new, s.name, s.ordinal, s.kind, s.value, s.event_id, s.created_at, v_new & 255
     from jobs.step s
    where s.job_id = p_id and s.ordinal < v_ordinal
      and not pg_catalog.starts_with(s.name, 'sqljobs.undo:') and s.name <> 'sqljobs.unwind';
@@ -4331,11 +4345,11 @@ begin
   perform jobs.lock_keys(l.keys, l.modes)
      from jobs.event_locks((select j.tenant from jobs.job j where j.id = p_id), v_names, true) l;
   -- REGISTER once (a later call keeps the first deadline).
-  insert into jobs.event_wait as w (job_id, step, specs, names, deadline, created_at)
+  insert into jobs.event_wait as w (job_id, step, specs, names, deadline, created_at, bucket)
   values (p_id, p_name, p_specs, v_names,
           case when p_timeout_s is null then 'infinity'
                else v_now + pg_catalog.make_interval(secs => p_timeout_s) end,
-          v_now)
+          v_now, p_id & 255)
   on conflict (job_id, step) do nothing;
   select w.deadline, w.specs into v_deadline, p_specs
     from jobs.event_wait w where w.job_id = p_id and w.step = p_name;
@@ -4356,12 +4370,12 @@ begin
   if v_event.id is not null then
     v_value := pg_catalog.jsonb_build_object('event', v_event.name, 'payload', v_event.payload,
                                              'id', v_event.id);
-    insert into jobs.step (job_id, name, ordinal, kind, value, event_id, created_at)
-    values (p_id, p_name, v_seq, 'event', v_value, v_event.id, v_now);
+    insert into jobs.step (job_id, name, ordinal, kind, value, event_id, created_at, bucket)
+    values (p_id, p_name, v_seq, 'event', v_value, v_event.id, v_now, p_id & 255);
   elsif v_deadline <= v_now then
     v_value := '{"timeout": true}'::jsonb;
-    insert into jobs.step (job_id, name, ordinal, kind, value, created_at)
-    values (p_id, p_name, v_seq, 'timeout', v_value, v_now);
+    insert into jobs.step (job_id, name, ordinal, kind, value, created_at, bucket)
+    values (p_id, p_name, v_seq, 'timeout', v_value, v_now, p_id & 255);
   else
     -- PARK until the deadline (or a matching emit).
     perform jobs.nack_batch(array[p_id], array[p_claim], null, array['park'],

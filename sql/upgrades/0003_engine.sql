@@ -36,6 +36,12 @@
 --     has no subquery (private jobs.text_set): the same rows. jobs.workers and
 --     queue_stats_v2 count running jobs and limit slots per group in one pass, not
 --     in a subquery per worker or limit: the same answers.
+--   * The bucket as a column (docs/design/citus.md): jobs.job, step, event_wait and
+--     slot have a new nullable column bucket (smallint, no default: a catalog change,
+--     no rewrite), which every insert writes (the job's id & 255, a step's, wait's or
+--     slot's job's). A distributed install is distributed by it (Citus refuses a
+--     generated distribution column); rows made before this revision keep null, which
+--     the distributing step fills. No statement reads it on one PostgreSQL.
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
@@ -166,6 +172,12 @@ create index job_lease_idx
 alter table jobs.job add column hooks jsonb;
 alter table jobs.job add column actor jsonb;
 alter table jobs.event add column actor jsonb;
+-- The bucket (id & 255) as a plain column, written by every insert: Citus distributes
+-- by a column and refuses a generated one. Earlier rows keep null (no rewrite).
+alter table jobs.job add column bucket smallint;
+alter table jobs.step add column bucket smallint;
+alter table jobs.event_wait add column bucket smallint;
+alter table jobs.slot add column bucket smallint;
 
 create table jobs.job_fork (
   job_id      bigint primary key references jobs.job (id) on delete cascade,
