@@ -2,11 +2,12 @@
 (`python -m bench.citus_probe`, `make citus-probe`; docs/design/citus.md, "What the
 probe finds").
 
-On the coordinator of a local cluster (its own, or a running one's given by
---coordinator: `make citus-cluster` prints the DSN), in a database of its own, it
+On a local cluster of its own (a coordinator and two worker nodes), in a database of
+its own on every node, it
 installs sqljobs, distributes job, step, event_wait and slot (co-located, by the job's
-id: see DISTRIBUTE for why not yet its bucket), makes job_type, queue and limit
-reference tables, runs the hot functions with custom plans, loads pgTAP, and runs
+bucket, with the bucket in every key), makes job_type, queue and limit
+reference tables, runs the hot functions with custom plans, puts the engine's functions
+on every node, loads pgTAP, and runs
 every file of sqltests/, printing per file the assertions that passed and failed, or
 the error that stopped it and the engine function it came from. It drops what the
 distributed mode replaces with something else (the foreign keys to jobs.job from
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import psycopg
 from pytest_pgtap.pgtap import Runner
-from tests.harness.citus import local_cluster
+from tests.harness.citus import LocalCluster, local_cluster
 
 from sqljobs._schema import migrate
 
@@ -36,19 +37,34 @@ set citus.enable_ddl_propagation = on;
 -- tables that stay local cannot reference a distributed one
 alter table jobs.job_fork drop constraint job_fork_job_id_fkey;
 alter table jobs.webhook_attempt drop constraint webhook_attempt_job_id_fkey;
--- Distributed by the job's id (job_id), where the design distributes by its bucket
--- (id & 255): Citus refuses a generated distribution column, so the bucket must be a
--- column every insert writes, which the engine does not do yet. Every statement
--- routes the same way (by id: one shard; by queue or state: all of them); what is lost
--- here besides is the dedupe across shards, whose unique key must hold the bucket.
+-- Distributed by the bucket (jobs.job.bucket, the job's id & 255, written by every
+-- insert): every unique key and reference between the four tables holds it.
+alter table jobs.step drop constraint step_job_id_fkey;
+alter table jobs.event_wait drop constraint event_wait_job_id_fkey;
+update jobs.job set bucket = id & 255 where bucket is null;
+alter table jobs.job alter column bucket set not null;
+alter table jobs.step alter column bucket set not null;
+alter table jobs.event_wait alter column bucket set not null;
+alter table jobs.slot alter column bucket set not null;
+alter table jobs.job drop constraint job_pkey, add primary key (id, bucket);
+alter table jobs.step drop constraint step_pkey, add primary key (job_id, name, bucket);
+alter table jobs.event_wait drop constraint event_wait_pkey,
+  add primary key (job_id, step, bucket);
+alter table jobs.slot drop constraint slot_pkey, add primary key (grp, job_id, bucket);
 drop index jobs.job_key_idx;
-create index job_key_idx on jobs.job (key, name, (coalesce(tenant, '')));
+create unique index job_key_idx on jobs.job (key, name, (coalesce(tenant, '')), bucket);
+-- singleton and debounce groups span buckets for jobs without a tenant: lock rows in
+-- the design (docs/design/citus.md), not built
 drop index jobs.job_singleton_idx;
 drop index jobs.job_debounce_idx;
-select create_distributed_table('jobs.job', 'id', shard_count => 32);
-select create_distributed_table('jobs.step', 'job_id', colocate_with => 'jobs.job');
-select create_distributed_table('jobs.event_wait', 'job_id', colocate_with => 'jobs.job');
-select create_distributed_table('jobs.slot', 'job_id', colocate_with => 'jobs.job');
+select create_distributed_table('jobs.job', 'bucket', shard_count => 32);
+select create_distributed_table('jobs.step', 'bucket', colocate_with => 'jobs.job');
+select create_distributed_table('jobs.event_wait', 'bucket', colocate_with => 'jobs.job');
+select create_distributed_table('jobs.slot', 'bucket', colocate_with => 'jobs.job');
+alter table jobs.step add foreign key (job_id, bucket) references jobs.job (id, bucket)
+  on delete cascade;
+alter table jobs.event_wait add foreign key (job_id, bucket) references jobs.job (id, bucket)
+  on delete cascade;
 select create_reference_table('jobs.job_type');
 select create_reference_table('jobs.queue');
 select create_reference_table('jobs.limit');
@@ -68,6 +84,22 @@ begin
 end $p$;
 """
 
+# The engine's functions on every node: a statement Citus sends to a shard calls there
+# the functions in it (jobs.now, jobs.text_set, jobs.retry_state ...). The beside mode's
+# guard keeps them off the worker nodes (sqljobs/_schema/citus.py); distributed, they
+# must be there. In one transaction whose settings reach the nodes, bodies unchecked: an
+# SQL function's body names tables that stay on the coordinator.
+PROPAGATE = ("set local citus.propagate_set_commands = 'local'",
+             "set local check_function_bodies = off",
+             """do $p$
+                declare f regprocedure;
+                begin
+                  for f in select p.oid from pg_catalog.pg_proc p
+                            where p.pronamespace = 'jobs'::regnamespace and p.prokind = 'f' loop
+                    perform create_distributed_function(f);
+                  end loop;
+                end $p$""")
+
 
 def first_problem(lines: list[str]) -> str:
     for line in lines:
@@ -76,20 +108,22 @@ def first_problem(lines: list[str]) -> str:
     return ""
 
 
-def probe(coordinator: str, names: list[str]) -> int:
-    """Runs the files on a distributed install in a database of the coordinator; answers
-    how many passed."""
-    with psycopg.connect(coordinator, autocommit=True) as admin:
-        admin.execute(f"drop database if exists {DATABASE} with (force)")
-        admin.execute(f"create database {DATABASE}")
-    dsn = re.sub(r"/[^/?]+(\?|$)", f"/{DATABASE}\\1", coordinator, count=1)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("create extension citus")
+def probe(cluster: LocalCluster, names: list[str]) -> int:
+    """Runs the files on a distributed install in a database of its own on every node of
+    the cluster (Citus keeps its node list per database); answers how many passed."""
+    for node in cluster.nodes:
+        with psycopg.connect(node.dsn("postgres"), autocommit=True) as admin:
+            admin.execute(f"drop database if exists {DATABASE} with (force)")
+    cluster.create_database(DATABASE)
+    dsn = cluster.nodes[0].dsn(DATABASE)
     migrate.upgrade(dsn)
     clean = 0
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("create extension if not exists pgtap")
         conn.execute(DISTRIBUTE)
+        with conn.transaction():
+            for statement in PROPAGATE:
+                conn.execute(statement)  # type: ignore[arg-type]  # literals
         conn.execute((SQLTESTS / "_helpers.sql").read_bytes())
         runner = Runner(conn)
         for name in names:
@@ -111,17 +145,12 @@ def probe(coordinator: str, names: list[str]) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m bench.citus_probe", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--coordinator",
-                   help="DSN of a running cluster's coordinator (default: start a local one)")
     p.add_argument("--file", action="append", help="only these sqltests files")
     a = p.parse_args()
     names = a.file or sorted(path.name for path in SQLTESTS.glob("test_*.sql"))
-    if a.coordinator:
-        clean = probe(a.coordinator, names)
-    else:
-        with tempfile.TemporaryDirectory(prefix="sqljobs-citus-probe-") as root, \
-                local_cluster(Path(root) / "cluster") as cluster:
-            clean = probe(cluster.coordinator, names)
+    with tempfile.TemporaryDirectory(prefix="sqljobs-citus-probe-") as root, \
+            local_cluster(Path(root) / "cluster") as cluster:
+        clean = probe(cluster, names)
     print(f"{clean} of {len(names)} files pass")
     return 0
 

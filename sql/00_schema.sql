@@ -279,6 +279,8 @@ comment on table jobs.worker is
 --   "state", "result", "error"}: an invoked child job's outcome), undo (a compensation
 --   ran; name 'sqljobs.undo:<step>'), unwind (name 'sqljobs.unwind': the job is
 --   unwinding; {"state": the final state to settle in, "error": why}).
+-- Its inserts (and event_wait's) name no conflict target: the primary key is the one
+-- unique key, which a distributed install extends with the bucket.
 -- ---------------------------------------------------------------------------
 create table if not exists jobs.step (
   job_id     bigint not null references jobs.job (id) on delete cascade,

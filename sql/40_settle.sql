@@ -577,7 +577,7 @@ begin
          pg_catalog.jsonb_build_object('state', u.state, 'error', u.error), jobs.now(),
          u.id & 255
     from unnest(p_ids, p_ordinals, p_states, p_errors) as u(id, ordinal, state, error)
-  on conflict (job_id, name) do nothing;
+  on conflict do nothing;
 end
 $$;
 

@@ -138,7 +138,7 @@ begin
   values (p_id, v_name, v_seq,
           case when (p_options->>'undo')::boolean then 'undo' else 'run' end,
           p_value, jobs.now(), p_id & 255)
-  on conflict (job_id, name) do nothing
+  on conflict do nothing
   returning s.value into v_value;
   if found then
     if (p_options->>'compensable')::boolean then
@@ -199,7 +199,7 @@ begin
           pg_catalog.jsonb_build_object('until',
             coalesce(p_until, v_now + pg_catalog.make_interval(secs => p_delay_s))),
           v_now, p_id & 255)
-  on conflict (job_id, name) do nothing;
+  on conflict do nothing;
   select (s.value->>'until')::timestamptz into v_wake
     from jobs.step s where s.job_id = p_id and s.name = p_name and s.kind = 'sleep';
   if v_wake is null then
@@ -388,7 +388,7 @@ begin
       from unnest(v_pending, v_ids) as m(n, cid)
       join jobs.job c on c.id = m.cid
      where c.state in ('succeeded', 'failed', 'dead', 'cancelled')
-    on conflict (job_id, name) do nothing;
+    on conflict do nothing;
     v_live := exists (select 1 from pg_catalog.unnest(v_ids) as m(cid)
                         join jobs.job c on c.id = m.cid
                        where c.state not in ('succeeded', 'failed', 'dead', 'cancelled'));

@@ -230,7 +230,7 @@ begin
           case when p_timeout_s is null then 'infinity'
                else v_now + pg_catalog.make_interval(secs => p_timeout_s) end,
           v_now, p_id & 255)
-  on conflict (job_id, step) do nothing;
+  on conflict do nothing;
   select w.deadline, w.specs into v_deadline, p_specs
     from jobs.event_wait w where w.job_id = p_id and w.step = p_name;
   select coalesce(j.first_started_at, j.created_at), j.tenant into v_cursor, v_tenant

@@ -319,5 +319,5 @@ def test_the_distributed_probe_distributes_and_runs_pgtap(cluster: LocalCluster)
     from bench.citus_probe import probe
 
     passing = ["test_surface.sql", "test_distributable.sql", "test_limits_surface.sql"]
-    assert probe(cluster.coordinator, passing) == len(passing)
-    assert probe(cluster.coordinator, ["test_ack.sql"]) == 0
+    assert probe(cluster, passing) == len(passing)
+    assert probe(cluster, ["test_ack.sql"]) == 0

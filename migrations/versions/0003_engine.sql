@@ -41,7 +41,9 @@
 --     no rewrite), which every insert writes (the job's id & 255, a step's, wait's or
 --     slot's job's). A distributed install is distributed by it (Citus refuses a
 --     generated distribution column); rows made before this revision keep null, which
---     the distributing step fills. No statement reads it on one PostgreSQL.
+--     the distributing step fills. No statement reads it on one PostgreSQL. The step
+--     and event-wait inserts name no conflict target (their primary key is their one
+--     unique key: the same conflicts), so a key that gains the bucket still catches them.
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
@@ -3135,7 +3137,7 @@ begin
          pg_catalog.jsonb_build_object('state', u.state, 'error', u.error), jobs.now(),
          u.id & 255
     from unnest(p_ids, p_ordinals, p_states, p_errors) as u(id, ordinal, state, error)
-  on conflict (job_id, name) do nothing;
+  on conflict do nothing;
 end
 $$;
 
@@ -3773,7 +3775,7 @@ begin
   values (p_id, v_name, v_seq,
           case when (p_options->>'undo')::boolean then 'undo' else 'run' end,
           p_value, jobs.now(), p_id & 255)
-  on conflict (job_id, name) do nothing
+  on conflict do nothing
   returning s.value into v_value;
   if found then
     if (p_options->>'compensable')::boolean then
@@ -3831,7 +3833,7 @@ begin
           pg_catalog.jsonb_build_object('until',
             coalesce(p_until, v_now + pg_catalog.make_interval(secs => p_delay_s))),
           v_now, p_id & 255)
-  on conflict (job_id, name) do nothing;
+  on conflict do nothing;
   select (s.value->>'until')::timestamptz into v_wake
     from jobs.step s where s.job_id = p_id and s.name = p_name and s.kind = 'sleep';
   if v_wake is null then
@@ -4004,7 +4006,7 @@ begin
       from unnest(v_pending, v_ids) as m(n, cid)
       join jobs.job c on c.id = m.cid
      where c.state in ('succeeded', 'failed', 'dead', 'cancelled')
-    on conflict (job_id, name) do nothing;
+    on conflict do nothing;
     v_live := exists (select 1 from pg_catalog.unnest(v_ids) as m(cid)
                         join jobs.job c on c.id = m.cid
                        where c.state not in ('succeeded', 'failed', 'dead', 'cancelled'));
@@ -4350,7 +4352,7 @@ begin
           case when p_timeout_s is null then 'infinity'
                else v_now + pg_catalog.make_interval(secs => p_timeout_s) end,
           v_now, p_id & 255)
-  on conflict (job_id, step) do nothing;
+  on conflict do nothing;
   select w.deadline, w.specs into v_deadline, p_specs
     from jobs.event_wait w where w.job_id = p_id and w.step = p_name;
   select coalesce(j.first_started_at, j.created_at), j.tenant into v_cursor, v_tenant

@@ -41,7 +41,9 @@
 --     no rewrite), which every insert writes (the job's id & 255, a step's, wait's or
 --     slot's job's). A distributed install is distributed by it (Citus refuses a
 --     generated distribution column); rows made before this revision keep null, which
---     the distributing step fills. No statement reads it on one PostgreSQL.
+--     the distributing step fills. No statement reads it on one PostgreSQL. The step
+--     and event-wait inserts name no conflict target (their primary key is their one
+--     unique key: the same conflicts), so a key that gains the bucket still catches them.
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
