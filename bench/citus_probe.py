@@ -84,6 +84,15 @@ begin
 end $p$;
 """
 
+# The statements that lock rows of any bucket (lease recovery's, the wake of parked
+# jobs) run in rounds, one per bucket (jobs.recover): what the distributing step does to
+# jobs.distributed(), its security and grants as the roles step left them.
+ROUNDS = """
+create or replace function jobs.distributed() returns boolean language sql immutable
+security definer set search_path = '' as $$ select true $$;
+revoke all on function jobs.distributed() from public;
+"""
+
 # The engine's functions on every node: a statement Citus sends to a shard calls there
 # the functions in it (jobs.now, jobs.text_set, jobs.retry_state ...). The beside mode's
 # guard keeps them off the worker nodes (sqljobs/_schema/citus.py); distributed, they
@@ -121,6 +130,7 @@ def probe(cluster: LocalCluster, names: list[str]) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("create extension if not exists pgtap")
         conn.execute(DISTRIBUTE)
+        conn.execute(ROUNDS)
         with conn.transaction():
             for statement in PROPAGATE:
                 conn.execute(statement)  # type: ignore[arg-type]  # literals

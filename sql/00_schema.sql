@@ -75,6 +75,24 @@ $$;
 comment on function jobs.job_id_sql(text, text, text) is
   'Private: the SQL expression of a new job id (the sequence << 8 | the bucket) for the name, tenant and key expressions given.';
 
+-- jobs.distributed() -> whether jobs.job, step, event_wait and slot are distributed by
+-- bucket on Citus (docs/design/citus.md). False here; the distributing step replaces it
+-- with one that answers true. The few statements that lock rows of any bucket (lease
+-- recovery's, the wake of parked jobs) run once per bucket when it is true (Citus locks
+-- rows only in a statement it routes to one shard), and once for all when false, where
+-- one statement is faster. A function, not a setting: no caller can change its answer.
+create or replace function jobs.distributed()
+returns boolean
+language sql
+immutable
+set search_path = ''
+as $$
+select false
+$$;
+
+comment on function jobs.distributed() is
+  'Private: whether the hot tables are distributed by bucket on Citus (false unless the distributing step replaced this function).';
+
 -- ---------------------------------------------------------------------------
 -- jobs.job: every job, live and finished (docs/design/finished-jobs.md says why one
 -- table). The claim only ever reads `job_claimable_idx`, a partial index holding

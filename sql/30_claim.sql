@@ -156,6 +156,12 @@ declare
   v_after   jsonb;      -- options.after: per queue, the cursor [priority, run_at]
   v_after_p smallint[];      -- per queue of v_queues: the cursor's priority ...
   v_after_r timestamptz[];   -- ... and run_at (the head when none: -32768, -infinity)
+  v_bucket  smallint;   -- distributed: this round's bucket (null: one round for all)
+  v_round   bigint[];   -- distributed: this round's candidates, found without locks
+  v_left    integer := p_limit;  -- what the rounds may still claim
+  v_n       integer;
+  v_distributed boolean := jobs.distributed();
+  v_rounds  refcursor;  -- distributed: the rounds, (bucket, candidates)
 begin
   -- GUARD
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
@@ -215,7 +221,7 @@ begin
    where not exists (select 1 from jobs.queue pq where pq.name = q.name and pq.paused);
 
   -- LIMITS (sql/35_limits.sql), only once any limit exists: pick more candidates
-  -- than asked for, and claim those jobs.admit lets run (below).
+  -- than asked for (in each round, below), and claim those jobs.admit lets run.
   v_limited := exists (select from jobs.limit);
   if v_limited then
     -- What the concurrency limits leave, per queue: the least room of the global limits
@@ -235,125 +241,187 @@ begin
                      as room
               from pg_catalog.unnest(v_queues) as q(name)) r
      where r.room > 0;
-    v_ids := array(
-      select c.id
-        from rows from (pg_catalog.unnest(v_queues), pg_catalog.unnest(v_rooms)) as q(name, room)
-        cross join lateral (
-          select r.id, r.priority, r.run_at
-            from jobs.job r
-           where r.state in ('ready', 'interrupted') and r.blocked_on is null
-             and r.queue = q.name
-             and r.run_at <= v_now
-             and (v_names is null or r.name = any (v_names))
-             and (v_tenant is null or r.tenant = v_tenant)
-             and (v_version is null or r.code_version is null or r.code_version = v_version)
-           order by r.priority, r.run_at, r.id
-           limit q.room + 4
-             for update skip locked) as c
-       order by c.priority, c.run_at, c.id
-       limit p_limit + 4);
   end if;
 
-  -- CLAIM
-  return query
-    with picked as materialized (
-      (select c.id, c.priority, c.run_at, null::text[] as slots, v_now as started_at
-         from rows from (pg_catalog.unnest(v_queues), pg_catalog.unnest(v_after_p),
-                         pg_catalog.unnest(v_after_r)) as q(name, after_p, after_r)
-         cross join lateral (
-           -- better priorities than the cursor's, from the head (none without a cursor),
-           -- then from the cursor on: two seeks of job_claimable_idx, in claim order
-           select b.id, b.priority, b.run_at from (
-           select r.id, r.priority, r.run_at
+  -- CLAIM, in one round; or, distributed (jobs.distributed()), in one per bucket of the
+  -- first `limit` claimable jobs, read without locks across shards (Citus locks rows
+  -- only in a statement it routes to one shard), best bucket first: each round locks
+  -- and claims its bucket's that are still claimable, skipping any another claim holds.
+  -- Priority and run_at order hold across the claim's answer as read; a job another
+  -- claim took meanwhile is not replaced by the next one in line (the claim answers
+  -- fewer, and the worker claims again). A claim cursor is not used there.
+  if v_distributed then
+    open v_rounds for
+      select c.bucket, pg_catalog.array_agg(c.id)
+        from (select x.id, x.bucket,
+                     pg_catalog.row_number() over (order by x.priority, x.run_at, x.id) as rank
+                from (select r.id, r.bucket, r.priority, r.run_at
+                        from jobs.job r
+                       where r.state in ('ready', 'interrupted') and r.blocked_on is null
+                         and r.queue = any (v_queues)
+                         and r.run_at <= v_now
+                         and (v_names is null or r.name = any (v_names))
+                         and (v_tenant is null or r.tenant = v_tenant)
+                         and (v_version is null or r.code_version is null
+                              or r.code_version = v_version)
+                       order by r.priority, r.run_at, r.id
+                       limit p_limit + case when v_limited then 4 else 0 end) x) c
+       group by c.bucket
+       order by pg_catalog.min(c.rank);
+  end if;
+  loop
+    if v_distributed then
+      fetch v_rounds into v_bucket, v_round;
+      exit when not found;
+    end if;
+    if v_limited then  -- the candidates (of this round), locked
+      v_ids := array(
+        select c.id
+          from rows from (pg_catalog.unnest(v_queues), pg_catalog.unnest(v_rooms)) as q(name, room)
+          cross join lateral (
+            select r.id, r.priority, r.run_at
               from jobs.job r
              where r.state in ('ready', 'interrupted') and r.blocked_on is null
-               and r.queue = q.name and r.priority < q.after_p
+               and r.queue = q.name
                and r.run_at <= v_now
                and (v_names is null or r.name = any (v_names))
                and (v_tenant is null or r.tenant = v_tenant)
                and (v_version is null or r.code_version is null or r.code_version = v_version)
+               and (v_round is null or r.bucket = v_bucket and r.id = any (v_round))
              order by r.priority, r.run_at, r.id
-             limit p_limit
-               for update skip locked) b
-           union all
-           select a.id, a.priority, a.run_at from (
-           select r.id, r.priority, r.run_at
-              from jobs.job r
-             where r.state in ('ready', 'interrupted') and r.blocked_on is null
-               and r.queue = q.name and (r.priority, r.run_at) >= (q.after_p, q.after_r)
-               and r.run_at <= v_now
-               and (v_names is null or r.name = any (v_names))
-               and (v_tenant is null or r.tenant = v_tenant)
-               and (v_version is null or r.code_version is null or r.code_version = v_version)
-             order by r.priority, r.run_at, r.id
-             limit p_limit
-               for update skip locked) a
-           limit p_limit) as c
-        where not v_limited
-        order by c.priority, c.run_at, c.id
-        limit p_limit)
-      union all
-      -- limited: the candidates jobs.admit lets run, with the limit groups each takes
-      -- and the admission's time as its start
-      (select a.id, r.priority, r.run_at, a.slots, a.at
-         from jobs.admit(v_ids, p_limit, v_now) a
-         join jobs.job r on r.id = a.id and r.id = any (v_ids)  -- job_pkey, the candidates
-        where v_limited)
-    ),
-    claimed as (
-      update jobs.job as j
-         set state = 'running',
-             attempt = j.attempt + 1,
-             -- the new token (sql/00_schema.sql): one strong random value per claim,
-             -- spread over its jobs by a multiplicative hash of each id
-             claim = (((j.claim >> 32) + 1) << 32)
-                     | ((v_seed # ((j.id & 2147483647) * 2654435761)) & 4294967295),
-             worker = p_worker,
-             lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s),
-             -- one time for every job of a claim: v_now, or the limits' admission time
-             started_at = (select p.started_at from picked p limit 1),
-             first_started_at = coalesce(j.first_started_at, v_now),
-             code_version = coalesce(j.code_version, v_version),
-             deferred_by = null,
-             -- the limit groups an admitted job holds (none without limits)
-             slots = case when v_limited then nullif(array(
-                       select pg_catalog.jsonb_array_elements_text(
-                         (select pg_catalog.jsonb_object_agg(p.id, p.slots)
-                                   filter (where p.slots is not null)
-                            from picked p)
-                         -> j.id::text)), '{}') end
-       where j.id = any (array(select p.id from picked p))
-      returning j.id, j.name, j.queue, j.tenant, j.key, j.payload, j.priority, j.attempt,
-                j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.claim,
-                j.lease_expires_at, j.timeout_s, j.progress,
-                j.traceparent, j.created_at, j.run_at as picked_run_at, j.step_seq,
-                j.started_at, j.actor
-    ),
-    slotted as (  -- the limit groups the admitted jobs now hold (sql/35_limits.sql)
-      insert into jobs.slot (grp, job_id, bucket)
-      select g, p.id, p.id & 255 from picked p cross join lateral pg_catalog.unnest(p.slots) as g
-      on conflict do nothing
-    )
-    select c.id, c.name, c.queue, c.tenant, c.key, c.payload, c.priority, c.attempt,
-           c.max_attempts, c.retry_base_s, c.retry_cap_s, c.retry_jitter, c.claim,
-           c.lease_expires_at, c.timeout_s, c.progress,
-           c.traceparent, c.created_at, c.started_at,
-           -- Stored steps (sql/50_steps.sql), read only for jobs that ever wrote one,
-           -- and under 'sqljobs.order' their names in the order they were written,
-           -- then the event waits still open (where the run parked): a replay checks
-           -- the order its code asks for steps in against it (sqljobs/_runtime/replay.py).
-           case when c.step_seq > 0 then
-             (select coalesce(pg_catalog.jsonb_object_agg(s.name, s.value), '{}')
-                     || pg_catalog.jsonb_build_object('sqljobs.order',
-                          coalesce(pg_catalog.jsonb_agg(s.name order by s.ordinal), '[]')
-                          || (select coalesce(pg_catalog.jsonb_agg(w.step order by w.created_at), '[]')
-                                from jobs.event_wait w where w.job_id = c.id))
-                from jobs.step s where s.job_id = c.id)
-           end,
-           c.actor,
-           c.picked_run_at
-      from claimed c
-     order by c.priority, c.picked_run_at, c.id;
+             limit q.room + 4
+               for update skip locked) as c
+         order by c.priority, c.run_at, c.id
+         limit v_left + 4);
+    end if;
+    return query
+      with picked as materialized (
+        (select c.id, c.priority, c.run_at, null::text[] as slots, v_now as started_at
+           from rows from (pg_catalog.unnest(v_queues), pg_catalog.unnest(v_after_p),
+                           pg_catalog.unnest(v_after_r)) as q(name, after_p, after_r)
+           cross join lateral (
+             -- better priorities than the cursor's, from the head (none without a cursor),
+             -- then from the cursor on: two seeks of job_claimable_idx, in claim order
+             select b.id, b.priority, b.run_at from (
+             select r.id, r.priority, r.run_at
+                from jobs.job r
+               where r.state in ('ready', 'interrupted') and r.blocked_on is null
+                 and r.queue = q.name and r.priority < q.after_p
+                 and r.run_at <= v_now
+                 and (v_names is null or r.name = any (v_names))
+                 and (v_tenant is null or r.tenant = v_tenant)
+                 and (v_version is null or r.code_version is null or r.code_version = v_version)
+                 -- (no round runs this branch; but Citus routes the statement to the
+                 -- round's shard only when each of its reads of jobs.job names the bucket)
+                 and (v_bucket is null or r.bucket = v_bucket)
+               order by r.priority, r.run_at, r.id
+               limit p_limit
+                 for update skip locked) b
+             union all
+             select a.id, a.priority, a.run_at from (
+             select r.id, r.priority, r.run_at
+                from jobs.job r
+               where r.state in ('ready', 'interrupted') and r.blocked_on is null
+                 and r.queue = q.name and (r.priority, r.run_at) >= (q.after_p, q.after_r)
+                 and r.run_at <= v_now
+                 and (v_names is null or r.name = any (v_names))
+                 and (v_tenant is null or r.tenant = v_tenant)
+                 and (v_version is null or r.code_version is null or r.code_version = v_version)
+                 and (v_bucket is null or r.bucket = v_bucket)
+               order by r.priority, r.run_at, r.id
+               limit p_limit
+                 for update skip locked) a
+             limit p_limit) as c
+          where not v_limited and v_round is null
+          order by c.priority, c.run_at, c.id
+          limit p_limit)
+        union all
+        -- distributed: this round's candidates in its bucket, still claimable
+        (select d.id, d.priority, d.run_at, null::text[] as slots, v_now as started_at
+           from (select r.id, r.priority, r.run_at
+                   from jobs.job r
+                  where v_round is not null and not v_limited
+                    and r.bucket = v_bucket and r.id = any (v_round)
+                    and r.state in ('ready', 'interrupted') and r.blocked_on is null
+                    and r.run_at <= v_now
+                    and (v_version is null or r.code_version is null
+                         or r.code_version = v_version)
+                  order by r.priority, r.run_at, r.id
+                    for update skip locked) d)
+        union all
+        -- limited: the candidates jobs.admit lets run, with the limit groups each takes
+        -- and the admission's time as its start
+        (select a.id, r.priority, r.run_at, a.slots, a.at
+           from jobs.admit(v_ids, v_left, v_now) a
+           join jobs.job r on r.id = a.id and r.id = any (v_ids)  -- job_pkey, the candidates
+                          and (v_bucket is null or r.bucket = v_bucket)
+          where v_limited)
+      ),
+      claimed as (
+        update jobs.job as j
+           set state = 'running',
+               attempt = j.attempt + 1,
+               -- the new token (sql/00_schema.sql): one strong random value per claim,
+               -- spread over its jobs by a multiplicative hash of each id
+               claim = (((j.claim >> 32) + 1) << 32)
+                       | ((v_seed # ((j.id & 2147483647) * 2654435761)) & 4294967295),
+               worker = p_worker,
+               lease_expires_at = v_now + pg_catalog.make_interval(secs => p_lease_s),
+               -- one time for every job of a claim: v_now, or the limits' admission time
+               started_at = (select p.started_at from picked p limit 1),
+               first_started_at = coalesce(j.first_started_at, v_now),
+               code_version = coalesce(j.code_version, v_version),
+               deferred_by = null,
+               -- the limit groups an admitted job holds (none without limits)
+               slots = case when v_limited then nullif(array(
+                         select pg_catalog.jsonb_array_elements_text(
+                           (select pg_catalog.jsonb_object_agg(p.id, p.slots)
+                                     filter (where p.slots is not null)
+                              from picked p)
+                           -> j.id::text)), '{}') end
+         where j.id = any (array(select p.id from picked p))
+           and (v_bucket is null or j.bucket = v_bucket)
+        returning j.id, j.name, j.queue, j.tenant, j.key, j.payload, j.priority, j.attempt,
+                  j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.claim,
+                  j.lease_expires_at, j.timeout_s, j.progress,
+                  j.traceparent, j.created_at, j.run_at as picked_run_at, j.step_seq,
+                  j.started_at, j.actor
+      ),
+      slotted as (  -- the limit groups the admitted jobs now hold (sql/35_limits.sql)
+        insert into jobs.slot (grp, job_id, bucket)
+        select g, p.id, p.id & 255 from picked p cross join lateral pg_catalog.unnest(p.slots) as g
+        on conflict do nothing
+      )
+      select c.id, c.name, c.queue, c.tenant, c.key, c.payload, c.priority, c.attempt,
+             c.max_attempts, c.retry_base_s, c.retry_cap_s, c.retry_jitter, c.claim,
+             c.lease_expires_at, c.timeout_s, c.progress,
+             c.traceparent, c.created_at, c.started_at,
+             -- Stored steps (sql/50_steps.sql), read only for jobs that ever wrote one,
+             -- and under 'sqljobs.order' their names in the order they were written,
+             -- then the event waits still open (where the run parked): a replay checks
+             -- the order its code asks for steps in against it (sqljobs/_runtime/replay.py).
+             case when c.step_seq > 0 then
+               (select coalesce(pg_catalog.jsonb_object_agg(s.name, s.value), '{}')
+                       || pg_catalog.jsonb_build_object('sqljobs.order',
+                            coalesce(pg_catalog.jsonb_agg(s.name order by s.ordinal), '[]')
+                            || (select coalesce(pg_catalog.jsonb_agg(w.step order by w.created_at), '[]')
+                                  from jobs.event_wait w
+                                 where w.job_id = c.id
+                                   and (v_bucket is null or w.bucket = v_bucket)))
+                  from jobs.step s
+                 where s.job_id = c.id and (v_bucket is null or s.bucket = v_bucket))
+             end,
+             c.actor,
+             c.picked_run_at
+        from claimed c
+       order by c.priority, c.picked_run_at, c.id;
+    get diagnostics v_n = row_count;
+    v_left := v_left - v_n;
+    exit when not v_distributed or v_left <= 0;
+  end loop;
+  if v_distributed then
+    close v_rounds;
+  end if;
 end
 $$;
 
@@ -401,7 +469,7 @@ begin
     select c.key
       from pg_catalog.jsonb_each(p_after) c
      where exists (
-       select from jobs.job r
+       select 1 from jobs.job r
         where r.state in ('ready', 'interrupted') and r.blocked_on is null
           and r.queue = c.key
           and r.priority = (c.value->>0)::smallint
@@ -485,6 +553,10 @@ comment on function jobs.claim(text[], text, integer, double precision, jsonb) i
 --   free slots      jobs waiting for a limit's free slot are made claimable
 --                   (jobs.unblock_free).
 -- A bound session recovers its tenant's jobs only. Locks: row locks, skip locked.
+-- Distributed (jobs.distributed()), the lapsed leases and the due parked jobs are read
+-- first without locks, across shards, and each bucket's are then locked and moved in
+-- a statement of their own, which Citus routes to the bucket's shard: the same moves,
+-- one round per bucket that has any (on one PostgreSQL, one round for all).
 -- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a limit
 -- outside 1..1000.
 -- ---------------------------------------------------------------------------
@@ -510,6 +582,10 @@ declare
   v_buried        bigint[];  -- watched jobs lease recovery buried: notified
   v_held          bigint[];  -- jobs that held limit slots
   v_follows       bigint[];  -- buried jobs with hooks or a parent
+  v_bucket        smallint;  -- distributed: this round's bucket (null: every bucket)
+  v_ids           bigint[];  -- distributed: this round's jobs, found without locks
+  v_distributed   boolean := jobs.distributed();
+  v_rounds        refcursor; -- distributed: the rounds, (bucket, jobs)
 begin
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
     perform jobs.raise_error('queues_required', 'recover needs at least one queue',
@@ -523,94 +599,150 @@ begin
   -- is jobs.retry_state's answer, except that a job with compensable steps never is
   -- buried: on its final attempt it starts unwinding instead (back to ready,
   -- compensating, its final state recorded), and one already compensating goes back to
-  -- ready to finish its unwind (sql/50_steps.sql).
-  with lapsed as (
-    select l.id, jobs.retry_state(l.attempt, l.max_attempts, l.dead_letter) as next_state,
-           l.settle_watched,
-           pg_catalog.jsonb_build_object(
-             'kind', 'lease_expired',
-             'message', pg_catalog.format('the lease of worker %s expired during attempt %s',
-                                          l.worker, l.attempt),
-             'attempt', l.attempt,
-             'at', v_now) as error
-      from jobs.job l
-     where l.state = 'running' and l.lease_expires_at < v_now
-       and l.queue = any (p_queues)
-       and (v_tenant is null or l.tenant = v_tenant)
-       -- its outcome waits for its busy row (sql/40_settle.sql, "Busy rows")
-       and not jobs.settle_waiting(l.id, l.claim)
-     order by l.lease_expires_at
-     limit p_limit
-       for update skip locked
-  ), moved as (
-    update jobs.job as j
-       set state = case when j.compensable or j.compensating then 'ready'
-                        else n.next_state end,
-           -- run_at is left as it was: a recovered job keeps its place in line
-           -- (priority, run_at, id), ahead of the backlog that queued behind it
-           lease_expires_at = null,
-           finished_at = case when n.next_state = 'ready' or j.compensable or j.compensating
-                              then null else v_now end,
-           compensating = j.compensating or (j.compensable and n.next_state <> 'ready'),
-           step_seq = j.step_seq + case when j.compensable and not j.compensating
-                                             and n.next_state <> 'ready' then 1 else 0 end,
-           last_error = n.error,
-           -- the attempt history (sql/40_settle.sql): this attempt ended when its
-           -- lease lapsed
-           attempts = jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
-             'attempt', j.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
-             'started_at', j.started_at, 'ended_at', j.lease_expires_at,
-             'outcome', 'lease_expired', 'error', n.error))
-      from lapsed n
-     where j.id = n.id
-    returning j.id, j.step_seq, n.next_state, j.last_error,
-              j.compensable and n.next_state <> 'ready' as starts_unwind,
-              -- buried (dead or failed): a result waiter hears of it, as from nack_many
-              n.settle_watched and j.finished_at is not null as buried_watched,
-              j.slots is not null as held,
-              (j.hooks is not null or j.parent_id is not null) and j.finished_at is not null
-                as follows
-  )
-  select pg_catalog.array_agg(m.id) filter (where m.starts_unwind),
-         pg_catalog.array_agg(m.step_seq) filter (where m.starts_unwind),
-         pg_catalog.array_agg(m.next_state) filter (where m.starts_unwind),
-         pg_catalog.array_agg(m.last_error) filter (where m.starts_unwind),
-         pg_catalog.array_agg(m.id) filter (where m.buried_watched),
-         pg_catalog.array_agg(m.id) filter (where m.held),
-         pg_catalog.array_agg(m.id) filter (where m.follows),
-         pg_catalog.count(*)
-    into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors, v_buried, v_held,
-         v_follows, v_moved
-    from moved m;
-  -- they left running; the buried ones for good (sql/35_limits.sql, sql/42_hooks.sql)
-  perform jobs.release_slots(v_held);
-  perform jobs.job_final(v_follows);
-  if v_unwind_ids is not null then
-    perform jobs.record_unwinds(v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors);
+  -- ready to finish its unwind (sql/50_steps.sql). One round (v_ids null), or,
+  -- distributed, one per bucket of the lapsed jobs read without locks (the busy ones'
+  -- settle keys checked here, on the coordinator, where jobs.lock_key is).
+  if v_distributed then
+    open v_rounds for
+      select c.bucket, pg_catalog.array_agg(c.id)
+        from (select l.id, l.claim, l.bucket
+                from jobs.job l
+               where l.state = 'running' and l.lease_expires_at < v_now
+                 and l.queue = any (p_queues)
+                 and (v_tenant is null or l.tenant = v_tenant)
+               order by l.lease_expires_at
+               limit p_limit) c
+       where not jobs.settle_waiting(c.id, c.claim)
+       group by c.bucket;
   end if;
-  if v_buried is not null then
-    perform jobs.notify_settled(v_buried);
+  loop
+    if v_distributed then
+      fetch v_rounds into v_bucket, v_ids;
+      exit when not found;
+    end if;
+    -- (The new error and attempt history are made here, not in the update: Citus sends
+    -- no update to a shard whose SET calls a stable function, jsonb_build_object, on
+    -- the row's columns. This row is the one the update writes: it is locked.)
+    with lapsed as (
+      select l.id, e.next_state, l.settle_watched, e.error,
+             -- the attempt history (sql/40_settle.sql): this attempt ended when its
+             -- lease lapsed
+             jobs.attempts_push(l.attempts, pg_catalog.jsonb_build_object(
+               'attempt', l.attempt, 'claim', l.claim >> 32, 'worker', l.worker,
+               'started_at', l.started_at, 'ended_at', l.lease_expires_at,
+               'outcome', 'lease_expired', 'error', e.error)) as attempts
+        from jobs.job l
+       cross join lateral (
+         select jobs.retry_state(l.attempt, l.max_attempts, l.dead_letter) as next_state,
+                pg_catalog.jsonb_build_object(
+                  'kind', 'lease_expired',
+                  'message', pg_catalog.format('the lease of worker %s expired during attempt %s',
+                                               l.worker, l.attempt),
+                  'attempt', l.attempt,
+                  'at', v_now) as error) e
+       where l.state = 'running' and l.lease_expires_at < v_now
+         and l.queue = any (p_queues)
+         and (v_tenant is null or l.tenant = v_tenant)
+         and (v_ids is null
+                -- its outcome waits for its busy row (sql/40_settle.sql, "Busy rows")
+                and not jobs.settle_waiting(l.id, l.claim)
+              or l.bucket = v_bucket and l.id = any (v_ids))
+       order by l.lease_expires_at
+       limit p_limit
+         for update of l skip locked
+    ), moved as (
+      update jobs.job as j
+         set state = case when j.compensable or j.compensating then 'ready'
+                          else n.next_state end,
+             -- run_at is left as it was: a recovered job keeps its place in line
+             -- (priority, run_at, id), ahead of the backlog that queued behind it
+             lease_expires_at = null,
+             finished_at = case when n.next_state = 'ready' or j.compensable or j.compensating
+                                then null else v_now end,
+             compensating = j.compensating or (j.compensable and n.next_state <> 'ready'),
+             step_seq = j.step_seq + case when j.compensable and not j.compensating
+                                               and n.next_state <> 'ready' then 1 else 0 end,
+             last_error = n.error,
+             attempts = n.attempts
+        from lapsed n
+       where j.id = n.id and (v_bucket is null or j.bucket = v_bucket)
+      returning j.id, j.step_seq, n.next_state, j.last_error,
+                j.compensable and n.next_state <> 'ready' as starts_unwind,
+                -- buried (dead or failed): a result waiter hears of it, as from nack_many
+                n.settle_watched and j.finished_at is not null as buried_watched,
+                j.slots is not null as held,
+                (j.hooks is not null or j.parent_id is not null) and j.finished_at is not null
+                  as follows
+    )
+    select pg_catalog.array_agg(m.id) filter (where m.starts_unwind),
+           pg_catalog.array_agg(m.step_seq) filter (where m.starts_unwind),
+           pg_catalog.array_agg(m.next_state) filter (where m.starts_unwind),
+           pg_catalog.array_agg(m.last_error) filter (where m.starts_unwind),
+           pg_catalog.array_agg(m.id) filter (where m.buried_watched),
+           pg_catalog.array_agg(m.id) filter (where m.held),
+           pg_catalog.array_agg(m.id) filter (where m.follows),
+           pg_catalog.count(*)
+      into v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors, v_buried, v_held,
+           v_follows, v_n
+      from moved m;
+    v_moved := v_moved + v_n;
+    -- they left running; the buried ones for good (sql/35_limits.sql, sql/42_hooks.sql)
+    perform jobs.release_slots(v_held);
+    perform jobs.job_final(v_follows);
+    if v_unwind_ids is not null then
+      perform jobs.record_unwinds(v_unwind_ids, v_unwind_seqs, v_unwind_states, v_unwind_errors);
+    end if;
+    if v_buried is not null then
+      perform jobs.notify_settled(v_buried);
+    end if;
+    exit when not v_distributed;
+  end loop;
+  if v_distributed then
+    close v_rounds;
   end if;
 
   -- Free the slots a waiter did not hear of (sql/35_limits.sql).
-  if exists (select from jobs.job b
+  if exists (select 1 from jobs.job b
               where b.blocked_on is not null and b.state in ('ready', 'interrupted')) then
     perform jobs.unblock_free(100);
   end if;
 
-  -- Wake parked jobs whose time came (durable sleeps, wait timeouts).
-  update jobs.job as j
-     set state = 'ready'
-    from (select p.id
-            from jobs.job p
-           where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
-             and (v_tenant is null or p.tenant = v_tenant)
-           order by p.run_at
-           limit p_limit
-             for update skip locked) as due
-   where j.id = due.id;
-  get diagnostics v_n = row_count;
-  return v_moved + v_n;
+  -- Wake parked jobs whose time came (durable sleeps, wait timeouts): in rounds as above.
+  if v_distributed then
+    open v_rounds for
+      select c.bucket, pg_catalog.array_agg(c.id)
+        from (select p.id, p.bucket
+                from jobs.job p
+               where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
+                 and (v_tenant is null or p.tenant = v_tenant)
+               order by p.run_at
+               limit p_limit) c
+       group by c.bucket;
+  end if;
+  loop
+    if v_distributed then
+      fetch v_rounds into v_bucket, v_ids;
+      exit when not found;
+    end if;
+    update jobs.job as j
+       set state = 'ready'
+      from (select p.id
+              from jobs.job p
+             where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
+               and (v_tenant is null or p.tenant = v_tenant)
+               and (v_ids is null or p.bucket = v_bucket and p.id = any (v_ids))
+             order by p.run_at
+             limit p_limit
+               for update skip locked) as due
+     where j.id = due.id and (v_bucket is null or j.bucket = v_bucket);
+    get diagnostics v_n = row_count;
+    v_moved := v_moved + v_n;
+    exit when not v_distributed;
+  end loop;
+  if v_distributed then
+    close v_rounds;
+  end if;
+  return v_moved;
 end
 $$;
 

@@ -660,7 +660,7 @@ begin
         if a_all[v_i] then
           v_refusal := 'leave';
         elsif a_fail[v_i] and exists (
-                select from jobs.slot s join jobs.job r on r.id = s.job_id
+                select 1 from jobs.slot s join jobs.job r on r.id = s.job_id
                  where s.grp = v_group and r.state = 'running' and r.lease_expires_at > v_now)
         then
           v_refusal := 'fail';  -- evidence: a run holds the key under a live lease
@@ -896,7 +896,7 @@ begin
     return;
   end if;
   v_groups := array(select distinct g from pg_catalog.unnest(v_freed) as g);
-  if exists (select from jobs.job b
+  if exists (select 1 from jobs.job b
               where b.blocked_on = any (v_groups) and b.state in ('ready', 'interrupted')) then
     perform jobs.unblock(array(
       select (select b.id from jobs.job b

@@ -341,7 +341,7 @@ as $$
 begin
   -- a row this batch held and whose fence held was written: one still running under
   -- the claim was one it could not lock
-  return case when exists (select from jobs.job j
+  return case when exists (select 1 from jobs.job j
                             where j.id = p_id and j.claim = p_claim and j.state = 'running')
               then null  -- busy: locked by another transaction, still this claim's
               else false end;

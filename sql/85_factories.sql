@@ -182,7 +182,7 @@ begin
       null, 'start it with rerun to run it again, or leave it completed');
   end if;
   if v_status in ('running', 'paused') and exists (
-       select from jobs.job j where j.id = v_job
+       select 1 from jobs.job j where j.id = v_job
           and j.state in ('ready', 'running', 'parked', 'interrupted')) then
     perform jobs.raise_error('backfill_busy',
       pg_catalog.format('backfill %s (scope %L) is being run by job %s', p_name, p_scope,
@@ -430,7 +430,7 @@ begin
   update jobs.backfill b set status = 'cancelled', updated_at = jobs.now(),
                              finished_at = jobs.now()
    where b.environment = p_environment and b.name = p_name and b.scope = coalesce(p_scope, '');
-  if exists (select from jobs.job j where j.id = v_job
+  if exists (select 1 from jobs.job j where j.id = v_job
                 and j.state in ('ready', 'running', 'parked', 'interrupted')) then
     perform jobs.cancel(v_job);
   end if;

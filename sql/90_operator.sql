@@ -286,7 +286,7 @@ begin
                      partition by j.name, coalesce(j.tenant, ''), coalesce(j.group_key, ''),
                                   j.singleton, j.debounce_s is not null
                      order by j.id) as nth,
-                   exists (select from jobs.job k
+                   exists (select 1 from jobs.job k
                             where k.id <> j.id and k.name = j.name
                               and coalesce(k.tenant, '') = coalesce(j.tenant, '')
                               and coalesce(k.group_key, '') = coalesce(j.group_key, '')

@@ -463,7 +463,7 @@ begin
      using (select o.key from jobs.lock_key o
              where o.created_at < v_now - interval '1 day'
                and not (o.key like 'settle|%' and exists (
-                          select from jobs.job j
+                          select 1 from jobs.job j
                            where j.id = pg_catalog.split_part(o.key, '|', 2)::bigint
                              and j.claim = pg_catalog.split_part(o.key, '|', 3)::bigint
                              and j.state = 'running'))

@@ -44,6 +44,17 @@
 --     the distributing step fills. No statement reads it on one PostgreSQL. The step
 --     and event-wait inserts name no conflict target (their primary key is their one
 --     unique key: the same conflicts), so a key that gains the bucket still catches them.
+--   * Rounds per bucket for a distributed install (private jobs.distributed(), false
+--     here): there, jobs.claim_v2 and jobs.recover read their candidates without locks
+--     across shards and lock and move each bucket's in a statement of its own (Citus
+--     locks rows only in a statement routed to one shard); a claim cursor is not read.
+--     On one PostgreSQL they run one round, as before: the same statements, each read
+--     of jobs.job in a claim also naming the round's bucket when there is one. Lease
+--     recovery makes a lapsed job's error and attempt history in its select, not in
+--     its update (Citus sends no update whose SET calls a stable function on the
+--     row's columns), and the engine's subqueries over jobs.job, step, event_wait and
+--     slot select a column (Citus 13 cannot plan one that selects none): the same
+--     answers.
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;

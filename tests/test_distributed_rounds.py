@@ -1,0 +1,103 @@
+"""Claims, lease recovery and the wake of parked jobs in rounds per bucket, as a
+distributed install runs them (jobs.claim_v2 and jobs.recover in sql/30_claim.sql;
+docs/design/citus.md), on one PostgreSQL: this module's database answers
+jobs.distributed() true, and every file of sqltests/ but the claim cursor's, and the
+busy-row recovery tests, must pass on it unchanged: the rounds make the same moves as
+the one statement. What they relax (a claim reads no cursor) is pinned here. On Citus
+each round is a statement routed to one shard (bench/citus_probe.py runs them there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from bench.citus_probe import ROUNDS
+from psycopg.types.json import Jsonb
+from pytest_pgtap.pgtap import Runner
+from pytest_pgtap.plugin.core import report_tap
+
+from sqljobs._client import queries
+from sqljobs._client.connection import Client
+from tests.processes import scalar
+from tests.test_busy_rows_and_recovery import (  # noqa: F401  the same tests, in rounds
+    locker,
+    release_table,
+    test_a_busy_worker_recovers_a_dead_workers_lapsed_leases_without_claiming,
+    test_a_held_settle_key_keeps_lease_recovery_off_a_busy_job,
+    worker_conn,
+)
+
+SQLTESTS = Path(__file__).resolve().parent.parent / "sqltests"
+# Every file, but the claim cursor's: a distributed claim reads no cursor (the relaxation,
+# pinned below).
+ROUNDS_FILES = sorted(p.name for p in SQLTESTS.glob("test_*.sql")
+                      if p.name != "test_claim_cursor.sql")
+
+@pytest.fixture(scope="module", autouse=True)
+def in_rounds(db_dsn: str) -> None:
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute(ROUNDS)
+
+
+def test_this_module_runs_in_rounds(conn: psycopg.Connection[Any]) -> None:
+    assert scalar(conn, "select jobs.distributed()") is True
+
+
+@pytest.fixture(scope="module")
+def tap(db_dsn: str) -> Iterator[Runner]:
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute((SQLTESTS / "_helpers.sql").read_bytes())
+        yield Runner(conn)
+
+
+@pytest.mark.parametrize("name", ROUNDS_FILES)
+def test_a_sql_file_passes_in_rounds(tap: Runner, name: str,
+                                          request: pytest.FixtureRequest) -> None:
+    lines = tap.run((SQLTESTS / name).read_text(encoding="utf-8"))
+    report_tap(request.node, lines, name)
+
+
+def test_one_call_recovers_across_buckets_up_to_its_limit(conn: psycopg.Connection[Any]) -> None:
+    """Jobs of four tenants sit in four buckets: one call takes at most `limit` of
+    them, oldest lease first, over as many rounds as buckets; a bound session only its
+    tenant's."""
+    client = Client(conn)
+    conn.execute("set jobs.fake_now = '2030-01-01 00:00:00+00'")
+    for tenant in ("t1", "t2", "t3", "t4"):
+        client.run(queries.enqueue("rounds.job", tenant, {},
+                                   {"queue": "rounds", "tenant": tenant}))
+        client.run(queries.claim(["rounds"], "w", 1, 10 + int(tenant[1])))
+    assert scalar(conn, "select count(distinct bucket) from jobs.job "
+                        "where state = 'running'") == 4
+    conn.execute("set jobs.fake_now = '2030-01-01 00:01:00+00'")
+    conn.execute("set sqljobs.tenant = 't4'")
+    assert scalar(conn, "select jobs.recover('{rounds}')") == 1
+    conn.execute("reset sqljobs.tenant")
+    assert scalar(conn, "select jobs.recover('{rounds}', 2)") == 2
+    # the oldest leases (t1's, then t2's) went first
+    assert scalar(conn, "select string_agg(key, ',' order by key) from jobs.job "
+                        "where state = 'ready'") == "t1,t2,t4"
+    assert scalar(conn, "select jobs.recover('{rounds}')") == 1
+    assert scalar(conn, "select count(*) from jobs.job where state = 'ready' "
+                        "and attempts->0->>'outcome' = 'lease_expired'") == 4
+
+
+def test_a_claim_reads_no_cursor_in_rounds(conn: psycopg.Connection[Any]) -> None:
+    """The relaxation: a distributed claim reads every bucket's head, so a cursor
+    (options.after) leaves nothing behind it; claim order (priority, run_at, id) holds
+    over what it read."""
+    client = Client(conn)
+    conn.execute("set jobs.fake_now = '2030-01-01 00:00:00+00'")
+    for key, delay, priority in (("early", 0, 0), ("late", 10, 0), ("urgent", 5, -1)):
+        client.run(queries.enqueue("cursor.job", key, {},
+                                   {"queue": "cur", "delay_s": delay, "priority": priority,
+                                    "tenant": key}))
+    conn.execute("set jobs.fake_now = '2030-01-01 00:01:00+00'")
+    after = {"cur": [0, "2030-01-01T00:00:09+00:00"]}  # behind "early", level with "late"
+    rows = conn.execute("select key from jobs.claim_v2('{cur}', 'w', 3, 30, %s)",
+                        (Jsonb({"after": after}),)).fetchall()
+    assert [key for (key,) in rows] == ["urgent", "early", "late"]
