@@ -7,9 +7,12 @@ Starts a local cluster (tests/harness/citus.py: a coordinator and two worker nod
 this machine, each a PostgreSQL with `shared_preload_libraries = 'citus'`), then, in
 databases of the coordinator's server, interleaved in every repeat:
 
-beside (the engine as it ships; the engine part's SQL-level workloads, bench/workloads.py,
-        and the side-by-side latency workload: 200 jobs 10 ms apart through the real
-        worker, pickup p50 and p99)
+beside (the engine; the engine part's SQL-level workloads, bench/workloads.py, and the
+        side-by-side latency workload: 200 jobs 10 ms apart through the real worker,
+        pickup p50 and p99)
+    distributed  as citus, then its hot tables distributed by bucket over the two
+               worker nodes, claims and recovery in rounds (bench/citus_probe.py's
+               `distribute`: the distributed mode as far as it is built)
     citus      a database with the extension, the two workers added, a distributed table,
                and sqljobs installed by `sqljobs migrate` (docs/howto-citus.md)
     plain      a database of the same server without the extension
@@ -44,9 +47,11 @@ from tests.harness.citus import LocalCluster, local_cluster
 
 from bench import db, workloads
 from bench.adapters import get_adapter
+from bench.adapters.sqljobs_sql import SqljobsSql
+from bench.citus_probe import distribute
 
 BESIDE_WORKLOADS = ("enqueue_single", "enqueue_bulk", "drain")
-BESIDE = ("citus", "plain")
+BESIDE = ("distributed", "citus", "plain")
 SHAPE = ("local", "routed", "delegated")
 SHAPE_SQL = Path(__file__).resolve().parent / "adapters" / "citus_shape.sql"
 LATENCY_DRIVER = Path(__file__).resolve().parent / "runtime_drivers" / "sqljobs_driver.py"
@@ -59,6 +64,15 @@ Rates = dict[tuple[str, str], list[float]]
 
 
 # -- databases -----------------------------------------------------------------------------
+
+class DistributedSqljobs(SqljobsSql):
+    """The SQL-level adapter, its install distributed (bench/citus_probe.py)."""
+
+    def install(self, dsn: str) -> None:
+        super().install(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            distribute(conn)
+
 
 def _fresh(cluster: LocalCluster, with_citus: bool, name: str) -> str:
     """A new database `name` on the coordinator (and, with Citus, on every node)."""
@@ -178,8 +192,8 @@ def _record(rates: Rates, key: tuple[str, str], jobs: int, seconds: float, line:
 
 
 def _beside_database(cluster: LocalCluster, placement: str, dbname: str) -> str:
-    dsn = _fresh(cluster, placement == "citus", dbname)
-    if placement == "citus":
+    dsn = _fresh(cluster, placement != "plain", dbname)
+    if placement != "plain":
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("create table app_orders (id bigint primary key, total numeric); "
                          "select create_distributed_table('app_orders', 'id')")
@@ -191,6 +205,7 @@ def run(repeat: int, root: Path) -> tuple[Rates, Rates, Rates]:
     latency: Rates = {}
     shape: Rates = {}
     adapter = get_adapter("sqljobs")
+    distributed = DistributedSqljobs()
     with local_cluster(root) as cluster:
         admin = cluster.nodes[0].dsn("postgres")
         for rep in range(1, repeat + 1):
@@ -198,12 +213,16 @@ def run(repeat: int, root: Path) -> tuple[Rates, Rates, Rates]:
                 for placement in BESIDE:
                     dbname = f"bench_{placement}_{name}"
                     _beside_database(cluster, placement, dbname)
-                    m = workloads.measure(workloads.WORKLOADS[name], adapter, admin, dbname)
+                    m = workloads.measure(workloads.WORKLOADS[name],
+                                          distributed if placement == "distributed" else adapter,
+                                          admin, dbname)
                     _record(beside, (name, placement), m.jobs, m.seconds,
                             f"[{rep}/{repeat}] beside {name:15} {placement:9}")
             for placement in BESIDE:
-                p50, p99 = _latency(_beside_database(cluster, placement,
-                                                     f"bench_{placement}_latency"))
+                dsn = _beside_database(cluster, placement, f"bench_{placement}_latency")
+                if placement == "distributed":
+                    distributed.install(dsn)
+                p50, p99 = _latency(dsn)
                 latency.setdefault(("p50 ms", placement), []).append(p50)
                 latency.setdefault(("p99 ms", placement), []).append(p99)
                 print(f"[{rep}/{repeat}] beside latency         {placement:9} "

@@ -110,6 +110,16 @@ PROPAGATE = ("set local citus.propagate_set_commands = 'local'",
                 end $p$""")
 
 
+def distribute(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Distribute a fresh install on a Citus coordinator as the probe does (`conn`:
+    autocommit): the tables, the rounds, the functions on every node."""
+    conn.execute(DISTRIBUTE)
+    conn.execute(ROUNDS)
+    with conn.transaction():
+        for statement in PROPAGATE:
+            conn.execute(statement)  # type: ignore[arg-type]  # literals
+
+
 def first_problem(lines: list[str]) -> str:
     for line in lines:
         if line.startswith("not ok") or re.match(r"#\s+(ERROR|error|Failed)", line):
@@ -129,11 +139,7 @@ def probe(cluster: LocalCluster, names: list[str]) -> int:
     clean = 0
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("create extension if not exists pgtap")
-        conn.execute(DISTRIBUTE)
-        conn.execute(ROUNDS)
-        with conn.transaction():
-            for statement in PROPAGATE:
-                conn.execute(statement)  # type: ignore[arg-type]  # literals
+        distribute(conn)
         conn.execute((SQLTESTS / "_helpers.sql").read_bytes())
         runner = Runner(conn)
         for name in names:

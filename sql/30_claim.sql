@@ -157,11 +157,10 @@ declare
   v_after_p smallint[];      -- per queue of v_queues: the cursor's priority ...
   v_after_r timestamptz[];   -- ... and run_at (the head when none: -32768, -infinity)
   v_bucket  smallint;   -- distributed: this round's bucket (null: one round for all)
-  v_round   bigint[];   -- distributed: this round's candidates, found without locks
   v_left    integer := p_limit;  -- what the rounds may still claim
   v_n       integer;
   v_distributed boolean := jobs.distributed();
-  v_rounds  refcursor;  -- distributed: the rounds, (bucket, candidates)
+  v_rounds  refcursor;  -- distributed: the rounds' buckets, best first
 begin
   -- GUARD
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
@@ -208,7 +207,8 @@ begin
 
   -- RECOVER (jobs.recover, below): lapsed leases, due parked jobs, free slots. What it
   -- moved is back in its place in line, behind any cursor: this claim reads the heads.
-  if coalesce((p_options->>'recover')::boolean, true) and jobs.recover(p_queues) > 0 then
+  if coalesce((p_options->>'recover')::boolean, true) and jobs.recover(p_queues) > 0
+     or v_distributed then  -- (distributed, each round reads its bucket from the head)
     v_after := null;
   end if;
 
@@ -243,16 +243,16 @@ begin
      where r.room > 0;
   end if;
 
-  -- CLAIM, in one round; or, distributed (jobs.distributed()), in one per bucket of the
-  -- first `limit` claimable jobs, read without locks across shards (Citus locks rows
-  -- only in a statement it routes to one shard), best bucket first: each round locks
-  -- and claims its bucket's that are still claimable, skipping any another claim holds.
-  -- Priority and run_at order hold across the claim's answer as read; a job another
-  -- claim took meanwhile is not replaced by the next one in line (the claim answers
-  -- fewer, and the worker claims again). A claim cursor is not used there.
+  -- CLAIM, in one round; or, distributed (jobs.distributed()), in rounds of one bucket
+  -- each (Citus locks rows only in a statement it routes to one shard): the buckets of
+  -- the first `limit` claimable jobs, read without locks across shards, best first,
+  -- each round claiming in claim order what is left to claim from its bucket, until
+  -- the claim has `limit` jobs. So the first job claimed is the first in line, and the
+  -- rest come from its bucket first: priority and run_at order hold within a bucket.
+  -- A claim cursor is not used there.
   if v_distributed then
     open v_rounds for
-      select c.bucket, pg_catalog.array_agg(c.id)
+      select c.bucket
         from (select x.id, x.bucket,
                      pg_catalog.row_number() over (order by x.priority, x.run_at, x.id) as rank
                 from (select r.id, r.bucket, r.priority, r.run_at
@@ -271,7 +271,7 @@ begin
   end if;
   loop
     if v_distributed then
-      fetch v_rounds into v_bucket, v_round;
+      fetch v_rounds into v_bucket;
       exit when not found;
     end if;
     if v_limited then  -- the candidates (of this round), locked
@@ -287,7 +287,7 @@ begin
                and (v_names is null or r.name = any (v_names))
                and (v_tenant is null or r.tenant = v_tenant)
                and (v_version is null or r.code_version is null or r.code_version = v_version)
-               and (v_round is null or r.bucket = v_bucket and r.id = any (v_round))
+               and (v_bucket is null or r.bucket = v_bucket)
              order by r.priority, r.run_at, r.id
              limit q.room + 4
                for update skip locked) as c
@@ -315,7 +315,7 @@ begin
                  -- round's shard only when each of its reads of jobs.job names the bucket)
                  and (v_bucket is null or r.bucket = v_bucket)
                order by r.priority, r.run_at, r.id
-               limit p_limit
+               limit v_left
                  for update skip locked) b
              union all
              select a.id, a.priority, a.run_at from (
@@ -329,25 +329,12 @@ begin
                  and (v_version is null or r.code_version is null or r.code_version = v_version)
                  and (v_bucket is null or r.bucket = v_bucket)
                order by r.priority, r.run_at, r.id
-               limit p_limit
+               limit v_left
                  for update skip locked) a
-             limit p_limit) as c
-          where not v_limited and v_round is null
+             limit v_left) as c
+          where not v_limited
           order by c.priority, c.run_at, c.id
-          limit p_limit)
-        union all
-        -- distributed: this round's candidates in its bucket, still claimable
-        (select d.id, d.priority, d.run_at, null::text[] as slots, v_now as started_at
-           from (select r.id, r.priority, r.run_at
-                   from jobs.job r
-                  where v_round is not null and not v_limited
-                    and r.bucket = v_bucket and r.id = any (v_round)
-                    and r.state in ('ready', 'interrupted') and r.blocked_on is null
-                    and r.run_at <= v_now
-                    and (v_version is null or r.code_version is null
-                         or r.code_version = v_version)
-                  order by r.priority, r.run_at, r.id
-                    for update skip locked) d)
+          limit v_left)
         union all
         -- limited: the candidates jobs.admit lets run, with the limit groups each takes
         -- and the admission's time as its start

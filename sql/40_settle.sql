@@ -185,6 +185,10 @@ as $$
 declare
   v_held bigint[];
   v_rest bigint[];
+  v_distributed boolean := jobs.distributed();
+  v_rounds refcursor;  -- distributed: (bucket, ids) of the batch, a bucket at a time
+  v_bucket smallint;   -- (null: one round for all)
+  v_ids    bigint[];
 begin
   if p_wait then
     return null;  -- every row: the update that follows waits for each row's lock
@@ -193,10 +197,28 @@ begin
   -- it only for a caller that knows its claim token, which is the job's holder. (Any
   -- claim of the batch, not the one paired with the id: a semi-join on the pairs was
   -- planned well but cost a third of the drain; the writes check the pairs.)
-  v_held := array(select j.id from jobs.job j
-                   where j.id = any (p_ids) and j.claim = any (p_claims) and j.state = 'running'
-                   order by j.id
-                     for no key update of j skip locked);
+  -- Distributed, a bucket at a time (a job's bucket is its id & 255): Citus locks
+  -- rows only in a statement it routes to one shard.
+  if v_distributed then
+    open v_rounds for select (i & 255)::smallint, pg_catalog.array_agg(i)
+                        from pg_catalog.unnest(p_ids) i group by 1;
+  end if;
+  loop
+    if v_distributed then
+      fetch v_rounds into v_bucket, v_ids;
+      exit when not found;
+    end if;
+    v_held := v_held || array(select j.id from jobs.job j
+                               where j.id = any (coalesce(v_ids, p_ids))
+                                 and (v_bucket is null or j.bucket = v_bucket)
+                                 and j.claim = any (p_claims) and j.state = 'running'
+                               order by j.id
+                                 for no key update of j skip locked);
+    exit when not v_distributed;
+  end loop;
+  if v_distributed then
+    close v_rounds;
+  end if;
   if pg_catalog.cardinality(v_held) = pg_catalog.cardinality(p_ids) then
     return null;  -- every row held (the common case): the writes need no filter
   end if;
@@ -207,7 +229,7 @@ begin
   if v_rest = '{}' then  -- (ids named twice, or not under the claim given)
     return null;  -- every row the writes may change is held: they need no filter
   end if;
-  v_held := v_held || jobs.lock_briefly(v_rest);
+  v_held := v_held || jobs.lock_briefly(v_rest, v_distributed);
   -- Rows still busy: their settle keys, one per job and claim, committed with this
   -- answer, for the caller to hold (jobs.settle_hold) while it sends the outcome again.
   insert into jobs.lock_key (key, created_at)
@@ -314,22 +336,37 @@ comment on function jobs.settle_hold(bigint[], bigint[]) is
 
 -- The rows a first pass could not lock, waited for at most 50 ms each; none when one
 -- wait runs out (its lock is still held elsewhere: the rest answer busy, call again).
-create or replace function jobs.lock_briefly(p_ids bigint[])
+-- Distributed (p_distributed), a bucket at a time, as jobs.lock_batch.
+create or replace function jobs.lock_briefly(p_ids bigint[], p_distributed boolean)
 returns bigint[]
 language plpgsql
 volatile
 set search_path = ''
 set lock_timeout = '50ms'
 as $$
+declare
+  v_held   bigint[] := '{}';
+  v_bucket smallint;
+  v_ids    bigint[];
 begin
-  return array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
-                  for no key update of j);
+  if not p_distributed then
+    return array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
+                    for no key update of j);
+  end if;
+  for v_bucket, v_ids in select (i & 255)::smallint, pg_catalog.array_agg(i)
+                           from pg_catalog.unnest(p_ids) i group by 1 order by 1 loop
+    v_held := v_held || array(select j.id from jobs.job j
+                               where j.bucket = v_bucket and j.id = any (v_ids)
+                               order by j.id
+                                 for no key update of j);
+  end loop;
+  return v_held;
 exception when lock_not_available then
   return '{}';
 end
 $$;
 
-comment on function jobs.lock_briefly(bigint[]) is
+comment on function jobs.lock_briefly(bigint[], boolean) is
   'Private: lock these job rows, waiting at most 50 ms for each; none when a wait runs out.';
 
 create or replace function jobs.unwritten_answer(p_id bigint, p_claim bigint)

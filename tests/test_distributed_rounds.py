@@ -1,10 +1,11 @@
-"""Claims, lease recovery and the wake of parked jobs in rounds per bucket, as a
-distributed install runs them (jobs.claim_v2 and jobs.recover in sql/30_claim.sql;
-docs/design/citus.md), on one PostgreSQL: this module's database answers
-jobs.distributed() true, and every file of sqltests/ but the claim cursor's, and the
-busy-row recovery tests, must pass on it unchanged: the rounds make the same moves as
-the one statement. What they relax (a claim reads no cursor) is pinned here. On Citus
-each round is a statement routed to one shard (bench/citus_probe.py runs them there).
+"""Claims, lease recovery, the wake of parked jobs and a batch settle's locks in rounds
+per bucket, as a distributed install runs them (jobs.claim_v2, jobs.recover and
+jobs.lock_batch; docs/design/citus.md), on one PostgreSQL: this module's database
+answers jobs.distributed() true, and every file of sqltests/ but the claim cursor's, and
+the busy-row tests (tests/test_busy_rows_and_recovery.py), must pass on it unchanged:
+the rounds make the same moves as the one statement. What they relax (the order across
+buckets, the claim cursor) is pinned here. On Citus each round is a statement routed to
+one shard (bench/citus_probe.py runs them there).
 """
 
 from __future__ import annotations
@@ -26,8 +27,16 @@ from tests.processes import scalar
 from tests.test_busy_rows_and_recovery import (  # noqa: F401  the same tests, in rounds
     locker,
     release_table,
+    test_a_batch_ack_that_waits_on_more_than_its_rows_is_redone_and_answers_the_same,
+    test_a_batch_settles_what_is_not_locked_and_answers_busy_for_the_rest,
     test_a_busy_worker_recovers_a_dead_workers_lapsed_leases_without_claiming,
     test_a_held_settle_key_keeps_lease_recovery_off_a_busy_job,
+    test_a_locked_row_does_not_hold_back_the_rest_of_a_workers_acks,
+    test_a_run_whose_row_stays_locked_past_its_lease_goes_on_and_runs_once,
+    test_an_outcome_whose_row_is_locked_past_its_lease_is_written_not_run_again,
+    test_naming_a_job_under_a_claim_not_its_own_locks_nothing,
+    test_only_a_running_jobs_settle_key_under_its_claim_is_held,
+    test_the_one_job_ack_waits_for_the_lock_and_then_settles,
     worker_conn,
 )
 
@@ -84,6 +93,22 @@ def test_one_call_recovers_across_buckets_up_to_its_limit(conn: psycopg.Connecti
     assert scalar(conn, "select jobs.recover('{rounds}')") == 1
     assert scalar(conn, "select count(*) from jobs.job where state = 'ready' "
                         "and attempts->0->>'outcome' = 'lease_expired'") == 4
+
+
+def test_a_claim_takes_the_first_jobs_bucket_first(conn: psycopg.Connection[Any]) -> None:
+    """The relaxation of order: a claim starts with the first job in line and fills up
+    from that job's bucket, then from the next bucket's, so priority and run_at order
+    hold within a bucket, not across (a tenant is one bucket)."""
+    client = Client(conn)
+    conn.execute("set jobs.fake_now = '2030-01-01 00:00:00+00'")
+    for key, tenant, delay in (("a1", "acme", 0), ("b1", "bolt", 1), ("a2", "acme", 2),
+                               ("b2", "bolt", 3)):
+        client.run(queries.enqueue("order.job", key, {},
+                                   {"queue": "ord", "delay_s": delay, "tenant": tenant}))
+    assert scalar(conn, "select count(distinct bucket) from jobs.job where queue = 'ord'") == 2
+    conn.execute("set jobs.fake_now = '2030-01-01 00:01:00+00'")
+    rows = conn.execute("select key from jobs.claim_v2('{ord}', 'w', 3, 30)").fetchall()
+    assert [key for (key,) in rows] == ["a1", "a2", "b1"]
 
 
 def test_a_claim_reads_no_cursor_in_rounds(conn: psycopg.Connection[Any]) -> None:

@@ -47,9 +47,11 @@
 --   * Rounds per bucket for a distributed install (private jobs.distributed(), false
 --     here): there, jobs.claim_v2 and jobs.recover read their candidates without locks
 --     across shards and lock and move each bucket's in a statement of its own (Citus
---     locks rows only in a statement routed to one shard); a claim cursor is not read.
---     On one PostgreSQL they run one round, as before: the same statements, each read
---     of jobs.job in a claim also naming the round's bucket when there is one. Lease
+--     locks rows only in a statement routed to one shard), and jobs.lock_batch and
+--     lock_briefly (now (ids, distributed)) lock a batch's rows a bucket at a time; a
+--     claim fills up from the first job's bucket and reads no cursor. On one
+--     PostgreSQL they run one round, as before: the same statements, each read of
+--     jobs.job in a claim also naming the round's bucket when there is one. Lease
 --     recovery makes a lapsed job's error and attempt history in its select, not in
 --     its update (Citus sends no update whose SET calls a stable function on the
 --     row's columns), and the engine's subqueries over jobs.job, step, event_wait and
@@ -1889,11 +1891,10 @@ declare
   v_after_p smallint[];      -- per queue of v_queues: the cursor's priority ...
   v_after_r timestamptz[];   -- ... and run_at (the head when none: -32768, -infinity)
   v_bucket  smallint;   -- distributed: this round's bucket (null: one round for all)
-  v_round   bigint[];   -- distributed: this round's candidates, found without locks
   v_left    integer := p_limit;  -- what the rounds may still claim
   v_n       integer;
   v_distributed boolean := jobs.distributed();
-  v_rounds  refcursor;  -- distributed: the rounds, (bucket, candidates)
+  v_rounds  refcursor;  -- distributed: the rounds' buckets, best first
 begin
   -- GUARD
   if p_queues is null or pg_catalog.cardinality(p_queues) = 0 then
@@ -1940,7 +1941,8 @@ begin
 
   -- RECOVER (jobs.recover, below): lapsed leases, due parked jobs, free slots. What it
   -- moved is back in its place in line, behind any cursor: this claim reads the heads.
-  if coalesce((p_options->>'recover')::boolean, true) and jobs.recover(p_queues) > 0 then
+  if coalesce((p_options->>'recover')::boolean, true) and jobs.recover(p_queues) > 0
+     or v_distributed then  -- (distributed, each round reads its bucket from the head)
     v_after := null;
   end if;
 
@@ -1975,16 +1977,16 @@ begin
      where r.room > 0;
   end if;
 
-  -- CLAIM, in one round; or, distributed (jobs.distributed()), in one per bucket of the
-  -- first `limit` claimable jobs, read without locks across shards (Citus locks rows
-  -- only in a statement it routes to one shard), best bucket first: each round locks
-  -- and claims its bucket's that are still claimable, skipping any another claim holds.
-  -- Priority and run_at order hold across the claim's answer as read; a job another
-  -- claim took meanwhile is not replaced by the next one in line (the claim answers
-  -- fewer, and the worker claims again). A claim cursor is not used there.
+  -- CLAIM, in one round; or, distributed (jobs.distributed()), in rounds of one bucket
+  -- each (Citus locks rows only in a statement it routes to one shard): the buckets of
+  -- the first `limit` claimable jobs, read without locks across shards, best first,
+  -- each round claiming in claim order what is left to claim from its bucket, until
+  -- the claim has `limit` jobs. So the first job claimed is the first in line, and the
+  -- rest come from its bucket first: priority and run_at order hold within a bucket.
+  -- A claim cursor is not used there.
   if v_distributed then
     open v_rounds for
-      select c.bucket, pg_catalog.array_agg(c.id)
+      select c.bucket
         from (select x.id, x.bucket,
                      pg_catalog.row_number() over (order by x.priority, x.run_at, x.id) as rank
                 from (select r.id, r.bucket, r.priority, r.run_at
@@ -2003,7 +2005,7 @@ begin
   end if;
   loop
     if v_distributed then
-      fetch v_rounds into v_bucket, v_round;
+      fetch v_rounds into v_bucket;
       exit when not found;
     end if;
     if v_limited then  -- the candidates (of this round), locked
@@ -2019,7 +2021,7 @@ begin
                and (v_names is null or r.name = any (v_names))
                and (v_tenant is null or r.tenant = v_tenant)
                and (v_version is null or r.code_version is null or r.code_version = v_version)
-               and (v_round is null or r.bucket = v_bucket and r.id = any (v_round))
+               and (v_bucket is null or r.bucket = v_bucket)
              order by r.priority, r.run_at, r.id
              limit q.room + 4
                for update skip locked) as c
@@ -2047,7 +2049,7 @@ begin
                  -- round's shard only when each of its reads of jobs.job names the bucket)
                  and (v_bucket is null or r.bucket = v_bucket)
                order by r.priority, r.run_at, r.id
-               limit p_limit
+               limit v_left
                  for update skip locked) b
              union all
              select a.id, a.priority, a.run_at from (
@@ -2061,25 +2063,12 @@ begin
                  and (v_version is null or r.code_version is null or r.code_version = v_version)
                  and (v_bucket is null or r.bucket = v_bucket)
                order by r.priority, r.run_at, r.id
-               limit p_limit
+               limit v_left
                  for update skip locked) a
-             limit p_limit) as c
-          where not v_limited and v_round is null
+             limit v_left) as c
+          where not v_limited
           order by c.priority, c.run_at, c.id
-          limit p_limit)
-        union all
-        -- distributed: this round's candidates in its bucket, still claimable
-        (select d.id, d.priority, d.run_at, null::text[] as slots, v_now as started_at
-           from (select r.id, r.priority, r.run_at
-                   from jobs.job r
-                  where v_round is not null and not v_limited
-                    and r.bucket = v_bucket and r.id = any (v_round)
-                    and r.state in ('ready', 'interrupted') and r.blocked_on is null
-                    and r.run_at <= v_now
-                    and (v_version is null or r.code_version is null
-                         or r.code_version = v_version)
-                  order by r.priority, r.run_at, r.id
-                    for update skip locked) d)
+          limit v_left)
         union all
         -- limited: the candidates jobs.admit lets run, with the limit groups each takes
         -- and the admission's time as its start
@@ -2954,6 +2943,10 @@ as $$
 declare
   v_held bigint[];
   v_rest bigint[];
+  v_distributed boolean := jobs.distributed();
+  v_rounds refcursor;  -- distributed: (bucket, ids) of the batch, a bucket at a time
+  v_bucket smallint;   -- (null: one round for all)
+  v_ids    bigint[];
 begin
   if p_wait then
     return null;  -- every row: the update that follows waits for each row's lock
@@ -2962,10 +2955,28 @@ begin
   -- it only for a caller that knows its claim token, which is the job's holder. (Any
   -- claim of the batch, not the one paired with the id: a semi-join on the pairs was
   -- planned well but cost a third of the drain; the writes check the pairs.)
-  v_held := array(select j.id from jobs.job j
-                   where j.id = any (p_ids) and j.claim = any (p_claims) and j.state = 'running'
-                   order by j.id
-                     for no key update of j skip locked);
+  -- Distributed, a bucket at a time (a job's bucket is its id & 255): Citus locks
+  -- rows only in a statement it routes to one shard.
+  if v_distributed then
+    open v_rounds for select (i & 255)::smallint, pg_catalog.array_agg(i)
+                        from pg_catalog.unnest(p_ids) i group by 1;
+  end if;
+  loop
+    if v_distributed then
+      fetch v_rounds into v_bucket, v_ids;
+      exit when not found;
+    end if;
+    v_held := v_held || array(select j.id from jobs.job j
+                               where j.id = any (coalesce(v_ids, p_ids))
+                                 and (v_bucket is null or j.bucket = v_bucket)
+                                 and j.claim = any (p_claims) and j.state = 'running'
+                               order by j.id
+                                 for no key update of j skip locked);
+    exit when not v_distributed;
+  end loop;
+  if v_distributed then
+    close v_rounds;
+  end if;
   if pg_catalog.cardinality(v_held) = pg_catalog.cardinality(p_ids) then
     return null;  -- every row held (the common case): the writes need no filter
   end if;
@@ -2976,7 +2987,7 @@ begin
   if v_rest = '{}' then  -- (ids named twice, or not under the claim given)
     return null;  -- every row the writes may change is held: they need no filter
   end if;
-  v_held := v_held || jobs.lock_briefly(v_rest);
+  v_held := v_held || jobs.lock_briefly(v_rest, v_distributed);
   -- Rows still busy: their settle keys, one per job and claim, committed with this
   -- answer, for the caller to hold (jobs.settle_hold) while it sends the outcome again.
   insert into jobs.lock_key (key, created_at)
@@ -3082,22 +3093,37 @@ comment on function jobs.settle_hold(bigint[], bigint[]) is
 
 -- The rows a first pass could not lock, waited for at most 50 ms each; none when one
 -- wait runs out (its lock is still held elsewhere: the rest answer busy, call again).
-create or replace function jobs.lock_briefly(p_ids bigint[])
+-- Distributed (p_distributed), a bucket at a time, as jobs.lock_batch.
+create or replace function jobs.lock_briefly(p_ids bigint[], p_distributed boolean)
 returns bigint[]
 language plpgsql
 volatile
 set search_path = ''
 set lock_timeout = '50ms'
 as $$
+declare
+  v_held   bigint[] := '{}';
+  v_bucket smallint;
+  v_ids    bigint[];
 begin
-  return array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
-                  for no key update of j);
+  if not p_distributed then
+    return array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
+                    for no key update of j);
+  end if;
+  for v_bucket, v_ids in select (i & 255)::smallint, pg_catalog.array_agg(i)
+                           from pg_catalog.unnest(p_ids) i group by 1 order by 1 loop
+    v_held := v_held || array(select j.id from jobs.job j
+                               where j.bucket = v_bucket and j.id = any (v_ids)
+                               order by j.id
+                                 for no key update of j);
+  end loop;
+  return v_held;
 exception when lock_not_available then
   return '{}';
 end
 $$;
 
-comment on function jobs.lock_briefly(bigint[]) is
+comment on function jobs.lock_briefly(bigint[], boolean) is
   'Private: lock these job rows, waiting at most 50 ms for each; none when a wait runs out.';
 
 create or replace function jobs.unwritten_answer(p_id bigint, p_claim bigint)

@@ -47,9 +47,11 @@
 --   * Rounds per bucket for a distributed install (private jobs.distributed(), false
 --     here): there, jobs.claim_v2 and jobs.recover read their candidates without locks
 --     across shards and lock and move each bucket's in a statement of its own (Citus
---     locks rows only in a statement routed to one shard); a claim cursor is not read.
---     On one PostgreSQL they run one round, as before: the same statements, each read
---     of jobs.job in a claim also naming the round's bucket when there is one. Lease
+--     locks rows only in a statement routed to one shard), and jobs.lock_batch and
+--     lock_briefly (now (ids, distributed)) lock a batch's rows a bucket at a time; a
+--     claim fills up from the first job's bucket and reads no cursor. On one
+--     PostgreSQL they run one round, as before: the same statements, each read of
+--     jobs.job in a claim also naming the round's bucket when there is one. Lease
 --     recovery makes a lapsed job's error and attempt history in its select, not in
 --     its update (Citus sends no update whose SET calls a stable function on the
 --     row's columns), and the engine's subqueries over jobs.job, step, event_wait and
