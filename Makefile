@@ -66,7 +66,7 @@ bench: ## the benchmark suite, peers included (about 2 hours; docs/benchmarks.md
 citus-probe: ## every pgTAP file on the engine with its hot tables distributed, on a local 3-node cluster: what still fails (docs/design/citus.md)
 	$(PYTHON) -m bench.citus_probe
 
-bench-citus: ## the engine beside Citus, and the distributed prototype, on a local 3-node cluster (about 5 minutes; docs/design/citus.md)
+bench-citus: ## the engine distributed and beside Citus, and the distributed prototype, on a local 3-node cluster (about 10 minutes; docs/design/citus.md)
 	$(PYTHON) -m bench.citus --repeat 3
 
 bench-retention: ## sqljobs' sustained run with 60 s retention, 10 minutes (docs/benchmarks.md)

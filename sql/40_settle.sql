@@ -701,6 +701,15 @@ declare
   v_watched bigint[];
   v_held    bigint[];  -- the jobs that held limit slots
   v_follows bigint[];  -- the jobs with hooks or a parent, settled for good
+  v_unwinds bigint[];  -- the jobs that start unwinding (sagas), with for each
+  v_seqs    integer[];          -- its step_seq,
+  v_finals  jobs.job_state[];   -- the final state it will settle in,
+  v_errors  jsonb[];            -- and the error
+  v_distributed boolean := jobs.distributed();
+  v_rounds  refcursor;  -- distributed: (bucket, ids) of the batch, a bucket at a time
+  v_bucket  smallint;   -- (null: one round for all)
+  v_ids     bigint[];
+  v_round   record;     -- a round's answers
 begin
   perform jobs.check_batch(p_ids, p_claims, p_errors);
   perform jobs.check_values(p_errors, 'error');
@@ -739,95 +748,129 @@ begin
   end if;
 
   v_locked := jobs.lock_batch(p_ids, p_claims, p_wait);
-  with input as (
-      select u.id, u.claim, u.error, coalesce(u.mode, 'retry') as mode, u.delay_s, u.ord
-        from unnest(
-               p_ids, p_claims,
-               coalesce(p_errors, pg_catalog.array_fill(null::jsonb, array[v_n])),
-               coalesce(p_modes, pg_catalog.array_fill(null::text, array[v_n])),
-               coalesce(p_delays_s, pg_catalog.array_fill(null::double precision, array[v_n])))
-             with ordinality as u(id, claim, error, mode, delay_s, ord)
-    ),
-    target as (
-      select j.id, i.error, i.mode, i.delay_s, j.attempt, n.next_state,
-             -- what last_error (and the attempt history) store: the error as an object,
-             -- plus the attempt that ended and when (null: no error given)
-             case when i.error is not null then
-               case when pg_catalog.jsonb_typeof(i.error) = 'object' then i.error
-                    else pg_catalog.jsonb_build_object('message', i.error) end
-               || pg_catalog.jsonb_build_object('attempt', j.attempt, 'at', v_now)
-             end as stored_error,
-             n.next_state in ('failed', 'dead') and j.compensable and not j.compensating
-               as unwinds,
-             case
-               when i.mode = 'retry' then
-                 v_now + pg_catalog.make_interval(secs => coalesce(i.delay_s,
-                   jobs.backoff_s(j.attempt, j.retry_base_s, j.retry_cap_s, j.retry_jitter)))
-               when i.mode = 'park' then
-                 coalesce(v_now + pg_catalog.make_interval(secs => i.delay_s), 'infinity')
-               -- an interrupted run keeps its place in line (its run_at), like a
-               -- recovered one, unless the caller asks for a delay
-               when i.mode = 'interrupt' and i.delay_s is null then least(j.run_at, v_now)
-               else v_now + pg_catalog.make_interval(secs => coalesce(i.delay_s, 0))
-             end as next_run_at
-        from input i
-        join jobs.job j on j.id = i.id and j.claim = i.claim and j.state = 'running'
-                        and (v_locked is null or j.id = any (v_locked))
-       cross join lateral (select case
-                                    when i.mode = 'fail' then 'failed'
-                                    when i.mode = 'park' then 'parked'
-                                    when i.mode = 'shed' then 'ready'
-                                    when i.mode = 'interrupt' then 'interrupted'
-                                    else jobs.retry_state(j.attempt, j.max_attempts, j.dead_letter)
-                                  end::jobs.job_state as next_state) n
-       order by j.id
-         for update of j
-    ),
-    done as (
-      update jobs.job as j
-         set state = case when t.unwinds then j.state else t.next_state end,
-             run_at = case when not t.unwinds and t.next_state in ('ready', 'parked', 'interrupted')
-                           then t.next_run_at else j.run_at end,
-             attempt = case when t.mode in ('park', 'shed', 'interrupt')
-                            then j.attempt - 1 else j.attempt end,
-             lease_expires_at = case when t.unwinds then j.lease_expires_at end,
-             finished_at = case when not t.unwinds and t.next_state in ('failed', 'dead')
-                                then v_now end,
-             compensating = j.compensating or t.unwinds,
-             step_seq = j.step_seq + case when t.unwinds then 1 else 0 end,
-             last_error = coalesce(t.stored_error, j.last_error),
-             -- the history: an attempt that failed, ended for good or was interrupted
-             attempts = case when t.mode in ('retry', 'fail', 'interrupt') then
-               jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
-                 'attempt', t.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
-                 'started_at', j.started_at, 'ended_at', v_now,
-                 'outcome', case when t.mode = 'interrupt' then 'interrupted'
-                                 when t.next_state = 'ready' then 'retry'
-                                 else t.next_state::text end,
-                 'error', t.stored_error))
-               else j.attempts end
-        from target t
-       where j.id = t.id
-      returning j.id, j.claim, j.state, j.settle_watched, t.unwinds, j.step_seq, t.next_state,
-                t.error, j.slots is not null and not t.unwinds as held,
-                (j.hooks is not null or j.parent_id is not null)
-                  and j.state in ('failed', 'dead') as follows
-    ),
-    unwound as (
-      -- record the final state of each job that starts unwinding (sagas, above)
-      select jobs.record_unwinds(pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.step_seq),
-                                 pg_catalog.array_agg(done.next_state),
-                                 pg_catalog.array_agg(done.error))
-        from done where done.unwinds
-    )
-  select pg_catalog.array_agg(done.id), pg_catalog.array_agg(done.claim),
-         pg_catalog.array_agg(done.state),
-         pg_catalog.array_agg(done.id) filter (
-           where done.settle_watched and done.state in ('failed', 'dead')),
-         pg_catalog.array_agg(done.id) filter (where done.held),
-         pg_catalog.array_agg(done.id) filter (where done.follows)
-    into v_done, v_claims, v_states, v_watched, v_held, v_follows
-    from done, (select pg_catalog.count(*) from unwound) as u;
+  -- WRITE: one round, or, distributed, one per bucket of the batch (a job's bucket is
+  -- its id & 255): Citus locks rows only in a statement it routes to one shard.
+  if v_distributed then
+    open v_rounds for select (i & 255)::smallint, pg_catalog.array_agg(i)
+                        from pg_catalog.unnest(p_ids) i group by 1;
+  end if;
+  loop
+    if v_distributed then
+      fetch v_rounds into v_bucket, v_ids;
+      exit when not found;
+    end if;
+    with input as (
+        select u.id, u.claim, u.error, coalesce(u.mode, 'retry') as mode, u.delay_s, u.ord
+          from unnest(
+                 p_ids, p_claims,
+                 coalesce(p_errors, pg_catalog.array_fill(null::jsonb, array[v_n])),
+                 coalesce(p_modes, pg_catalog.array_fill(null::text, array[v_n])),
+                 coalesce(p_delays_s, pg_catalog.array_fill(null::double precision, array[v_n])))
+               with ordinality as u(id, claim, error, mode, delay_s, ord)
+         where v_ids is null or u.id = any (v_ids)
+      ),
+      target as (
+        select j.id, i.error, i.mode, i.delay_s, j.attempt, n.next_state, e.stored_error,
+               n.next_state in ('failed', 'dead') and j.compensable and not j.compensating
+                 as unwinds,
+               -- the history: an attempt that failed, ended for good or was interrupted
+               -- (made here, not in the update: Citus sends no update to a shard whose
+               -- SET calls a stable function on the row's columns)
+               case when i.mode in ('retry', 'fail', 'interrupt') then
+                 jobs.attempts_push(j.attempts, pg_catalog.jsonb_build_object(
+                   'attempt', j.attempt, 'claim', j.claim >> 32, 'worker', j.worker,
+                   'started_at', j.started_at, 'ended_at', v_now,
+                   'outcome', case when i.mode = 'interrupt' then 'interrupted'
+                                   when n.next_state = 'ready' then 'retry'
+                                   else n.next_state::text end,
+                   'error', e.stored_error))
+                 else j.attempts end as attempts,
+               case
+                 when i.mode = 'retry' then
+                   v_now + pg_catalog.make_interval(secs => coalesce(i.delay_s,
+                     jobs.backoff_s(j.attempt, j.retry_base_s, j.retry_cap_s, j.retry_jitter)))
+                 when i.mode = 'park' then
+                   coalesce(v_now + pg_catalog.make_interval(secs => i.delay_s), 'infinity')
+                 -- an interrupted run keeps its place in line (its run_at), like a
+                 -- recovered one, unless the caller asks for a delay
+                 when i.mode = 'interrupt' and i.delay_s is null then least(j.run_at, v_now)
+                 else v_now + pg_catalog.make_interval(secs => coalesce(i.delay_s, 0))
+               end as next_run_at
+          from input i
+          join jobs.job j on j.id = i.id and j.claim = i.claim and j.state = 'running'
+                          and (v_locked is null or j.id = any (v_locked))
+                          and (v_bucket is null or j.bucket = v_bucket)
+         cross join lateral (select case
+                                      when i.mode = 'fail' then 'failed'
+                                      when i.mode = 'park' then 'parked'
+                                      when i.mode = 'shed' then 'ready'
+                                      when i.mode = 'interrupt' then 'interrupted'
+                                      else jobs.retry_state(j.attempt, j.max_attempts, j.dead_letter)
+                                    end::jobs.job_state as next_state) n
+         -- what last_error (and the attempt history) store: the error as an object, plus
+         -- the attempt that ended and when (null: no error given)
+         cross join lateral (select case when i.error is not null then
+                                      case when pg_catalog.jsonb_typeof(i.error) = 'object'
+                                           then i.error
+                                           else pg_catalog.jsonb_build_object('message', i.error) end
+                                      || pg_catalog.jsonb_build_object('attempt', j.attempt,
+                                                                       'at', v_now)
+                                    end as stored_error) e
+         order by j.id
+           for update of j
+      ),
+      done as (
+        update jobs.job as j
+           set state = case when t.unwinds then j.state else t.next_state end,
+               run_at = case when not t.unwinds and t.next_state in ('ready', 'parked', 'interrupted')
+                             then t.next_run_at else j.run_at end,
+               attempt = case when t.mode in ('park', 'shed', 'interrupt')
+                              then j.attempt - 1 else j.attempt end,
+               lease_expires_at = case when t.unwinds then j.lease_expires_at end,
+               finished_at = case when not t.unwinds and t.next_state in ('failed', 'dead')
+                                  then v_now end,
+               compensating = j.compensating or t.unwinds,
+               step_seq = j.step_seq + case when t.unwinds then 1 else 0 end,
+               last_error = coalesce(t.stored_error, j.last_error),
+               attempts = t.attempts
+          from target t
+         where j.id = t.id and (v_bucket is null or j.bucket = v_bucket)
+        returning j.id, j.claim, j.state, j.settle_watched, t.unwinds, j.step_seq, t.next_state,
+                  t.error, j.slots is not null and not t.unwinds as held,
+                  (j.hooks is not null or j.parent_id is not null)
+                    and j.state in ('failed', 'dead') as follows
+      )
+    select pg_catalog.array_agg(done.id) as done, pg_catalog.array_agg(done.claim) as claims,
+           pg_catalog.array_agg(done.state) as states,
+           pg_catalog.array_agg(done.id) filter (
+             where done.settle_watched and done.state in ('failed', 'dead')) as watched,
+           pg_catalog.array_agg(done.id) filter (where done.held) as held,
+           pg_catalog.array_agg(done.id) filter (where done.follows) as follows,
+           pg_catalog.array_agg(done.id) filter (where done.unwinds) as unwinds,
+           pg_catalog.array_agg(done.step_seq) filter (where done.unwinds) as seqs,
+           pg_catalog.array_agg(done.next_state) filter (where done.unwinds) as finals,
+           pg_catalog.array_agg(done.error) filter (where done.unwinds) as errors
+      into v_round
+      from done;
+    v_done := v_done || v_round.done;
+    v_claims := v_claims || v_round.claims;
+    v_states := v_states || v_round.states;
+    v_watched := v_watched || v_round.watched;
+    v_held := v_held || v_round.held;
+    v_follows := v_follows || v_round.follows;
+    v_unwinds := v_unwinds || v_round.unwinds;
+    v_seqs := v_seqs || v_round.seqs;
+    v_finals := v_finals || v_round.finals;
+    v_errors := v_errors || v_round.errors;
+    exit when not v_distributed;
+  end loop;
+  if v_distributed then
+    close v_rounds;
+  end if;
+  -- record the final state of each job that starts unwinding (sagas, above)
+  if v_unwinds is not null then
+    perform jobs.record_unwinds(v_unwinds, v_seqs, v_finals, v_errors);
+  end if;
   -- those that left running free their slots; those settled for good set off their
   -- hooks and parents (sql/35_limits.sql, sql/42_hooks.sql)
   perform jobs.release_slots(v_held);

@@ -314,12 +314,13 @@ def test_the_distributed_probe_distributes_and_runs_pgtap(cluster: LocalCluster)
     """bench/citus_probe.py (docs/design/citus.md, "What the probe finds") distributes the
     hot tables of a fresh install and runs pgTAP files on it. Kept working here so the
     map it prints stays true as the schema changes: the surface, the files that pin
-    what distributing needs, and claims with lease recovery (in rounds per bucket) pass
-    distributed; a file whose nacks lock jobs across shards does not yet: the day it
-    passes, the page's map is out of date."""
+    what distributing needs, and claims, acks, nacks and lease recovery (in rounds per
+    bucket) pass distributed; a file whose operator verbs lock jobs across shards does
+    not yet: the day it passes, the page's map is out of date."""
     from bench.citus_probe import probe
 
     passing = ["test_surface.sql", "test_distributable.sql", "test_limits_surface.sql",
-               "test_claim_names.sql", "test_claim_lease_recovery_history.sql"]
+               "test_claim_names.sql", "test_claim_lease_recovery_history.sql",
+               "test_ack.sql", "test_nack_modes.sql"]
     assert probe(cluster, passing) == len(passing)
-    assert probe(cluster, ["test_nack_modes.sql"]) == 0
+    assert probe(cluster, ["test_cancel.sql"]) == 0

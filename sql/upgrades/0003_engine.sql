@@ -47,8 +47,10 @@
 --   * Rounds per bucket for a distributed install (private jobs.distributed(), false
 --     here): there, jobs.claim_v2 and jobs.recover read their candidates without locks
 --     across shards and lock and move each bucket's in a statement of its own (Citus
---     locks rows only in a statement routed to one shard), and jobs.lock_batch and
---     lock_briefly (now (ids, distributed)) lock a batch's rows a bucket at a time; a
+--     locks rows only in a statement routed to one shard), and jobs.nack_batch,
+--     lock_batch and lock_briefly (now (ids, distributed)) write and lock a batch's
+--     rows a bucket at a time (a nack records a saga's unwind after its update, not
+--     in it; and makes the attempt history in its select); a
 --     claim fills up from the first job's bucket and reads no cursor. On one
 --     PostgreSQL they run one round, as before: the same statements, each read of
 --     jobs.job in a claim also naming the round's bucket when there is one. Lease
