@@ -68,24 +68,29 @@ alter table jobs.event_wait add foreign key (job_id, bucket) references jobs.job
 select create_reference_table('jobs.job_type');
 select create_reference_table('jobs.queue');
 select create_reference_table('jobs.limit');
+"""
+
+CUSTOM_PLANS = """
 -- The hot functions keep one generic plan per session (their plans are most of a call on
--- one PostgreSQL); Citus plans no multi-shard statement from a generic plan with
--- parameters ("could not create distributed plan"), and routes a custom one by its
--- values. The distributed mode runs them with custom plans.
+-- one PostgreSQL), and the others may settle on one; Citus plans no multi-shard
+-- statement from a generic plan with parameters ("could not create distributed plan"),
+-- and routes a custom one by its values. The distributed mode runs every PL/pgSQL
+-- function with custom plans.
 do $p$
 declare
   f regprocedure;
 begin
   for f in select p.oid from pg_catalog.pg_proc p
             where p.pronamespace = 'jobs'::regnamespace
-              and 'plan_cache_mode=force_generic_plan' = any (p.proconfig) loop
+              and p.prolang = (select l.oid from pg_catalog.pg_language l
+                                where l.lanname = 'plpgsql') loop
     execute pg_catalog.format('alter function %s set plan_cache_mode = force_custom_plan', f);
   end loop;
 end $p$;
 """
 
-# The statements that lock rows of any bucket (lease recovery's, the wake of parked
-# jobs) run in rounds, one per bucket (jobs.recover): what the distributing step does to
+# The statements that lock rows of several buckets (claims, lease recovery, settles,
+# verbs) run in rounds, one per bucket: what the distributing step does to
 # jobs.distributed(), its security and grants as the roles step left them.
 ROUNDS = """
 create or replace function jobs.distributed() returns boolean language sql immutable
@@ -114,6 +119,9 @@ def distribute(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     """Distribute a fresh install on a Citus coordinator as the probe does (`conn`:
     autocommit): the tables, the rounds, the functions on every node."""
     conn.execute(DISTRIBUTE)
+    # (each a transaction of its own: Citus refuses a function command after a parallel
+    # multi-shard one in the same transaction)
+    conn.execute(CUSTOM_PLANS)
     conn.execute(ROUNDS)
     with conn.transaction():
         for statement in PROPAGATE:

@@ -311,8 +311,8 @@ begin
                  and (v_names is null or r.name = any (v_names))
                  and (v_tenant is null or r.tenant = v_tenant)
                  and (v_version is null or r.code_version is null or r.code_version = v_version)
-                 -- (no round runs this branch; but Citus routes the statement to the
-                 -- round's shard only when each of its reads of jobs.job names the bucket)
+                 -- (distributed: the round's bucket; Citus routes the statement to its
+                 -- shard only when each read of jobs.job in it names the bucket)
                  and (v_bucket is null or r.bucket = v_bucket)
                order by r.priority, r.run_at, r.id
                limit v_left

@@ -41,17 +41,24 @@ as $$
 declare
   v_seq    integer;
   v_tenant text := jobs.bound_tenant();
+  v_lease  timestamptz;  -- the renewed lease (null: kept)
 begin
   if p_lease_s is not null and not (p_lease_s > 0 and p_lease_s <= 1e9) then
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('lease_s must be positive and at most 1e9 seconds, got %s', p_lease_s));
   end if;
+  -- (The lease is reckoned here, not in the update: Citus sends no update to a shard
+  -- that calls a non-immutable function in a CASE or COALESCE. Distributed, the update
+  -- names the job's bucket, its id & 255, so that Citus routes it to one shard.)
+  if p_lease_s is not null then
+    v_lease := jobs.now() + pg_catalog.make_interval(secs => p_lease_s);
+  end if;
   update jobs.job as j
      set step_seq = j.step_seq + 1,
-         lease_expires_at = case when p_lease_s is null then j.lease_expires_at
-                                 else jobs.now() + pg_catalog.make_interval(secs => p_lease_s) end
+         lease_expires_at = coalesce(v_lease, j.lease_expires_at)
    where j.id = p_id and j.claim = p_claim and j.state = 'running'
      and (v_tenant is null or j.tenant = v_tenant)
+     and (not jobs.distributed() or j.bucket = (p_id & 255)::smallint)
   returning j.step_seq into v_seq;
   if v_seq is null then
     perform jobs.lease_lost(p_id, p_claim);

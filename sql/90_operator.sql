@@ -143,7 +143,36 @@ begin
 end
 $$;
 
--- Refuse a one-job verb on a missing job or one in a refused state. Locks the row.
+-- jobs.lock_jobs(ids): lock these jobs' rows for update, in id order; distributed
+-- (jobs.distributed()), a bucket at a time, in (bucket, id) order: Citus locks rows only
+-- in a statement it routes to one shard (a job's bucket is its id & 255). Private.
+create or replace function jobs.lock_jobs(p_ids bigint[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_bucket smallint;
+  v_ids    bigint[];
+begin
+  if not jobs.distributed() then
+    perform 1 from jobs.job j where j.id = any (p_ids) order by j.id for update;
+    return;
+  end if;
+  for v_bucket, v_ids in select (i & 255)::smallint, pg_catalog.array_agg(i)
+                           from pg_catalog.unnest(p_ids) i group by 1 order by 1 loop
+    perform 1 from jobs.job j where j.bucket = v_bucket and j.id = any (v_ids)
+     order by j.id for update;
+  end loop;
+end
+$$;
+
+comment on function jobs.lock_jobs(bigint[]) is
+  'Private: lock these jobs'' rows for update, in id order (distributed: a bucket at a time).';
+
+-- Refuse a one-job verb on a missing job or one in a refused state. Locks the row
+-- (distributed, naming its bucket, so that Citus routes the lock to one shard).
 create or replace function jobs.lock_for_verb(
   p_id      bigint,
   p_verb    text,
@@ -157,7 +186,9 @@ as $$
 declare
   v_state jobs.job_state;
 begin
-  select j.state into v_state from jobs.job j where j.id = p_id for update;
+  select j.state into v_state from jobs.job j
+   where j.id = p_id and (not jobs.distributed() or j.bucket = (p_id & 255)::smallint)
+     for update;
   if v_state is null then
     perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', p_id));
   end if;
@@ -411,7 +442,7 @@ begin
     perform jobs.raise_error('job_not_found', 'no job has id null');
   end if;
   -- LOCK in id order, then GUARD.
-  perform 1 from jobs.job j where j.id = any (p_ids) order by j.id for update;
+  perform jobs.lock_jobs(p_ids);
   select i.id into v_id from pg_catalog.unnest(p_ids) i(id)
    where not exists (select 1 from jobs.job j where j.id = i.id) limit 1;
   if v_id is not null then

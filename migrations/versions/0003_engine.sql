@@ -50,7 +50,10 @@
 --     locks rows only in a statement routed to one shard), and jobs.nack_batch,
 --     lock_batch and lock_briefly (now (ids, distributed)) write and lock a batch's
 --     rows a bucket at a time (a nack records a saga's unwind after its update, not
---     in it; and makes the attempt history in its select); a
+--     in it; and makes the attempt history in its select), as jobs.requeue locks
+--     its jobs (private jobs.lock_jobs); jobs.hold_step (every step write) and
+--     jobs.lock_for_verb name the job's bucket in their by-id statements there, and
+--     hold_step reckons a renewed lease before its update; a
 --     claim fills up from the first job's bucket and reads no cursor. On one
 --     PostgreSQL they run one round, as before: the same statements, each read of
 --     jobs.job in a claim also naming the round's bucket when there is one. Lease
@@ -2047,8 +2050,8 @@ begin
                  and (v_names is null or r.name = any (v_names))
                  and (v_tenant is null or r.tenant = v_tenant)
                  and (v_version is null or r.code_version is null or r.code_version = v_version)
-                 -- (no round runs this branch; but Citus routes the statement to the
-                 -- round's shard only when each of its reads of jobs.job names the bucket)
+                 -- (distributed: the round's bucket; Citus routes the statement to its
+                 -- shard only when each read of jobs.job in it names the bucket)
                  and (v_bucket is null or r.bucket = v_bucket)
                order by r.priority, r.run_at, r.id
                limit v_left
@@ -3949,6 +3952,46 @@ $$;
 -- === sql/50_steps.sql ===
 
 -- ---------------------------------------------------------------------------
+-- jobs.hold_step(id, claim, lease_s) -> the job's new step_seq. Private.
+-- The fence: locks the job row while it is running under p_claim, moves step_seq and
+-- (when p_lease_s is not null) extends the lease to now + lease_s. Raises lease_lost.
+-- ---------------------------------------------------------------------------
+create or replace function jobs.hold_step(p_id bigint, p_claim bigint, p_lease_s double precision)
+returns integer
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_seq    integer;
+  v_tenant text := jobs.bound_tenant();
+  v_lease  timestamptz;  -- the renewed lease (null: kept)
+begin
+  if p_lease_s is not null and not (p_lease_s > 0 and p_lease_s <= 1e9) then
+    perform jobs.raise_error('invalid_argument',
+      pg_catalog.format('lease_s must be positive and at most 1e9 seconds, got %s', p_lease_s));
+  end if;
+  -- (The lease is reckoned here, not in the update: Citus sends no update to a shard
+  -- that calls a non-immutable function in a CASE or COALESCE. Distributed, the update
+  -- names the job's bucket, its id & 255, so that Citus routes it to one shard.)
+  if p_lease_s is not null then
+    v_lease := jobs.now() + pg_catalog.make_interval(secs => p_lease_s);
+  end if;
+  update jobs.job as j
+     set step_seq = j.step_seq + 1,
+         lease_expires_at = coalesce(v_lease, j.lease_expires_at)
+   where j.id = p_id and j.claim = p_claim and j.state = 'running'
+     and (v_tenant is null or j.tenant = v_tenant)
+     and (not jobs.distributed() or j.bucket = (p_id & 255)::smallint)
+  returning j.step_seq into v_seq;
+  if v_seq is null then
+    perform jobs.lease_lost(p_id, p_claim);
+  end if;
+  return v_seq;
+end
+$$;
+
+-- ---------------------------------------------------------------------------
 -- jobs.step_put(id, claim, name, value, lease_s, options) -> the stored value of the step.
 --
 -- Stores `value` as step `name` of job `id`, if that step is not stored yet, and
@@ -5676,6 +5719,70 @@ begin
 end
 $$;
 
+-- jobs.lock_jobs(ids): lock these jobs' rows for update, in id order; distributed
+-- (jobs.distributed()), a bucket at a time, in (bucket, id) order: Citus locks rows only
+-- in a statement it routes to one shard (a job's bucket is its id & 255). Private.
+create or replace function jobs.lock_jobs(p_ids bigint[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_bucket smallint;
+  v_ids    bigint[];
+begin
+  if not jobs.distributed() then
+    perform 1 from jobs.job j where j.id = any (p_ids) order by j.id for update;
+    return;
+  end if;
+  for v_bucket, v_ids in select (i & 255)::smallint, pg_catalog.array_agg(i)
+                           from pg_catalog.unnest(p_ids) i group by 1 order by 1 loop
+    perform 1 from jobs.job j where j.bucket = v_bucket and j.id = any (v_ids)
+     order by j.id for update;
+  end loop;
+end
+$$;
+
+comment on function jobs.lock_jobs(bigint[]) is
+  'Private: lock these jobs'' rows for update, in id order (distributed: a bucket at a time).';
+
+-- Refuse a one-job verb on a missing job or one in a refused state. Locks the row
+-- (distributed, naming its bucket, so that Citus routes the lock to one shard).
+create or replace function jobs.lock_for_verb(
+  p_id      bigint,
+  p_verb    text,
+  p_allowed jobs.job_state[]
+)
+returns jobs.job_state
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_state jobs.job_state;
+begin
+  select j.state into v_state from jobs.job j
+   where j.id = p_id and (not jobs.distributed() or j.bucket = (p_id & 255)::smallint)
+     for update;
+  if v_state is null then
+    perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', p_id));
+  end if;
+  perform jobs.check_tenant(array[p_id]);
+  if v_state = any (p_allowed) then
+    return v_state;
+  end if;
+  if v_state = 'running' then
+    perform jobs.raise_error('job_running',
+      pg_catalog.format('cannot %s job %s: a worker is running it', p_verb, p_id),
+      null, 'cancel it first, or wait for it to finish');
+  end if;
+  perform jobs.raise_error('job_finished',
+    pg_catalog.format('cannot %s job %s: it is already %s', p_verb, p_id, v_state));
+  return v_state;
+end
+$$;
+
 -- ---------------------------------------------------------------------------
 -- The state changes, each written once and shared by the one-job and bulk forms.
 -- ---------------------------------------------------------------------------
@@ -5891,7 +5998,7 @@ begin
     perform jobs.raise_error('job_not_found', 'no job has id null');
   end if;
   -- LOCK in id order, then GUARD.
-  perform 1 from jobs.job j where j.id = any (p_ids) order by j.id for update;
+  perform jobs.lock_jobs(p_ids);
   select i.id into v_id from pg_catalog.unnest(p_ids) i(id)
    where not exists (select 1 from jobs.job j where j.id = i.id) limit 1;
   if v_id is not null then

@@ -50,7 +50,10 @@
 --     locks rows only in a statement routed to one shard), and jobs.nack_batch,
 --     lock_batch and lock_briefly (now (ids, distributed)) write and lock a batch's
 --     rows a bucket at a time (a nack records a saga's unwind after its update, not
---     in it; and makes the attempt history in its select); a
+--     in it; and makes the attempt history in its select), as jobs.requeue locks
+--     its jobs (private jobs.lock_jobs); jobs.hold_step (every step write) and
+--     jobs.lock_for_verb name the job's bucket in their by-id statements there, and
+--     hold_step reckons a renewed lease before its update; a
 --     claim fills up from the first job's bucket and reads no cursor. On one
 --     PostgreSQL they run one round, as before: the same statements, each read of
 --     jobs.job in a claim also naming the round's bucket when there is one. Lease
