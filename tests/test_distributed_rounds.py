@@ -1,6 +1,6 @@
-"""Claims, lease recovery, the wake of parked jobs and a batch settle's locks in rounds
-per bucket, as a distributed install runs them (jobs.claim_v2, jobs.recover and
-jobs.lock_batch; docs/design/citus.md), on one PostgreSQL: this module's database
+"""Claims, lease recovery, nacks, a batch settle's and the verbs' locks in rounds per
+bucket, and by-id writes that name the bucket, as a distributed install runs them
+(jobs.distributed(); docs/design/citus.md), on one PostgreSQL: this module's database
 answers jobs.distributed() true, and every file of sqltests/ but the claim cursor's, and
 the busy-row tests (tests/test_busy_rows_and_recovery.py), must pass on it unchanged:
 the rounds make the same moves as the one statement. What they relax (the order across
@@ -46,6 +46,7 @@ SQLTESTS = Path(__file__).resolve().parent.parent / "sqltests"
 ROUNDS_FILES = sorted(p.name for p in SQLTESTS.glob("test_*.sql")
                       if p.name != "test_claim_cursor.sql")
 
+
 @pytest.fixture(scope="module", autouse=True)
 def in_rounds(db_dsn: str) -> None:
     with psycopg.connect(db_dsn, autocommit=True) as conn:
@@ -65,7 +66,7 @@ def tap(db_dsn: str) -> Iterator[Runner]:
 
 @pytest.mark.parametrize("name", ROUNDS_FILES)
 def test_a_sql_file_passes_in_rounds(tap: Runner, name: str,
-                                          request: pytest.FixtureRequest) -> None:
+                                     request: pytest.FixtureRequest) -> None:
     lines = tap.run((SQLTESTS / name).read_text(encoding="utf-8"))
     report_tap(request.node, lines, name)
 
