@@ -93,6 +93,24 @@ $$;
 comment on function jobs.distributed() is
   'Private: whether the hot tables are distributed by bucket on Citus (false unless the distributing step replaced this function).';
 
+-- jobs.ids_by_bucket(ids) -> (bucket, ids) per bucket of these jobs, by bucket: the
+-- rounds of a distributed install's statements over jobs named by id (a job's bucket
+-- is its id & 255, so no read is needed).
+create or replace function jobs.ids_by_bucket(p_ids bigint[])
+returns table (bucket smallint, ids bigint[])
+language sql
+immutable
+set search_path = ''
+as $$
+select (i & 255)::smallint, pg_catalog.array_agg(i)
+  from pg_catalog.unnest(p_ids) i
+ group by 1
+ order by 1
+$$;
+
+comment on function jobs.ids_by_bucket(bigint[]) is
+  'Private: the ids given, grouped by their bucket (id & 255), in bucket order.';
+
 -- ---------------------------------------------------------------------------
 -- jobs.job: every job, live and finished (docs/design/finished-jobs.md says why one
 -- table). The claim only ever reads `job_claimable_idx`, a partial index holding

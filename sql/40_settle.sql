@@ -200,8 +200,7 @@ begin
   -- Distributed, a bucket at a time (a job's bucket is its id & 255): Citus locks
   -- rows only in a statement it routes to one shard.
   if v_distributed then
-    open v_rounds for select (i & 255)::smallint, pg_catalog.array_agg(i)
-                        from pg_catalog.unnest(p_ids) i group by 1;
+    open v_rounds for select b.bucket, b.ids from jobs.ids_by_bucket(p_ids) b;
   end if;
   loop
     if v_distributed then
@@ -353,8 +352,7 @@ begin
     return array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
                     for no key update of j);
   end if;
-  for v_bucket, v_ids in select (i & 255)::smallint, pg_catalog.array_agg(i)
-                           from pg_catalog.unnest(p_ids) i group by 1 order by 1 loop
+  for v_bucket, v_ids in select b.bucket, b.ids from jobs.ids_by_bucket(p_ids) b loop
     v_held := v_held || array(select j.id from jobs.job j
                                where j.bucket = v_bucket and j.id = any (v_ids)
                                order by j.id
@@ -751,8 +749,7 @@ begin
   -- WRITE: one round, or, distributed, one per bucket of the batch (a job's bucket is
   -- its id & 255): Citus locks rows only in a statement it routes to one shard.
   if v_distributed then
-    open v_rounds for select (i & 255)::smallint, pg_catalog.array_agg(i)
-                        from pg_catalog.unnest(p_ids) i group by 1;
+    open v_rounds for select b.bucket, b.ids from jobs.ids_by_bucket(p_ids) b;
   end if;
   loop
     if v_distributed then

@@ -160,8 +160,7 @@ begin
     perform 1 from jobs.job j where j.id = any (p_ids) order by j.id for update;
     return;
   end if;
-  for v_bucket, v_ids in select (i & 255)::smallint, pg_catalog.array_agg(i)
-                           from pg_catalog.unnest(p_ids) i group by 1 order by 1 loop
+  for v_bucket, v_ids in select b.bucket, b.ids from jobs.ids_by_bucket(p_ids) b loop
     perform 1 from jobs.job j where j.bucket = v_bucket and j.id = any (v_ids)
      order by j.id for update;
   end loop;

@@ -2,8 +2,9 @@
 bucket, and by-id writes that name the bucket, as a distributed install runs them
 (jobs.distributed(); docs/design/citus.md), on one PostgreSQL: this module's database
 answers jobs.distributed() true, and every file of sqltests/ but the claim cursor's, and
-the busy-row tests (tests/test_busy_rows_and_recovery.py), must pass on it unchanged:
-the rounds make the same moves as the one statement. What they relax (the order across
+the busy-row and race tests (tests/test_busy_rows_and_recovery.py, test_races.py, real
+concurrent connections), must pass on it unchanged: the rounds make the same moves as
+the one statement. What they relax (the order across
 buckets, the claim cursor) is pinned here. On Citus each round is a statement routed to
 one shard (bench/citus_probe.py runs them there).
 """
@@ -38,6 +39,12 @@ from tests.test_busy_rows_and_recovery import (  # noqa: F401  the same tests, i
     test_only_a_running_jobs_settle_key_under_its_claim_is_held,
     test_the_one_job_ack_waits_for_the_lock_and_then_settles,
     worker_conn,
+)
+from tests.test_races import (  # noqa: F401  concurrent claims and recovery, in rounds
+    test_a_lapsed_lease_locked_elsewhere_does_not_block_recovery,
+    test_a_row_lock_held_elsewhere_does_not_block_claim,
+    test_ack_and_reclaim_at_the_same_moment_have_exactly_one_winner,
+    test_eight_sessions_claim_ten_thousand_jobs_each_exactly_once,
 )
 
 SQLTESTS = Path(__file__).resolve().parent.parent / "sqltests"

@@ -49,8 +49,9 @@
 --     across shards and lock and move each bucket's in a statement of its own (Citus
 --     locks rows only in a statement routed to one shard), and jobs.nack_batch,
 --     lock_batch and lock_briefly (now (ids, distributed)) write and lock a batch's
---     rows a bucket at a time (a nack records a saga's unwind after its update, not
---     in it; and makes the attempt history in its select), as jobs.requeue locks
+--     rows a bucket at a time (private jobs.ids_by_bucket groups the ids; a nack
+--     records a saga's unwind after its update, not in it, and makes the attempt
+--     history in its select), as jobs.requeue locks
 --     its jobs (private jobs.lock_jobs); jobs.hold_step (every step write) and
 --     jobs.lock_for_verb name the job's bucket in their by-id statements there, and
 --     hold_step reckons a renewed lease before its update; a
@@ -386,6 +387,24 @@ $$;
 
 comment on function jobs.distributed() is
   'Private: whether the hot tables are distributed by bucket on Citus (false unless the distributing step replaced this function).';
+
+-- jobs.ids_by_bucket(ids) -> (bucket, ids) per bucket of these jobs, by bucket: the
+-- rounds of a distributed install's statements over jobs named by id (a job's bucket
+-- is its id & 255, so no read is needed).
+create or replace function jobs.ids_by_bucket(p_ids bigint[])
+returns table (bucket smallint, ids bigint[])
+language sql
+immutable
+set search_path = ''
+as $$
+select (i & 255)::smallint, pg_catalog.array_agg(i)
+  from pg_catalog.unnest(p_ids) i
+ group by 1
+ order by 1
+$$;
+
+comment on function jobs.ids_by_bucket(bigint[]) is
+  'Private: the ids given, grouped by their bucket (id & 255), in bucket order.';
 
 comment on table jobs.job_fork is 'Private: which job and step a forked job was made from.';
 
@@ -2963,8 +2982,7 @@ begin
   -- Distributed, a bucket at a time (a job's bucket is its id & 255): Citus locks
   -- rows only in a statement it routes to one shard.
   if v_distributed then
-    open v_rounds for select (i & 255)::smallint, pg_catalog.array_agg(i)
-                        from pg_catalog.unnest(p_ids) i group by 1;
+    open v_rounds for select b.bucket, b.ids from jobs.ids_by_bucket(p_ids) b;
   end if;
   loop
     if v_distributed then
@@ -3115,8 +3133,7 @@ begin
     return array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
                     for no key update of j);
   end if;
-  for v_bucket, v_ids in select (i & 255)::smallint, pg_catalog.array_agg(i)
-                           from pg_catalog.unnest(p_ids) i group by 1 order by 1 loop
+  for v_bucket, v_ids in select b.bucket, b.ids from jobs.ids_by_bucket(p_ids) b loop
     v_held := v_held || array(select j.id from jobs.job j
                                where j.bucket = v_bucket and j.id = any (v_ids)
                                order by j.id
@@ -3440,8 +3457,7 @@ begin
   -- WRITE: one round, or, distributed, one per bucket of the batch (a job's bucket is
   -- its id & 255): Citus locks rows only in a statement it routes to one shard.
   if v_distributed then
-    open v_rounds for select (i & 255)::smallint, pg_catalog.array_agg(i)
-                        from pg_catalog.unnest(p_ids) i group by 1;
+    open v_rounds for select b.bucket, b.ids from jobs.ids_by_bucket(p_ids) b;
   end if;
   loop
     if v_distributed then
@@ -5736,8 +5752,7 @@ begin
     perform 1 from jobs.job j where j.id = any (p_ids) order by j.id for update;
     return;
   end if;
-  for v_bucket, v_ids in select (i & 255)::smallint, pg_catalog.array_agg(i)
-                           from pg_catalog.unnest(p_ids) i group by 1 order by 1 loop
+  for v_bucket, v_ids in select b.bucket, b.ids from jobs.ids_by_bucket(p_ids) b loop
     perform 1 from jobs.job j where j.bucket = v_bucket and j.id = any (v_ids)
      order by j.id for update;
   end loop;

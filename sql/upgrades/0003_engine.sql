@@ -49,8 +49,9 @@
 --     across shards and lock and move each bucket's in a statement of its own (Citus
 --     locks rows only in a statement routed to one shard), and jobs.nack_batch,
 --     lock_batch and lock_briefly (now (ids, distributed)) write and lock a batch's
---     rows a bucket at a time (a nack records a saga's unwind after its update, not
---     in it; and makes the attempt history in its select), as jobs.requeue locks
+--     rows a bucket at a time (private jobs.ids_by_bucket groups the ids; a nack
+--     records a saga's unwind after its update, not in it, and makes the attempt
+--     history in its select), as jobs.requeue locks
 --     its jobs (private jobs.lock_jobs); jobs.hold_step (every step write) and
 --     jobs.lock_for_verb name the job's bucket in their by-id statements there, and
 --     hold_step reckons a renewed lease before its update; a
