@@ -28,9 +28,9 @@ test-stalls: ## tests/test_stalls_processes.py with crash recovery under a 20,00
 chaos: ## the chaos suite's full profile: 100,000 jobs, 1,000 SIGKILLs, every scenario (about an hour; docs/howto-chaos.md)
 	$(PYTHON) -m bench.chaos --profile full --json bench/chaos-results.json --report bench/CHAOS.md
 
-citus: ## build Citus from ../shared/vendor if missing (root), then tests/test_citus.py on a local 3-node cluster
+citus: ## build Citus from ../shared/vendor if missing (root), then tests/test_citus*.py on local 3-node clusters
 	bash ../shared/vendor/build-citus.sh
-	SQLJOBS_REQUIRE_CITUS=1 $(PYTEST) tests/test_citus.py
+	SQLJOBS_REQUIRE_CITUS=1 $(PYTEST) tests/test_citus.py tests/test_citus_distributed.py
 
 citus-cluster: ## start a local Citus cluster (coordinator + 2 workers) in ./.citus until Ctrl-C
 	$(PYTHON) -m tests.harness.citus .citus

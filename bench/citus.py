@@ -11,8 +11,8 @@ beside (the engine; the engine part's SQL-level workloads, bench/workloads.py, a
         side-by-side latency workload: 200 jobs 10 ms apart through the real worker,
         pickup p50 and p99)
     distributed  as citus, then its hot tables distributed by bucket over the two
-               worker nodes, claims and recovery in rounds (bench/citus_probe.py's
-               `distribute`: the distributed mode as far as it is built)
+               worker nodes, claims and recovery in rounds (`sqljobs migrate
+               --distributed`)
     citus      a database with the extension, the two workers added, a distributed table,
                and sqljobs installed by `sqljobs migrate` (docs/howto-citus.md)
     plain      a database of the same server without the extension
@@ -48,7 +48,7 @@ from tests.harness.citus import LocalCluster, local_cluster
 from bench import db, workloads
 from bench.adapters import get_adapter
 from bench.adapters.sqljobs_sql import SqljobsSql
-from bench.citus_probe import distribute
+from sqljobs._schema.distributed import distribute
 
 BESIDE_WORKLOADS = ("enqueue_single", "enqueue_bulk", "drain")
 BESIDE = ("distributed", "citus", "plain")
@@ -66,7 +66,7 @@ Rates = dict[tuple[str, str], list[float]]
 # -- databases -----------------------------------------------------------------------------
 
 class DistributedSqljobs(SqljobsSql):
-    """The SQL-level adapter, its install distributed (bench/citus_probe.py)."""
+    """The SQL-level adapter, its install distributed (`sqljobs migrate --distributed`)."""
 
     def install(self, dsn: str) -> None:
         super().install(dsn)

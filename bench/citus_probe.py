@@ -1,18 +1,11 @@
-"""How far the engine runs distributed: a probe, not the distributed mode
-(`python -m bench.citus_probe`, `make citus-probe`; docs/design/citus.md, "What the
-probe finds").
+"""How far the pgTAP suite runs on the distributed mode (`python -m bench.citus_probe`,
+`make citus-probe`; docs/design/citus.md, "What the probe finds").
 
 On a local cluster of its own (a coordinator and two worker nodes), in a database of
-its own on every node, it
-installs sqljobs, distributes job, step, event_wait and slot (co-located, by the job's
-bucket, with the bucket in every key), makes job_type, queue and limit
-reference tables, runs the hot functions with custom plans, puts the engine's functions
-on every node, loads pgTAP, and runs
-every file of sqltests/, printing per file the assertions that passed and failed, or
-the error that stopped it and the engine function it came from. It drops what the
-distributed mode replaces with something else (the foreign keys to jobs.job from
-tables that stay local, the unique singleton and debounce groups, which span buckets),
-so what fails is what the engine's statements still need.
+its own on every node, it installs sqljobs, distributes it as `sqljobs migrate
+--distributed` does (sqljobs/_schema/distributed.py), loads pgTAP, and runs every file
+of sqltests/, printing per file the assertions that passed and failed, or the error
+that stopped it and the engine function it came from.
 """
 
 from __future__ import annotations
@@ -27,106 +20,11 @@ from pytest_pgtap.pgtap import Runner
 from tests.harness.citus import LocalCluster, local_cluster
 
 from sqljobs._schema import migrate
+from sqljobs._schema.distributed import distribute
 
 ROOT = Path(__file__).resolve().parent.parent
 SQLTESTS = ROOT / "sqltests"
 DATABASE = "sqljobs_probe"
-
-DISTRIBUTE = """
-set citus.enable_ddl_propagation = on;
--- tables that stay local cannot reference a distributed one
-alter table jobs.job_fork drop constraint job_fork_job_id_fkey;
-alter table jobs.webhook_attempt drop constraint webhook_attempt_job_id_fkey;
--- Distributed by the bucket (jobs.job.bucket, the job's id & 255, written by every
--- insert): every unique key and reference between the four tables holds it.
-alter table jobs.step drop constraint step_job_id_fkey;
-alter table jobs.event_wait drop constraint event_wait_job_id_fkey;
-update jobs.job set bucket = id & 255 where bucket is null;
-alter table jobs.job alter column bucket set not null;
-alter table jobs.step alter column bucket set not null;
-alter table jobs.event_wait alter column bucket set not null;
-alter table jobs.slot alter column bucket set not null;
-alter table jobs.job drop constraint job_pkey, add primary key (id, bucket);
-alter table jobs.step drop constraint step_pkey, add primary key (job_id, name, bucket);
-alter table jobs.event_wait drop constraint event_wait_pkey,
-  add primary key (job_id, step, bucket);
-alter table jobs.slot drop constraint slot_pkey, add primary key (grp, job_id, bucket);
-drop index jobs.job_key_idx;
-create unique index job_key_idx on jobs.job (key, name, (coalesce(tenant, '')), bucket);
--- singleton and debounce groups span buckets for jobs without a tenant: lock rows in
--- the design (docs/design/citus.md), not built
-drop index jobs.job_singleton_idx;
-drop index jobs.job_debounce_idx;
-select create_distributed_table('jobs.job', 'bucket', shard_count => 32);
-select create_distributed_table('jobs.step', 'bucket', colocate_with => 'jobs.job');
-select create_distributed_table('jobs.event_wait', 'bucket', colocate_with => 'jobs.job');
-select create_distributed_table('jobs.slot', 'bucket', colocate_with => 'jobs.job');
-alter table jobs.step add foreign key (job_id, bucket) references jobs.job (id, bucket)
-  on delete cascade;
-alter table jobs.event_wait add foreign key (job_id, bucket) references jobs.job (id, bucket)
-  on delete cascade;
-select create_reference_table('jobs.job_type');
-select create_reference_table('jobs.queue');
-select create_reference_table('jobs.limit');
-"""
-
-CUSTOM_PLANS = """
--- The hot functions keep one generic plan per session (their plans are most of a call on
--- one PostgreSQL), and the others may settle on one; Citus plans no multi-shard
--- statement from a generic plan with parameters ("could not create distributed plan"),
--- and routes a custom one by its values. The distributed mode runs every PL/pgSQL
--- function with custom plans.
-do $p$
-declare
-  f regprocedure;
-begin
-  for f in select p.oid from pg_catalog.pg_proc p
-            where p.pronamespace = 'jobs'::regnamespace
-              and p.prolang = (select l.oid from pg_catalog.pg_language l
-                                where l.lanname = 'plpgsql') loop
-    execute pg_catalog.format('alter function %s set plan_cache_mode = force_custom_plan', f);
-  end loop;
-end $p$;
-"""
-
-# The statements that lock rows of several buckets (claims, lease recovery, settles,
-# verbs) run in rounds, one per bucket: what the distributing step does to
-# jobs.distributed(), its security and grants as the roles step left them.
-ROUNDS = """
-create or replace function jobs.distributed() returns boolean language sql immutable
-security definer set search_path = '' as $$ select true $$;
-revoke all on function jobs.distributed() from public;
-"""
-
-# The engine's functions on every node: a statement Citus sends to a shard calls there
-# the functions in it (jobs.now, jobs.text_set, jobs.retry_state ...). The beside mode's
-# guard keeps them off the worker nodes (sqljobs/_schema/citus.py); distributed, they
-# must be there. In one transaction whose settings reach the nodes, bodies unchecked: an
-# SQL function's body names tables that stay on the coordinator.
-PROPAGATE = ("set local citus.propagate_set_commands = 'local'",
-             "set local check_function_bodies = off",
-             """do $p$
-                declare f regprocedure;
-                begin
-                  for f in select p.oid from pg_catalog.pg_proc p
-                            where p.pronamespace = 'jobs'::regnamespace and p.prokind = 'f' loop
-                    perform create_distributed_function(f);
-                  end loop;
-                end $p$""")
-
-
-def distribute(conn: psycopg.Connection[tuple[object, ...]]) -> None:
-    """Distribute a fresh install on a Citus coordinator as the probe does (`conn`:
-    autocommit): the tables, the rounds, the functions on every node."""
-    conn.execute(DISTRIBUTE)
-    # (each a transaction of its own: Citus refuses a function command after a parallel
-    # multi-shard one in the same transaction)
-    conn.execute(CUSTOM_PLANS)
-    conn.execute(ROUNDS)
-    with conn.transaction():
-        for statement in PROPAGATE:
-            conn.execute(statement)  # type: ignore[arg-type]  # literals
-
 
 def first_problem(lines: list[str]) -> str:
     for line in lines:

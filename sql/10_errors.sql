@@ -47,6 +47,9 @@
 --   SJ054     ledger_posting_conflict  a posting key written again with other lines
 --   SJ060     citus_worker_node     a schema revision was applied to a Citus worker node
 --                                   (raised by the guard every revision runs first)
+--   SJ061     citus_required        sqljobs migrate --distributed on a database without Citus
+--   SJ062     jobs_before_buckets   live jobs made before schema version 3 stop the
+--                                   distributing step (their ids carry no bucket)
 
 create or replace function jobs.error_codes()
 returns table (sqlstate text, name text, meaning text)
@@ -92,7 +95,9 @@ as $$
     ('SJ052', 'webhook_tenant_refused', 'the webhook event names another tenant than its endpoint''s'),
     ('SJ053', 'ledger_unbalanced',   'the posting''s amounts do not sum to zero in each currency'),
     ('SJ054', 'ledger_posting_conflict', 'the posting key was written with other lines'),
-    ('SJ060', 'citus_worker_node',   'this database is a Citus worker node; sqljobs lives on the coordinator')
+    ('SJ060', 'citus_worker_node',   'this database is a Citus worker node; sqljobs lives on the coordinator'),
+    ('SJ061', 'citus_required',      'the distributed mode needs the Citus extension in this database'),
+    ('SJ062', 'jobs_before_buckets', 'live jobs made before schema version 3 stop the distributing step')
 $$;
 
 comment on function jobs.error_codes() is 'The sqljobs SQLSTATE table: code, symbolic name, meaning.';

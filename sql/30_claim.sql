@@ -422,9 +422,10 @@ comment on function jobs.claim_v2(text[], text, integer, double precision, jsonb
 -- worker asks on each poll, on a connection of its own, and reads those queues from
 -- the head again: the walk over the entries a held snapshot keeps is made once a poll,
 -- beside the claims, instead of in every claim. names and version filter as the
--- claim's options do; a bound session sees its tenant's jobs only. Reads only.
--- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a bad
--- cursor (as jobs.claim_v2) or version.
+-- claim's options do; a bound session sees its tenant's jobs only. Reads only. None when
+-- the tables are distributed (a distributed claim reads no cursor). Errors:
+-- queues_required (SJ005) for no queue; invalid_argument (SJ001) for a bad cursor (as
+-- jobs.claim_v2) or version.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.claimable_behind(
   p_queues  text[],
@@ -451,6 +452,9 @@ begin
   perform jobs.check_claim_cursor(coalesce(p_after, 'null'), p_queues);
   if p_version is not null then
     perform jobs.check_name(p_version, 'version');
+  end if;
+  if jobs.distributed() then
+    return '{}';  -- distributed, a claim reads no cursor: nothing is ever behind one
   end if;
   return array(
     select c.key

@@ -24,11 +24,8 @@ The cluster takes about 10 s to start.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,7 +39,7 @@ from sqljobs import App, SchemaError
 from sqljobs._schema import migrate
 from sqljobs._schema.citus import framed
 from sqljobs._schema.resources import revision, revisions
-from tests.harness.citus import CitusUnavailable, LocalCluster, citus_bin_dir, local_cluster
+from tests.harness.citus import LocalCluster, cluster_for_tests
 from tests.harness.pgtap import ensure_pgtap
 from tests.processes import REPO, scalar, spawner, wait_for
 from tests.worker_example_app import QUEUE
@@ -60,25 +57,12 @@ select create_distributed_table('app_orders', 'id');
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    try:
-        citus_bin_dir()
-    except CitusUnavailable as error:
-        if os.environ.get("SQLJOBS_REQUIRE_CITUS") == "1":
-            pytest.fail(f"SQLJOBS_REQUIRE_CITUS=1, but {error}")
-        pytest.skip(str(error))
-    # Not under pytest's basetemp: every pytest session that starts on the machine (another
-    # checkout's, a subprocess's) sets /tmp/pytest-of-<user> back to 0700, and the servers'
-    # own user then loses its way to its data directory (pg_ctl stop: permission denied).
-    root = Path(tempfile.mkdtemp(prefix="sqljobs-citus-"))
-    try:
-        with local_cluster(root) as made:
-            out = _cli("migrate", "--dsn", made.coordinator)
-            assert out.returncode == 0, out.stdout + out.stderr
-            with psycopg.connect(made.coordinator, autocommit=True) as conn:
-                conn.execute(ORDERS)
-            yield made
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with cluster_for_tests() as made:
+        out = _cli("migrate", "--dsn", made.coordinator)
+        assert out.returncode == 0, out.stdout + out.stderr
+        with psycopg.connect(made.coordinator, autocommit=True) as conn:
+            conn.execute(ORDERS)
+        yield made
 
 
 @pytest.fixture
@@ -308,19 +292,3 @@ def test_pgtap_file_on_the_coordinator(pgtap_on_coordinator: Runner, name: str,
                                        request: pytest.FixtureRequest) -> None:
     lines = pgtap_on_coordinator.run((SQLTESTS / name).read_text(encoding="utf-8"))
     report_tap(request.node, lines, name)
-
-
-def test_the_distributed_probe_distributes_and_runs_pgtap(cluster: LocalCluster) -> None:
-    """bench/citus_probe.py (docs/design/citus.md, "What the probe finds") distributes the
-    hot tables of a fresh install and runs pgTAP files on it. Kept working here so the
-    map it prints stays true as the schema changes: the surface, the files that pin
-    what distributing needs, and claims, acks, nacks and lease recovery (in rounds per
-    bucket) pass distributed; a file whose operator verbs lock jobs across shards does
-    not yet: the day it passes, the page's map is out of date."""
-    from bench.citus_probe import probe
-
-    passing = ["test_surface.sql", "test_distributable.sql", "test_limits_surface.sql",
-               "test_claim_names.sql", "test_claim_lease_recovery_history.sql",
-               "test_ack.sql", "test_nack_modes.sql"]
-    assert probe(cluster, passing) == len(passing)
-    assert probe(cluster, ["test_cancel.sql"]) == 0

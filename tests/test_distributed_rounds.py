@@ -17,13 +17,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from bench.citus_probe import ROUNDS
 from psycopg.types.json import Jsonb
 from pytest_pgtap.pgtap import Runner
 from pytest_pgtap.plugin.core import report_tap
 
 from sqljobs._client import queries
 from sqljobs._client.connection import Client
+from sqljobs._schema.distributed import ROUNDS
 from tests.processes import scalar
 from tests.test_busy_rows_and_recovery import (  # noqa: F401  the same tests, in rounds
     locker,
@@ -131,6 +131,8 @@ def test_a_claim_reads_no_cursor_in_rounds(conn: psycopg.Connection[Any]) -> Non
                                     "tenant": key}))
     conn.execute("set jobs.fake_now = '2030-01-01 00:01:00+00'")
     after = {"cur": [0, "2030-01-01T00:00:09+00:00"]}  # behind "early", level with "late"
+    # nor does a worker's look behind its cursor find anything to go back for
+    assert scalar(conn, "select jobs.claimable_behind('{cur}', %s)", (Jsonb(after),)) == []
     rows = conn.execute("select key from jobs.claim_v2('{cur}', 'w', 3, 30, %s)",
                         (Jsonb({"after": after}),)).fetchall()
     assert [key for (key,) in rows] == ["urgent", "early", "late"]

@@ -55,14 +55,16 @@
 --     its jobs (private jobs.lock_jobs); jobs.hold_step (every step write) and
 --     jobs.lock_for_verb name the job's bucket in their by-id statements there, and
 --     hold_step reckons a renewed lease before its update; a
---     claim fills up from the first job's bucket and reads no cursor. On one
+--     claim fills up from the first job's bucket and reads no cursor (and
+--     jobs.claimable_behind finds nothing behind one). On one
 --     PostgreSQL they run one round, as before: the same statements, each read of
 --     jobs.job in a claim also naming the round's bucket when there is one. Lease
 --     recovery makes a lapsed job's error and attempt history in its select, not in
 --     its update (Citus sends no update whose SET calls a stable function on the
 --     row's columns), and the engine's subqueries over jobs.job, step, event_wait and
 --     slot select a column (Citus 13 cannot plan one that selects none): the same
---     answers.
+--     answers. New error codes for `sqljobs migrate --distributed`, the step that
+--     distributes an install: SJ061 citus_required, SJ062 jobs_before_buckets.
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;
@@ -487,7 +489,9 @@ as $$
     ('SJ052', 'webhook_tenant_refused', 'the webhook event names another tenant than its endpoint''s'),
     ('SJ053', 'ledger_unbalanced',   'the posting''s amounts do not sum to zero in each currency'),
     ('SJ054', 'ledger_posting_conflict', 'the posting key was written with other lines'),
-    ('SJ060', 'citus_worker_node',   'this database is a Citus worker node; sqljobs lives on the coordinator')
+    ('SJ060', 'citus_worker_node',   'this database is a Citus worker node; sqljobs lives on the coordinator'),
+    ('SJ061', 'citus_required',      'the distributed mode needs the Citus extension in this database'),
+    ('SJ062', 'jobs_before_buckets', 'live jobs made before schema version 3 stop the distributing step')
 $$;
 
 -- jobs.too_deep_item(): jobs.too_deep() for each item of an array (a batch's payloads),
@@ -2180,9 +2184,10 @@ comment on function jobs.claim_v2(text[], text, integer, double precision, jsonb
 -- worker asks on each poll, on a connection of its own, and reads those queues from
 -- the head again: the walk over the entries a held snapshot keeps is made once a poll,
 -- beside the claims, instead of in every claim. names and version filter as the
--- claim's options do; a bound session sees its tenant's jobs only. Reads only.
--- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a bad
--- cursor (as jobs.claim_v2) or version.
+-- claim's options do; a bound session sees its tenant's jobs only. Reads only. None when
+-- the tables are distributed (a distributed claim reads no cursor). Errors:
+-- queues_required (SJ005) for no queue; invalid_argument (SJ001) for a bad cursor (as
+-- jobs.claim_v2) or version.
 -- ---------------------------------------------------------------------------
 create or replace function jobs.claimable_behind(
   p_queues  text[],
@@ -2209,6 +2214,9 @@ begin
   perform jobs.check_claim_cursor(coalesce(p_after, 'null'), p_queues);
   if p_version is not null then
     perform jobs.check_name(p_version, 'version');
+  end if;
+  if jobs.distributed() then
+    return '{}';  -- distributed, a claim reads no cursor: nothing is ever behind one
   end if;
   return array(
     select c.key

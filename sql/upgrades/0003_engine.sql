@@ -55,14 +55,16 @@
 --     its jobs (private jobs.lock_jobs); jobs.hold_step (every step write) and
 --     jobs.lock_for_verb name the job's bucket in their by-id statements there, and
 --     hold_step reckons a renewed lease before its update; a
---     claim fills up from the first job's bucket and reads no cursor. On one
+--     claim fills up from the first job's bucket and reads no cursor (and
+--     jobs.claimable_behind finds nothing behind one). On one
 --     PostgreSQL they run one round, as before: the same statements, each read of
 --     jobs.job in a claim also naming the round's bucket when there is one. Lease
 --     recovery makes a lapsed job's error and attempt history in its select, not in
 --     its update (Citus sends no update whose SET calls a stable function on the
 --     row's columns), and the engine's subqueries over jobs.job, step, event_wait and
 --     slot select a column (Citus 13 cannot plan one that selects none): the same
---     answers.
+--     answers. New error codes for `sqljobs migrate --distributed`, the step that
+--     distributes an install: SJ061 citus_required, SJ062 jobs_before_buckets.
 --   * A debounced job that started and awaits its retry no longer absorbs the next
 --     enqueue of its group (job_debounce_idx rebuilt with attempt = 0).
 --   * Tenant policy per job type (jobs.job_type.tenant_policy, a new nullable column;

@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
@@ -177,6 +178,29 @@ def local_cluster(root: Path, workers: int = 2) -> Iterator[LocalCluster]:
             stack.callback(_stop_quietly, cluster, index)
         cluster.create_database(DATABASE)
         yield cluster
+
+
+@contextmanager
+def cluster_for_tests() -> Iterator[LocalCluster]:
+    """A local cluster for a test module: skipped where no PostgreSQL has Citus, failed
+    instead under SQLJOBS_REQUIRE_CITUS=1 (CI)."""
+    import pytest
+
+    try:
+        citus_bin_dir()
+    except CitusUnavailable as error:
+        if os.environ.get("SQLJOBS_REQUIRE_CITUS") == "1":
+            pytest.fail(f"SQLJOBS_REQUIRE_CITUS=1, but {error}")
+        pytest.skip(str(error))
+    # Not under pytest's basetemp: every pytest session that starts on the machine (another
+    # checkout's, a subprocess's) sets /tmp/pytest-of-<user> back to 0700, and the servers'
+    # own user then loses its way to its data directory (pg_ctl stop: permission denied).
+    root = Path(tempfile.mkdtemp(prefix="sqljobs-citus-"))
+    try:
+        with local_cluster(root) as made:
+            yield made
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _stop_quietly(cluster: LocalCluster, index: int) -> None:

@@ -282,6 +282,19 @@ class CitusWorkerNode(DatabaseError, SchemaError, sqlstate="SJ060", name="citus_
     Nothing was installed (docs/howto-citus.md)."""
 
 
+class CitusRequired(DatabaseError, SchemaError, sqlstate="SJ061", name="citus_required"):
+    """`sqljobs migrate --distributed` on a database without the Citus extension: the
+    distributed mode spreads the queue's tables over a Citus cluster's nodes. Nothing
+    was changed (docs/howto-citus.md, "Distributed mode")."""
+
+
+class JobsBeforeBuckets(DatabaseError, SchemaError, sqlstate="SJ062", name="jobs_before_buckets"):
+    """`sqljobs migrate --distributed` found live jobs made before schema version 3:
+    their ids do not carry their key's bucket, so distributed, a new enqueue of their key
+    would not find them. Nothing was changed; let them finish (or cancel them) and run it
+    again."""
+
+
 class LockBusy(SqljobsError, TimeoutError):
     """`app.lock(...)` could not take the lock before its timeout: another holder has it."""
 
@@ -319,6 +332,7 @@ __all__ = [
     "BackfillRequiresUnmet",
     "BackfillStalled",
     "BackfillState",
+    "CitusRequired",
     "CitusWorkerNode",
     "ConfigurationError",
     "DatabaseError",
@@ -334,6 +348,7 @@ __all__ = [
     "JobNotRequeueable",
     "JobRunning",
     "JobTypeNotFound",
+    "JobsBeforeBuckets",
     "LeaseLost",
     "LedgerError",
     "LedgerPostingConflict",

@@ -16,6 +16,10 @@ does nothing on a server without Citus. With Citus it:
   * removes the copies an earlier install (before this guard) left on the worker nodes,
     and Citus's record of them, so that a new node does not get them either.
 
+On an install whose tables are distributed (`sqljobs migrate --distributed`,
+sqljobs/_schema/distributed.py) it does only the first: there the schema belongs on
+every node, and a revision's DDL must reach the shards.
+
 Both are plain SQL (a DO block each), so `sqljobs migrate --sql` and `alembic upgrade --sql`
 render it with the revision, and a revision's own SQL (frozen once released) stays as
 it was.
@@ -43,6 +47,12 @@ begin
       detail = pg_catalog.format('The coordinator is %s.',
                                  coalesce(v_coordinator, 'not registered here')),
       hint = 'Run sqljobs migrate, and point every sqljobs client, at the coordinator.';
+  end if;
+  if to_regclass('jobs.job') is not null and exists (
+       select from pg_catalog.pg_dist_partition where logicalrelid = to_regclass('jobs.job')) then
+    -- distributed (sqljobs/_schema/distributed.py): the revision's DDL must reach the
+    -- shards, and the engine's functions stay on every node
+    return;
   end if;
   perform pg_catalog.set_config('sqljobs.citus_ddl_propagation',
     pg_catalog.current_setting('citus.enable_ddl_propagation'), true);
