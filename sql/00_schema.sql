@@ -93,23 +93,40 @@ $$;
 comment on function jobs.distributed() is
   'Private: whether the hot tables are distributed by bucket on Citus (false unless the distributing step replaced this function).';
 
--- jobs.ids_by_bucket(ids) -> (bucket, ids) per bucket of these jobs, by bucket: the
--- rounds of a distributed install's statements over jobs named by id (a job's bucket
--- is its id & 255, so no read is needed).
-create or replace function jobs.ids_by_bucket(p_ids bigint[])
-returns table (bucket smallint, ids bigint[])
+-- jobs.shard_buckets(bucket) -> the buckets whose rows share this bucket's shard: what a
+-- distributed statement names to be routed to one shard and reach all of it (a claim
+-- fills up from a whole shard, a batch settles a shard's jobs at once). Here each
+-- bucket alone; the distributing step replaces it with the map of the install's shards
+-- (sqljobs/_schema/distributed.py), which only a shard split changes.
+create or replace function jobs.shard_buckets(p_bucket smallint)
+returns smallint[]
 language sql
 immutable
 set search_path = ''
 as $$
-select (i & 255)::smallint, pg_catalog.array_agg(i)
+select array[p_bucket]
+$$;
+
+comment on function jobs.shard_buckets(smallint) is
+  'Private: the buckets on the shard of this bucket (each bucket alone unless the distributing step replaced this function).';
+
+-- jobs.ids_by_shard(ids) -> (buckets, ids) per shard of these jobs: the rounds of a
+-- distributed install's statements over jobs named by id (a job's bucket is its id &
+-- 255, so no read is needed), in the order of their least bucket.
+create or replace function jobs.ids_by_shard(p_ids bigint[])
+returns table (buckets smallint[], ids bigint[])
+language sql
+immutable
+set search_path = ''
+as $$
+select jobs.shard_buckets((i & 255)::smallint), pg_catalog.array_agg(i)
   from pg_catalog.unnest(p_ids) i
  group by 1
  order by 1
 $$;
 
-comment on function jobs.ids_by_bucket(bigint[]) is
-  'Private: the ids given, grouped by their bucket (id & 255), in bucket order.';
+comment on function jobs.ids_by_shard(bigint[]) is
+  'Private: the ids given, grouped by the shard of their bucket (jobs.shard_buckets).';
 
 -- ---------------------------------------------------------------------------
 -- jobs.job: every job, live and finished (docs/design/finished-jobs.md says why one

@@ -156,7 +156,7 @@ declare
   v_after   jsonb;      -- options.after: per queue, the cursor [priority, run_at]
   v_after_p smallint[];      -- per queue of v_queues: the cursor's priority ...
   v_after_r timestamptz[];   -- ... and run_at (the head when none: -32768, -infinity)
-  v_bucket  smallint;   -- distributed: this round's bucket (null: one round for all)
+  v_buckets smallint[];  -- distributed: this round's buckets, a shard's (null: one round)
   v_left    integer := p_limit;  -- what the rounds may still claim
   v_n       integer;
   v_distributed boolean := jobs.distributed();
@@ -243,16 +243,16 @@ begin
      where r.room > 0;
   end if;
 
-  -- CLAIM, in one round; or, distributed (jobs.distributed()), in rounds of one bucket
-  -- each (Citus locks rows only in a statement it routes to one shard): the buckets of
+  -- CLAIM, in one round; or, distributed (jobs.distributed()), in rounds of one shard
+  -- each (Citus locks rows only in a statement it routes to one shard): the shards of
   -- the first `limit` claimable jobs, read without locks across shards, best first,
-  -- each round claiming in claim order what is left to claim from its bucket, until
-  -- the claim has `limit` jobs. So the first job claimed is the first in line, and the
-  -- rest come from its bucket first: priority and run_at order hold within a bucket.
-  -- A claim cursor is not used there.
+  -- each round claiming in claim order what is left to claim from its shard's buckets
+  -- (jobs.shard_buckets), until the claim has `limit` jobs. So the first job claimed is
+  -- the first in line, and the rest come from its shard first: priority and run_at
+  -- order hold within a shard. A claim cursor is not used there.
   if v_distributed then
     open v_rounds for
-      select c.bucket
+      select jobs.shard_buckets(c.bucket)
         from (select x.id, x.bucket,
                      pg_catalog.row_number() over (order by x.priority, x.run_at, x.id) as rank
                 from (select r.id, r.bucket, r.priority, r.run_at
@@ -266,12 +266,12 @@ begin
                               or r.code_version = v_version)
                        order by r.priority, r.run_at, r.id
                        limit p_limit + case when v_limited then 4 else 0 end) x) c
-       group by c.bucket
+       group by 1
        order by pg_catalog.min(c.rank);
   end if;
   loop
     if v_distributed then
-      fetch v_rounds into v_bucket;
+      fetch v_rounds into v_buckets;
       exit when not found;
     end if;
     if v_limited then  -- the candidates (of this round), locked
@@ -287,7 +287,7 @@ begin
                and (v_names is null or r.name = any (v_names))
                and (v_tenant is null or r.tenant = v_tenant)
                and (v_version is null or r.code_version is null or r.code_version = v_version)
-               and (v_bucket is null or r.bucket = v_bucket)
+               and (v_buckets is null or r.bucket = any (v_buckets))
              order by r.priority, r.run_at, r.id
              limit q.room + 4
                for update skip locked) as c
@@ -311,9 +311,9 @@ begin
                  and (v_names is null or r.name = any (v_names))
                  and (v_tenant is null or r.tenant = v_tenant)
                  and (v_version is null or r.code_version is null or r.code_version = v_version)
-                 -- (distributed: the round's bucket; Citus routes the statement to its
-                 -- shard only when each read of jobs.job in it names the bucket)
-                 and (v_bucket is null or r.bucket = v_bucket)
+                 -- (distributed: the round's buckets; Citus routes the statement to
+                 -- their shard only when each read of jobs.job in it names them)
+                 and (v_buckets is null or r.bucket = any (v_buckets))
                order by r.priority, r.run_at, r.id
                limit v_left
                  for update skip locked) b
@@ -327,7 +327,7 @@ begin
                  and (v_names is null or r.name = any (v_names))
                  and (v_tenant is null or r.tenant = v_tenant)
                  and (v_version is null or r.code_version is null or r.code_version = v_version)
-                 and (v_bucket is null or r.bucket = v_bucket)
+                 and (v_buckets is null or r.bucket = any (v_buckets))
                order by r.priority, r.run_at, r.id
                limit v_left
                  for update skip locked) a
@@ -341,7 +341,7 @@ begin
         (select a.id, r.priority, r.run_at, a.slots, a.at
            from jobs.admit(v_ids, v_left, v_now) a
            join jobs.job r on r.id = a.id and r.id = any (v_ids)  -- job_pkey, the candidates
-                          and (v_bucket is null or r.bucket = v_bucket)
+                          and (v_buckets is null or r.bucket = any (v_buckets))
           where v_limited)
       ),
       claimed as (
@@ -367,7 +367,7 @@ begin
                               from picked p)
                            -> j.id::text)), '{}') end
          where j.id = any (array(select p.id from picked p))
-           and (v_bucket is null or j.bucket = v_bucket)
+           and (v_buckets is null or j.bucket = any (v_buckets))
         returning j.id, j.name, j.queue, j.tenant, j.key, j.payload, j.priority, j.attempt,
                   j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.claim,
                   j.lease_expires_at, j.timeout_s, j.progress,
@@ -394,9 +394,9 @@ begin
                             || (select coalesce(pg_catalog.jsonb_agg(w.step order by w.created_at), '[]')
                                   from jobs.event_wait w
                                  where w.job_id = c.id
-                                   and (v_bucket is null or w.bucket = v_bucket)))
+                                   and (v_buckets is null or w.bucket = any (v_buckets))))
                   from jobs.step s
-                 where s.job_id = c.id and (v_bucket is null or s.bucket = v_bucket))
+                 where s.job_id = c.id and (v_buckets is null or s.bucket = any (v_buckets)))
              end,
              c.actor,
              c.picked_run_at
@@ -545,9 +545,10 @@ comment on function jobs.claim(text[], text, integer, double precision, jsonb) i
 --                   (jobs.unblock_free).
 -- A bound session recovers its tenant's jobs only. Locks: row locks, skip locked.
 -- Distributed (jobs.distributed()), the lapsed leases and the due parked jobs are read
--- first without locks, across shards, and each bucket's are then locked and moved in
--- a statement of their own, which Citus routes to the bucket's shard: the same moves,
--- one round per bucket that has any (on one PostgreSQL, one round for all).
+-- first without locks, across shards, and each shard's are then locked and moved in
+-- a statement of their own, which names the shard's buckets (jobs.shard_buckets) and
+-- so is routed there: the same moves, one round per shard that has any (on one
+-- PostgreSQL, one round for all).
 -- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a limit
 -- outside 1..1000.
 -- ---------------------------------------------------------------------------
@@ -573,7 +574,7 @@ declare
   v_buried        bigint[];  -- watched jobs lease recovery buried: notified
   v_held          bigint[];  -- jobs that held limit slots
   v_follows       bigint[];  -- buried jobs with hooks or a parent
-  v_bucket        smallint;  -- distributed: this round's bucket (null: every bucket)
+  v_buckets       smallint[];  -- distributed: this round's buckets, a shard's (null: all)
   v_ids           bigint[];  -- distributed: this round's jobs, found without locks
   v_distributed   boolean := jobs.distributed();
   v_rounds        refcursor; -- distributed: the rounds, (bucket, jobs)
@@ -591,11 +592,11 @@ begin
   -- buried: on its final attempt it starts unwinding instead (back to ready,
   -- compensating, its final state recorded), and one already compensating goes back to
   -- ready to finish its unwind (sql/50_steps.sql). One round (v_ids null), or,
-  -- distributed, one per bucket of the lapsed jobs read without locks (the busy ones'
+  -- distributed, one per shard of the lapsed jobs read without locks (the busy ones'
   -- settle keys checked here, on the coordinator, where jobs.lock_key is).
   if v_distributed then
     open v_rounds for
-      select c.bucket, pg_catalog.array_agg(c.id)
+      select jobs.shard_buckets(c.bucket), pg_catalog.array_agg(c.id)
         from (select l.id, l.claim, l.bucket
                 from jobs.job l
                where l.state = 'running' and l.lease_expires_at < v_now
@@ -604,11 +605,11 @@ begin
                order by l.lease_expires_at
                limit p_limit) c
        where not jobs.settle_waiting(c.id, c.claim)
-       group by c.bucket;
+       group by 1;
   end if;
   loop
     if v_distributed then
-      fetch v_rounds into v_bucket, v_ids;
+      fetch v_rounds into v_buckets, v_ids;
       exit when not found;
     end if;
     -- (The new error and attempt history are made here, not in the update: Citus sends
@@ -637,7 +638,7 @@ begin
          and (v_ids is null
                 -- its outcome waits for its busy row (sql/40_settle.sql, "Busy rows")
                 and not jobs.settle_waiting(l.id, l.claim)
-              or l.bucket = v_bucket and l.id = any (v_ids))
+              or l.bucket = any (v_buckets) and l.id = any (v_ids))
        order by l.lease_expires_at
        limit p_limit
          for update of l skip locked
@@ -656,7 +657,7 @@ begin
              last_error = n.error,
              attempts = n.attempts
         from lapsed n
-       where j.id = n.id and (v_bucket is null or j.bucket = v_bucket)
+       where j.id = n.id and (v_buckets is null or j.bucket = any (v_buckets))
       returning j.id, j.step_seq, n.next_state, j.last_error,
                 j.compensable and n.next_state <> 'ready' as starts_unwind,
                 -- buried (dead or failed): a result waiter hears of it, as from nack_many
@@ -701,18 +702,18 @@ begin
   -- Wake parked jobs whose time came (durable sleeps, wait timeouts): in rounds as above.
   if v_distributed then
     open v_rounds for
-      select c.bucket, pg_catalog.array_agg(c.id)
+      select jobs.shard_buckets(c.bucket), pg_catalog.array_agg(c.id)
         from (select p.id, p.bucket
                 from jobs.job p
                where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
                  and (v_tenant is null or p.tenant = v_tenant)
                order by p.run_at
                limit p_limit) c
-       group by c.bucket;
+       group by 1;
   end if;
   loop
     if v_distributed then
-      fetch v_rounds into v_bucket, v_ids;
+      fetch v_rounds into v_buckets, v_ids;
       exit when not found;
     end if;
     update jobs.job as j
@@ -721,11 +722,11 @@ begin
               from jobs.job p
              where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
                and (v_tenant is null or p.tenant = v_tenant)
-               and (v_ids is null or p.bucket = v_bucket and p.id = any (v_ids))
+               and (v_ids is null or p.bucket = any (v_buckets) and p.id = any (v_ids))
              order by p.run_at
              limit p_limit
                for update skip locked) as due
-     where j.id = due.id and (v_bucket is null or j.bucket = v_bucket);
+     where j.id = due.id and (v_buckets is null or j.bucket = any (v_buckets));
     get diagnostics v_n = row_count;
     v_moved := v_moved + v_n;
     exit when not v_distributed;

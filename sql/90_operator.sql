@@ -47,7 +47,8 @@ end
 $$;
 
 -- The ids of at most p_max jobs matching p_filter in p_states (only those still
--- waiting when p_waiting), locked with skip locked, oldest first. Validates the filter.
+-- waiting when p_waiting), locked with skip locked, oldest first (distributed: oldest
+-- first of each shard in turn). Validates the filter.
 -- It and jobs.count_where are planned for the states and filter of each call (custom
 -- plans), and say again what every row of those states has, in the words of the
 -- partial indexes' predicates (sql/00_schema.sql): final rows a finish time
@@ -69,6 +70,9 @@ declare
   v_states jobs.job_state[];
   v_final  boolean := p_states <@ '{succeeded,failed,dead,cancelled}'::jobs.job_state[];
   v_live   boolean := p_states <@ '{ready,running,parked,interrupted}'::jobs.job_state[];
+  v_ids    bigint[] := '{}';
+  v_now    timestamptz := jobs.now();
+  v_buckets smallint[];  -- distributed: this round's shard (null: one round for all)
 begin
   p_filter := jobs.tenant_filter(p_filter);  -- a bound session: its tenant only
   if p_filter is null or pg_catalog.jsonb_typeof(p_filter) <> 'object'
@@ -87,24 +91,36 @@ begin
     perform jobs.raise_error('invalid_argument', 'filter.state names an unknown state',
       null, 'states: ready, running, parked, succeeded, failed, dead, cancelled, interrupted');
   end;
-  return array(
-    select j.id
-      from jobs.job j
-     where j.state = any (p_states)
-       and (not v_final or j.finished_at is not null)
-       and (not v_live
-            or (j.state in ('ready', 'interrupted') and j.blocked_on is null)
-            or (j.blocked_on is not null and j.state in ('ready', 'interrupted'))
-            or (j.state = 'running' and j.lease_expires_at is not null)
-            or j.state = 'parked')
-       and (v_states is null or j.state = any (v_states))
-       and (p_filter->'queue' is null or j.queue = any (jobs.filter_values(p_filter, 'queue')))
-       and (p_filter->'name' is null or j.name = any (jobs.filter_values(p_filter, 'name')))
-       and (p_filter->'tenant' is null or j.tenant = any (jobs.filter_values(p_filter, 'tenant')))
-       and (not p_waiting or j.state = 'parked' or j.run_at > jobs.now())
-     order by j.id
-     limit p_max
-       for update skip locked);
+  -- One round, or, distributed, one per shard (Citus locks rows only in a statement it
+  -- routes to one shard), each taking what is left of p_max: the lowest ids of each
+  -- shard in turn, not the lowest overall.
+  for v_buckets in select null::smallint[] where not jobs.distributed()
+                   union all
+                   select distinct jobs.shard_buckets(b::smallint)
+                     from pg_catalog.generate_series(0, 255) b
+                    where jobs.distributed() loop
+    v_ids := v_ids || array(
+      select j.id
+        from jobs.job j
+       where j.state = any (p_states)
+         and (v_buckets is null or j.bucket = any (v_buckets))
+         and (not v_final or j.finished_at is not null)
+         and (not v_live
+              or (j.state in ('ready', 'interrupted') and j.blocked_on is null)
+              or (j.blocked_on is not null and j.state in ('ready', 'interrupted'))
+              or (j.state = 'running' and j.lease_expires_at is not null)
+              or j.state = 'parked')
+         and (v_states is null or j.state = any (v_states))
+         and (p_filter->'queue' is null or j.queue = any (jobs.filter_values(p_filter, 'queue')))
+         and (p_filter->'name' is null or j.name = any (jobs.filter_values(p_filter, 'name')))
+         and (p_filter->'tenant' is null or j.tenant = any (jobs.filter_values(p_filter, 'tenant')))
+         and (not p_waiting or j.state = 'parked' or j.run_at > v_now)
+       order by j.id
+       limit p_max - pg_catalog.cardinality(v_ids)
+         for update skip locked);
+    exit when pg_catalog.cardinality(v_ids) >= p_max;
+  end loop;
+  return v_ids;
 end
 $$;
 
@@ -144,8 +160,8 @@ end
 $$;
 
 -- jobs.lock_jobs(ids): lock these jobs' rows for update, in id order; distributed
--- (jobs.distributed()), a bucket at a time, in (bucket, id) order: Citus locks rows only
--- in a statement it routes to one shard (a job's bucket is its id & 255). Private.
+-- (jobs.distributed()), a shard at a time (jobs.ids_by_shard), in id order in each: Citus
+-- locks rows only in a statement it routes to one shard. Private.
 create or replace function jobs.lock_jobs(p_ids bigint[])
 returns void
 language plpgsql
@@ -153,22 +169,22 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_bucket smallint;
+  v_buckets smallint[];
   v_ids    bigint[];
 begin
   if not jobs.distributed() then
     perform 1 from jobs.job j where j.id = any (p_ids) order by j.id for update;
     return;
   end if;
-  for v_bucket, v_ids in select b.bucket, b.ids from jobs.ids_by_bucket(p_ids) b loop
-    perform 1 from jobs.job j where j.bucket = v_bucket and j.id = any (v_ids)
+  for v_buckets, v_ids in select b.buckets, b.ids from jobs.ids_by_shard(p_ids) b loop
+    perform 1 from jobs.job j where j.bucket = any (v_buckets) and j.id = any (v_ids)
      order by j.id for update;
   end loop;
 end
 $$;
 
 comment on function jobs.lock_jobs(bigint[]) is
-  'Private: lock these jobs'' rows for update, in id order (distributed: a bucket at a time).';
+  'Private: lock these jobs'' rows for update, in id order (distributed: a shard at a time).';
 
 -- Refuse a one-job verb on a missing job or one in a refused state. Locks the row
 -- (distributed, naming its bucket, so that Citus routes the lock to one shard).
@@ -216,35 +232,87 @@ volatile
 set search_path = ''
 as $$
 declare
+  v_now     timestamptz := jobs.now();
   v_unwinds bigint[];   -- compensable jobs: their cancel starts their unwind
   v_seqs    integer[];
   v_queues  text[];
   v_held    bigint[];   -- jobs that may hold limit slots (only running ones do)
   v_follows bigint[];   -- cancelled jobs with hooks or a parent
   v_watched bigint[];
+  v_distributed boolean := jobs.distributed();
+  v_rounds  refcursor;  -- distributed: (buckets, ids) of the jobs, a shard at a time
+  v_buckets smallint[];  -- (null: one round for all)
+  v_ids     bigint[];
 begin
   -- the workers running any of them hear it now (jobs.worker_token), not at their next
-  -- heartbeat; delivered at commit, as every notification
+  -- heartbeat; delivered at commit, as every notification (read first: the notices go
+  -- from this node, where the workers listen)
   perform pg_catalog.pg_notify('jobs_wake', jobs.worker_token(w.worker))
-     from (select distinct j.worker from jobs.job j
-            where j.id = any (p_ids) and j.state = 'running' and j.worker is not null) w;
-  -- A compensable job unwinds instead (sagas, sql/50_steps.sql): back to ready and
-  -- compensating, its unwind recorded to end cancelled, its queue woken so a worker
-  -- claims it to run the compensations. One already unwinding is left to finish.
-  with unwinding as (
-    update jobs.job as j
-       set state = 'ready', run_at = jobs.now(), finished_at = null, lease_expires_at = null,
-           compensating = true, step_seq = j.step_seq + 1,
-           attempts = jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim,
-                                              j.worker, j.started_at)
-     where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
-       and j.compensable and not j.compensating
-    returning j.id, j.step_seq, j.queue, j.slots is not null as held
-  )
-  select pg_catalog.array_agg(u.id), pg_catalog.array_agg(u.step_seq),
-         pg_catalog.array_agg(distinct u.queue), pg_catalog.array_agg(u.id) filter (where u.held)
-    into v_unwinds, v_seqs, v_queues, v_held
-    from unwinding u;
+     from pg_catalog.unnest(array(
+            select distinct j.worker from jobs.job j
+             where j.id = any (p_ids) and j.state = 'running' and j.worker is not null)) w(worker);
+  -- One round, or, distributed, one per shard of the jobs (jobs.ids_by_shard). Each new
+  -- attempt history is made in a select, not in the update: Citus sends no update whose
+  -- SET calls a stable function on the row's columns.
+  if v_distributed then
+    open v_rounds for select b.buckets, b.ids from jobs.ids_by_shard(p_ids) b;
+  end if;
+  loop
+    if v_distributed then
+      fetch v_rounds into v_buckets, v_ids;
+      exit when not found;
+    end if;
+    -- A compensable job unwinds instead (sagas, sql/50_steps.sql): back to ready and
+    -- compensating, its unwind recorded to end cancelled, its queue woken so a worker
+    -- claims it to run the compensations. One already unwinding is left to finish.
+    with target as (
+      select j.id, jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim, j.worker,
+                                          j.started_at, v_now) as attempts
+        from jobs.job j
+       where j.id = any (coalesce(v_ids, p_ids))
+         and (v_buckets is null or j.bucket = any (v_buckets))
+         and j.state in ('ready', 'running', 'parked', 'interrupted')
+         and j.compensable and not j.compensating
+    ), unwinding as (
+      update jobs.job as j
+         set state = 'ready', run_at = v_now, finished_at = null, lease_expires_at = null,
+             compensating = true, step_seq = j.step_seq + 1, attempts = t.attempts
+        from target t
+       where j.id = t.id and (v_buckets is null or j.bucket = any (v_buckets))
+      returning j.id, j.step_seq, j.queue, j.slots is not null as held
+    )
+    select v_unwinds || pg_catalog.array_agg(u.id), v_seqs || pg_catalog.array_agg(u.step_seq),
+           v_queues || pg_catalog.array_agg(distinct u.queue),
+           v_held || pg_catalog.array_agg(u.id) filter (where u.held)
+      into v_unwinds, v_seqs, v_queues, v_held
+      from unwinding u;
+    with target as (
+      select j.id, jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim, j.worker,
+                                          j.started_at, v_now) as attempts
+        from jobs.job j
+       where j.id = any (coalesce(v_ids, p_ids))
+         and (v_buckets is null or j.bucket = any (v_buckets))
+         and j.state in ('ready', 'running', 'parked', 'interrupted')
+         and not j.compensable
+    ), moved as (
+      update jobs.job as j
+         set state = 'cancelled', finished_at = v_now, lease_expires_at = null,
+             attempts = t.attempts
+        from target t
+       where j.id = t.id and (v_buckets is null or j.bucket = any (v_buckets))
+      returning j.id, j.settle_watched, j.slots is not null as held,
+                j.hooks is not null or j.parent_id is not null as follows
+    )
+    select v_held || pg_catalog.array_agg(moved.id) filter (where moved.held),
+           v_follows || pg_catalog.array_agg(moved.id) filter (where moved.follows),
+           v_watched || pg_catalog.array_agg(moved.id) filter (where moved.settle_watched)
+      into v_held, v_follows, v_watched
+      from moved;
+    exit when not v_distributed;
+  end loop;
+  if v_distributed then
+    close v_rounds;
+  end if;
   if v_unwinds is not null then
     perform jobs.record_unwinds(v_unwinds, v_seqs,
       pg_catalog.array_fill('cancelled'::jobs.job_state, array[pg_catalog.cardinality(v_unwinds)]),
@@ -254,34 +322,19 @@ begin
     perform jobs.wake(v_queues);
   end if;
   perform jobs.release_slots(v_held);
-  with moved as (
-    update jobs.job as j
-       set state = 'cancelled', finished_at = jobs.now(), lease_expires_at = null,
-           attempts = jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim,
-                                              j.worker, j.started_at)
-     where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
-       and not j.compensable
-    returning j.id, j.settle_watched, j.slots is not null as held,
-              j.hooks is not null or j.parent_id is not null as follows
-  )
-  select pg_catalog.array_agg(moved.id) filter (where moved.held),
-         pg_catalog.array_agg(moved.id) filter (where moved.follows),
-         pg_catalog.array_agg(moved.id) filter (where moved.settle_watched)
-    into v_held, v_follows, v_watched
-    from moved;
-  perform jobs.release_slots(v_held);
   perform jobs.job_final(v_follows);
   -- result waiters of watched jobs hear of it (a saga's cancel first unwinds: not yet)
   perform jobs.notify_settled(v_watched);
 end
 $$;
 
--- jobs.cancelled_attempt(state, attempts, attempt, claim, worker, started_at) -> a
--- cancelled job's attempt history: a running attempt ends here and joins it
+-- jobs.cancelled_attempt(state, attempts, attempt, claim, worker, started_at, now) -> a
+-- cancelled job's attempt history: a running attempt ends now and joins it
 -- (sql/40_settle.sql). Private.
 create or replace function jobs.cancelled_attempt(p_state jobs.job_state, p_attempts jsonb,
                                                   p_attempt integer, p_claim bigint,
-                                                  p_worker text, p_started_at timestamptz)
+                                                  p_worker text, p_started_at timestamptz,
+                                                  p_now timestamptz)
 returns jsonb
 language plpgsql
 stable
@@ -293,7 +346,7 @@ begin
   end if;
   return jobs.attempts_push(p_attempts, pg_catalog.jsonb_build_object(
     'attempt', p_attempt, 'claim', p_claim >> 32, 'worker', p_worker,
-    'started_at', p_started_at, 'ended_at', jobs.now(), 'outcome', 'cancelled',
+    'started_at', p_started_at, 'ended_at', p_now, 'outcome', 'cancelled',
     'error', null));
 end
 $$;

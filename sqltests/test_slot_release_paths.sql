@@ -19,8 +19,10 @@ create function sr.claim() returns setof text language sql as $$
 
 select ok(jobs.limit_put('per_key', '{"scope": "key", "target": "sr.job", "key": "k", "concurrency": 1}'),
           'setup: one running job per payload k');
+-- (one tenant: distributed, claim order holds within a shard, and a tenant is on one)
 select lives_ok($$ select * from jobs.enqueue_many((select jsonb_agg(jsonb_build_object(
-  'name', 'sr.job', 'key', k || n, 'queue', 'sr', 'payload', jsonb_build_object('k', k)))
+  'name', 'sr.job', 'key', k || n, 'queue', 'sr', 'tenant', 'sr',
+  'payload', jsonb_build_object('k', k)))
   from unnest(array['a', 'b', 'c', 'd', 'e', 'f']) k, generate_series(1, 2) n)) $$,
   'two jobs for each of six keys');
 select results_eq($$ select sr.claim() $$,

@@ -6,8 +6,9 @@ takes a database of its own on every node. What must hold (docs/howto-citus.md,
 
 - `sqljobs migrate --distributed` distributes job, step, event_wait and slot by bucket,
   co-located, with shards on the worker nodes, makes job_type, queue and limit reference
-  tables, puts the engine's functions on every node and switches it to rounds; run
-  again, it changes nothing and keeps the jobs;
+  tables, puts the engine's functions on every node and switches it to rounds per
+  shard (the map of the shards' buckets is Citus's); run again, it changes nothing and
+  keeps the jobs;
 - it refuses, changing nothing, a database without Citus (SJ061) and live jobs made
   before schema version 3 (SJ062); finished ones get their bucket;
 - the beside mode's guard, which every later revision runs first, leaves a distributed
@@ -99,6 +100,13 @@ def test_migrate_distributed_distributes_the_queue_and_runs_again_unchanged(
         assert scalar(conn, "select count(*) from citus_shards "
                             "where table_name = 'jobs.job'::regclass") == 32
         assert scalar(conn, "select jobs.distributed()") is True
+        # the rounds' map: each bucket's shard holds exactly the buckets it names
+        assert scalar(conn, """
+            select count(*) from generate_series(0, 255) b
+             where jobs.shard_buckets(b::smallint) is distinct from (
+                   select array_agg(o::smallint order by o) from generate_series(0, 255) o
+                    where get_shard_id_for_distribution_column('jobs.job', o::smallint)
+                        = get_shard_id_for_distribution_column('jobs.job', b::smallint))""") == 0
         functions = scalar(conn, "select count(*) from pg_proc "
                                  "where pronamespace = 'jobs'::regnamespace")
         _enqueue(conn, range(1, 101))
@@ -234,13 +242,14 @@ def test_pgtap_files_pass_distributed(cluster: LocalCluster) -> None:
     """bench/citus_probe.py distributes a fresh install as `sqljobs migrate --distributed`
     does and runs pgTAP files there. Kept here so its map (docs/design/citus.md, "What the
     probe finds") stays true: the surface, the files that pin what distributing needs,
-    and claims, acks, nacks and lease recovery (in rounds per bucket) pass distributed;
-    a file whose operator verbs lock jobs across shards does not yet: the day it passes,
-    the page's map is out of date."""
+    claims, acks, nacks, lease recovery, cancels and the verbs by filter (in rounds per
+    shard) pass distributed; purge, which still locks jobs across shards, does not yet:
+    the day it passes, the page's map is out of date."""
     from bench.citus_probe import probe
 
     passing = ["test_surface.sql", "test_distributable.sql", "test_limits_surface.sql",
                "test_claim_names.sql", "test_claim_lease_recovery_history.sql",
-               "test_ack.sql", "test_nack_modes.sql"]
+               "test_ack.sql", "test_nack_modes.sql", "test_cancel.sql",
+               "test_cancel_where.sql", "test_where_filters.sql"]
     assert probe(cluster, passing) == len(passing)
-    assert probe(cluster, ["test_cancel.sql"]) == 0
+    assert probe(cluster, ["test_purge_policy.sql"]) == 0

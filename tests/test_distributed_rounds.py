@@ -1,12 +1,13 @@
 """Claims, lease recovery, nacks, a batch settle's and the verbs' locks in rounds per
-bucket, and by-id writes that name the bucket, as a distributed install runs them
+shard, and by-id writes that name the bucket, as a distributed install runs them
 (jobs.distributed(); docs/design/citus.md), on one PostgreSQL: this module's database
-answers jobs.distributed() true, and every file of sqltests/ but the claim cursor's, and
-the busy-row and race tests (tests/test_busy_rows_and_recovery.py, test_races.py, real
+answers jobs.distributed() true and maps the 256 buckets to 16 shards of 16 (Citus's
+map is by hash; `SHARDS`), and every file of sqltests/ but the claim cursor's, and the
+busy-row and race tests (tests/test_busy_rows_and_recovery.py, test_races.py, real
 concurrent connections), must pass on it unchanged: the rounds make the same moves as
-the one statement. What they relax (the order across
-buckets, the claim cursor) is pinned here. On Citus each round is a statement routed to
-one shard (bench/citus_probe.py runs them there).
+the one statement. What they relax (the order across shards, the claim cursor) is
+pinned here. On Citus each round is a statement routed to one shard
+(tests/test_citus_distributed.py and bench/citus_probe.py run them there).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from pytest_pgtap.plugin.core import report_tap
 
 from sqljobs._client import queries
 from sqljobs._client.connection import Client
-from sqljobs._schema.distributed import ROUNDS
 from tests.processes import scalar
 from tests.test_busy_rows_and_recovery import (  # noqa: F401  the same tests, in rounds
     locker,
@@ -54,14 +54,30 @@ ROUNDS_FILES = sorted(p.name for p in SQLTESTS.glob("test_*.sql")
                       if p.name != "test_claim_cursor.sql")
 
 
+# What the distributing step makes of jobs.distributed() and jobs.shard_buckets
+# (sqljobs/_schema/distributed.py), without Citus: the shard of a bucket is its low 4 bits.
+SHARDS = """
+create or replace function jobs.distributed() returns boolean language sql immutable
+security definer set search_path = '' as $$ select true $$;
+revoke all on function jobs.distributed() from public;
+create or replace function jobs.shard_buckets(p_bucket smallint) returns smallint[]
+language sql immutable security definer set search_path = ''
+as $$ select array(select b::smallint from pg_catalog.generate_series(p_bucket & 15, 255, 16) b) $$;
+revoke all on function jobs.shard_buckets(smallint) from public;
+"""
+
+
 @pytest.fixture(scope="module", autouse=True)
 def in_rounds(db_dsn: str) -> None:
     with psycopg.connect(db_dsn, autocommit=True) as conn:
-        conn.execute(ROUNDS)
+        conn.execute(SHARDS)
 
 
 def test_this_module_runs_in_rounds(conn: psycopg.Connection[Any]) -> None:
     assert scalar(conn, "select jobs.distributed()") is True
+    # a batch's ids by shard, in the order of their least bucket
+    assert conn.execute("select buckets[1], ids from jobs.ids_by_shard('{273, 17, 2, 530}')"
+                        ).fetchall() == [(1, [273, 17]), (2, [2, 530])]
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +119,10 @@ def test_one_call_recovers_across_buckets_up_to_its_limit(conn: psycopg.Connecti
                         "and attempts->0->>'outcome' = 'lease_expired'") == 4
 
 
-def test_a_claim_takes_the_first_jobs_bucket_first(conn: psycopg.Connection[Any]) -> None:
+def test_a_claim_takes_the_first_jobs_shard_first(conn: psycopg.Connection[Any]) -> None:
     """The relaxation of order: a claim starts with the first job in line and fills up
-    from that job's bucket, then from the next bucket's, so priority and run_at order
-    hold within a bucket, not across (a tenant is one bucket)."""
+    from that job's shard, then from the next shard's, so priority and run_at order
+    hold within a shard, not across (a tenant is one bucket, so one shard)."""
     client = Client(conn)
     conn.execute("set jobs.fake_now = '2030-01-01 00:00:00+00'")
     for key, tenant, delay in (("a1", "acme", 0), ("b1", "bolt", 1), ("a2", "acme", 2),
@@ -119,16 +135,34 @@ def test_a_claim_takes_the_first_jobs_bucket_first(conn: psycopg.Connection[Any]
     assert [key for (key,) in rows] == ["a1", "a2", "b1"]
 
 
+def test_a_round_fills_up_from_every_bucket_of_its_shard(conn: psycopg.Connection[Any]) -> None:
+    """t2 and t3 are two buckets (123, 187) of one shard (11), acme's bucket (110) is on
+    another: after t2's job, the claim takes t3's, later in line than acme's."""
+    client = Client(conn)
+    conn.execute("set jobs.fake_now = '2030-01-01 00:00:00+00'")
+    for key, tenant, delay in (("first", "t2", 0), ("other", "acme", 1), ("same", "t3", 2)):
+        client.run(queries.enqueue("shard.job", key, {},
+                                   {"queue": "shard", "delay_s": delay, "tenant": tenant}))
+    assert conn.execute("select key, bucket, bucket & 15 from jobs.job where queue = 'shard' "
+                        "order by run_at").fetchall() == [
+        ("first", 123, 11), ("other", 110, 14), ("same", 187, 11)]
+    conn.execute("set jobs.fake_now = '2030-01-01 00:01:00+00'")
+    rows = conn.execute("select key from jobs.claim_v2('{shard}', 'w', 2, 30)").fetchall()
+    assert [key for (key,) in rows] == ["first", "same"]
+
+
 def test_a_claim_reads_no_cursor_in_rounds(conn: psycopg.Connection[Any]) -> None:
     """The relaxation: a distributed claim reads every bucket's head, so a cursor
     (options.after) leaves nothing behind it; claim order (priority, run_at, id) holds
     over what it read."""
     client = Client(conn)
     conn.execute("set jobs.fake_now = '2030-01-01 00:00:00+00'")
-    for key, delay, priority in (("early", 0, 0), ("late", 10, 0), ("urgent", 5, -1)):
+    # (three tenants on three shards: 3, 9 and 14)
+    for key, delay, priority, tenant in (("early", 0, 0, "t1"), ("late", 10, 0, "t4"),
+                                         ("urgent", 5, -1, "acme")):
         client.run(queries.enqueue("cursor.job", key, {},
                                    {"queue": "cur", "delay_s": delay, "priority": priority,
-                                    "tenant": key}))
+                                    "tenant": tenant}))
     conn.execute("set jobs.fake_now = '2030-01-01 00:01:00+00'")
     after = {"cur": [0, "2030-01-01T00:00:09+00:00"]}  # behind "early", level with "late"
     # nor does a worker's look behind its cursor find anything to go back for

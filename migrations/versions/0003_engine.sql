@@ -46,19 +46,20 @@
 --     unique key: the same conflicts), so a key that gains the bucket still catches them.
 --   * Rounds per bucket for a distributed install (private jobs.distributed(), false
 --     here): there, jobs.claim_v2 and jobs.recover read their candidates without locks
---     across shards and lock and move each bucket's in a statement of its own (Citus
---     locks rows only in a statement routed to one shard), and jobs.nack_batch,
+--     across shards and lock and move each shard's in a statement of its own (Citus
+--     locks rows only in a statement routed to one shard; private jobs.shard_buckets
+--     names a shard's buckets), and jobs.nack_batch,
 --     lock_batch and lock_briefly (now (ids, distributed)) write and lock a batch's
---     rows a bucket at a time (private jobs.ids_by_bucket groups the ids; a nack
+--     rows a shard at a time (private jobs.ids_by_shard groups the ids; a nack
 --     records a saga's unwind after its update, not in it, and makes the attempt
 --     history in its select), as jobs.requeue locks
 --     its jobs (private jobs.lock_jobs); jobs.hold_step (every step write) and
 --     jobs.lock_for_verb name the job's bucket in their by-id statements there, and
 --     hold_step reckons a renewed lease before its update; a
---     claim fills up from the first job's bucket and reads no cursor (and
+--     claim fills up from the first job's shard and reads no cursor (and
 --     jobs.claimable_behind finds nothing behind one). On one
 --     PostgreSQL they run one round, as before: the same statements, each read of
---     jobs.job in a claim also naming the round's bucket when there is one. Lease
+--     jobs.job in a claim also naming the round's buckets when there are any. Lease
 --     recovery makes a lapsed job's error and attempt history in its select, not in
 --     its update (Citus sends no update whose SET calls a stable function on the
 --     row's columns), and the engine's subqueries over jobs.job, step, event_wait and
@@ -390,23 +391,40 @@ $$;
 comment on function jobs.distributed() is
   'Private: whether the hot tables are distributed by bucket on Citus (false unless the distributing step replaced this function).';
 
--- jobs.ids_by_bucket(ids) -> (bucket, ids) per bucket of these jobs, by bucket: the
--- rounds of a distributed install's statements over jobs named by id (a job's bucket
--- is its id & 255, so no read is needed).
-create or replace function jobs.ids_by_bucket(p_ids bigint[])
-returns table (bucket smallint, ids bigint[])
+-- jobs.shard_buckets(bucket) -> the buckets whose rows share this bucket's shard: what a
+-- distributed statement names to be routed to one shard and reach all of it (a claim
+-- fills up from a whole shard, a batch settles a shard's jobs at once). Here each
+-- bucket alone; the distributing step replaces it with the map of the install's shards
+-- (sqljobs/_schema/distributed.py), which only a shard split changes.
+create or replace function jobs.shard_buckets(p_bucket smallint)
+returns smallint[]
 language sql
 immutable
 set search_path = ''
 as $$
-select (i & 255)::smallint, pg_catalog.array_agg(i)
+select array[p_bucket]
+$$;
+
+comment on function jobs.shard_buckets(smallint) is
+  'Private: the buckets on the shard of this bucket (each bucket alone unless the distributing step replaced this function).';
+
+-- jobs.ids_by_shard(ids) -> (buckets, ids) per shard of these jobs: the rounds of a
+-- distributed install's statements over jobs named by id (a job's bucket is its id &
+-- 255, so no read is needed), in the order of their least bucket.
+create or replace function jobs.ids_by_shard(p_ids bigint[])
+returns table (buckets smallint[], ids bigint[])
+language sql
+immutable
+set search_path = ''
+as $$
+select jobs.shard_buckets((i & 255)::smallint), pg_catalog.array_agg(i)
   from pg_catalog.unnest(p_ids) i
  group by 1
  order by 1
 $$;
 
-comment on function jobs.ids_by_bucket(bigint[]) is
-  'Private: the ids given, grouped by their bucket (id & 255), in bucket order.';
+comment on function jobs.ids_by_shard(bigint[]) is
+  'Private: the ids given, grouped by the shard of their bucket (jobs.shard_buckets).';
 
 comment on table jobs.job_fork is 'Private: which job and step a forked job was made from.';
 
@@ -1918,7 +1936,7 @@ declare
   v_after   jsonb;      -- options.after: per queue, the cursor [priority, run_at]
   v_after_p smallint[];      -- per queue of v_queues: the cursor's priority ...
   v_after_r timestamptz[];   -- ... and run_at (the head when none: -32768, -infinity)
-  v_bucket  smallint;   -- distributed: this round's bucket (null: one round for all)
+  v_buckets smallint[];  -- distributed: this round's buckets, a shard's (null: one round)
   v_left    integer := p_limit;  -- what the rounds may still claim
   v_n       integer;
   v_distributed boolean := jobs.distributed();
@@ -2005,16 +2023,16 @@ begin
      where r.room > 0;
   end if;
 
-  -- CLAIM, in one round; or, distributed (jobs.distributed()), in rounds of one bucket
-  -- each (Citus locks rows only in a statement it routes to one shard): the buckets of
+  -- CLAIM, in one round; or, distributed (jobs.distributed()), in rounds of one shard
+  -- each (Citus locks rows only in a statement it routes to one shard): the shards of
   -- the first `limit` claimable jobs, read without locks across shards, best first,
-  -- each round claiming in claim order what is left to claim from its bucket, until
-  -- the claim has `limit` jobs. So the first job claimed is the first in line, and the
-  -- rest come from its bucket first: priority and run_at order hold within a bucket.
-  -- A claim cursor is not used there.
+  -- each round claiming in claim order what is left to claim from its shard's buckets
+  -- (jobs.shard_buckets), until the claim has `limit` jobs. So the first job claimed is
+  -- the first in line, and the rest come from its shard first: priority and run_at
+  -- order hold within a shard. A claim cursor is not used there.
   if v_distributed then
     open v_rounds for
-      select c.bucket
+      select jobs.shard_buckets(c.bucket)
         from (select x.id, x.bucket,
                      pg_catalog.row_number() over (order by x.priority, x.run_at, x.id) as rank
                 from (select r.id, r.bucket, r.priority, r.run_at
@@ -2028,12 +2046,12 @@ begin
                               or r.code_version = v_version)
                        order by r.priority, r.run_at, r.id
                        limit p_limit + case when v_limited then 4 else 0 end) x) c
-       group by c.bucket
+       group by 1
        order by pg_catalog.min(c.rank);
   end if;
   loop
     if v_distributed then
-      fetch v_rounds into v_bucket;
+      fetch v_rounds into v_buckets;
       exit when not found;
     end if;
     if v_limited then  -- the candidates (of this round), locked
@@ -2049,7 +2067,7 @@ begin
                and (v_names is null or r.name = any (v_names))
                and (v_tenant is null or r.tenant = v_tenant)
                and (v_version is null or r.code_version is null or r.code_version = v_version)
-               and (v_bucket is null or r.bucket = v_bucket)
+               and (v_buckets is null or r.bucket = any (v_buckets))
              order by r.priority, r.run_at, r.id
              limit q.room + 4
                for update skip locked) as c
@@ -2073,9 +2091,9 @@ begin
                  and (v_names is null or r.name = any (v_names))
                  and (v_tenant is null or r.tenant = v_tenant)
                  and (v_version is null or r.code_version is null or r.code_version = v_version)
-                 -- (distributed: the round's bucket; Citus routes the statement to its
-                 -- shard only when each read of jobs.job in it names the bucket)
-                 and (v_bucket is null or r.bucket = v_bucket)
+                 -- (distributed: the round's buckets; Citus routes the statement to
+                 -- their shard only when each read of jobs.job in it names them)
+                 and (v_buckets is null or r.bucket = any (v_buckets))
                order by r.priority, r.run_at, r.id
                limit v_left
                  for update skip locked) b
@@ -2089,7 +2107,7 @@ begin
                  and (v_names is null or r.name = any (v_names))
                  and (v_tenant is null or r.tenant = v_tenant)
                  and (v_version is null or r.code_version is null or r.code_version = v_version)
-                 and (v_bucket is null or r.bucket = v_bucket)
+                 and (v_buckets is null or r.bucket = any (v_buckets))
                order by r.priority, r.run_at, r.id
                limit v_left
                  for update skip locked) a
@@ -2103,7 +2121,7 @@ begin
         (select a.id, r.priority, r.run_at, a.slots, a.at
            from jobs.admit(v_ids, v_left, v_now) a
            join jobs.job r on r.id = a.id and r.id = any (v_ids)  -- job_pkey, the candidates
-                          and (v_bucket is null or r.bucket = v_bucket)
+                          and (v_buckets is null or r.bucket = any (v_buckets))
           where v_limited)
       ),
       claimed as (
@@ -2129,7 +2147,7 @@ begin
                               from picked p)
                            -> j.id::text)), '{}') end
          where j.id = any (array(select p.id from picked p))
-           and (v_bucket is null or j.bucket = v_bucket)
+           and (v_buckets is null or j.bucket = any (v_buckets))
         returning j.id, j.name, j.queue, j.tenant, j.key, j.payload, j.priority, j.attempt,
                   j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.claim,
                   j.lease_expires_at, j.timeout_s, j.progress,
@@ -2156,9 +2174,9 @@ begin
                             || (select coalesce(pg_catalog.jsonb_agg(w.step order by w.created_at), '[]')
                                   from jobs.event_wait w
                                  where w.job_id = c.id
-                                   and (v_bucket is null or w.bucket = v_bucket)))
+                                   and (v_buckets is null or w.bucket = any (v_buckets))))
                   from jobs.step s
-                 where s.job_id = c.id and (v_bucket is null or s.bucket = v_bucket))
+                 where s.job_id = c.id and (v_buckets is null or s.bucket = any (v_buckets)))
              end,
              c.actor,
              c.picked_run_at
@@ -2304,9 +2322,10 @@ $$;
 --                   (jobs.unblock_free).
 -- A bound session recovers its tenant's jobs only. Locks: row locks, skip locked.
 -- Distributed (jobs.distributed()), the lapsed leases and the due parked jobs are read
--- first without locks, across shards, and each bucket's are then locked and moved in
--- a statement of their own, which Citus routes to the bucket's shard: the same moves,
--- one round per bucket that has any (on one PostgreSQL, one round for all).
+-- first without locks, across shards, and each shard's are then locked and moved in
+-- a statement of their own, which names the shard's buckets (jobs.shard_buckets) and
+-- so is routed there: the same moves, one round per shard that has any (on one
+-- PostgreSQL, one round for all).
 -- Errors: queues_required (SJ005) for no queue; invalid_argument (SJ001) for a limit
 -- outside 1..1000.
 -- ---------------------------------------------------------------------------
@@ -2332,7 +2351,7 @@ declare
   v_buried        bigint[];  -- watched jobs lease recovery buried: notified
   v_held          bigint[];  -- jobs that held limit slots
   v_follows       bigint[];  -- buried jobs with hooks or a parent
-  v_bucket        smallint;  -- distributed: this round's bucket (null: every bucket)
+  v_buckets       smallint[];  -- distributed: this round's buckets, a shard's (null: all)
   v_ids           bigint[];  -- distributed: this round's jobs, found without locks
   v_distributed   boolean := jobs.distributed();
   v_rounds        refcursor; -- distributed: the rounds, (bucket, jobs)
@@ -2350,11 +2369,11 @@ begin
   -- buried: on its final attempt it starts unwinding instead (back to ready,
   -- compensating, its final state recorded), and one already compensating goes back to
   -- ready to finish its unwind (sql/50_steps.sql). One round (v_ids null), or,
-  -- distributed, one per bucket of the lapsed jobs read without locks (the busy ones'
+  -- distributed, one per shard of the lapsed jobs read without locks (the busy ones'
   -- settle keys checked here, on the coordinator, where jobs.lock_key is).
   if v_distributed then
     open v_rounds for
-      select c.bucket, pg_catalog.array_agg(c.id)
+      select jobs.shard_buckets(c.bucket), pg_catalog.array_agg(c.id)
         from (select l.id, l.claim, l.bucket
                 from jobs.job l
                where l.state = 'running' and l.lease_expires_at < v_now
@@ -2363,11 +2382,11 @@ begin
                order by l.lease_expires_at
                limit p_limit) c
        where not jobs.settle_waiting(c.id, c.claim)
-       group by c.bucket;
+       group by 1;
   end if;
   loop
     if v_distributed then
-      fetch v_rounds into v_bucket, v_ids;
+      fetch v_rounds into v_buckets, v_ids;
       exit when not found;
     end if;
     -- (The new error and attempt history are made here, not in the update: Citus sends
@@ -2396,7 +2415,7 @@ begin
          and (v_ids is null
                 -- its outcome waits for its busy row (sql/40_settle.sql, "Busy rows")
                 and not jobs.settle_waiting(l.id, l.claim)
-              or l.bucket = v_bucket and l.id = any (v_ids))
+              or l.bucket = any (v_buckets) and l.id = any (v_ids))
        order by l.lease_expires_at
        limit p_limit
          for update of l skip locked
@@ -2415,7 +2434,7 @@ begin
              last_error = n.error,
              attempts = n.attempts
         from lapsed n
-       where j.id = n.id and (v_bucket is null or j.bucket = v_bucket)
+       where j.id = n.id and (v_buckets is null or j.bucket = any (v_buckets))
       returning j.id, j.step_seq, n.next_state, j.last_error,
                 j.compensable and n.next_state <> 'ready' as starts_unwind,
                 -- buried (dead or failed): a result waiter hears of it, as from nack_many
@@ -2460,18 +2479,18 @@ begin
   -- Wake parked jobs whose time came (durable sleeps, wait timeouts): in rounds as above.
   if v_distributed then
     open v_rounds for
-      select c.bucket, pg_catalog.array_agg(c.id)
+      select jobs.shard_buckets(c.bucket), pg_catalog.array_agg(c.id)
         from (select p.id, p.bucket
                 from jobs.job p
                where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
                  and (v_tenant is null or p.tenant = v_tenant)
                order by p.run_at
                limit p_limit) c
-       group by c.bucket;
+       group by 1;
   end if;
   loop
     if v_distributed then
-      fetch v_rounds into v_bucket, v_ids;
+      fetch v_rounds into v_buckets, v_ids;
       exit when not found;
     end if;
     update jobs.job as j
@@ -2480,11 +2499,11 @@ begin
               from jobs.job p
              where p.state = 'parked' and p.run_at <= v_now and p.queue = any (p_queues)
                and (v_tenant is null or p.tenant = v_tenant)
-               and (v_ids is null or p.bucket = v_bucket and p.id = any (v_ids))
+               and (v_ids is null or p.bucket = any (v_buckets) and p.id = any (v_ids))
              order by p.run_at
              limit p_limit
                for update skip locked) as due
-     where j.id = due.id and (v_bucket is null or j.bucket = v_bucket);
+     where j.id = due.id and (v_buckets is null or j.bucket = any (v_buckets));
     get diagnostics v_n = row_count;
     v_moved := v_moved + v_n;
     exit when not v_distributed;
@@ -2976,8 +2995,8 @@ declare
   v_held bigint[];
   v_rest bigint[];
   v_distributed boolean := jobs.distributed();
-  v_rounds refcursor;  -- distributed: (bucket, ids) of the batch, a bucket at a time
-  v_bucket smallint;   -- (null: one round for all)
+  v_rounds refcursor;  -- distributed: (buckets, ids) of the batch, a shard at a time
+  v_buckets smallint[];   -- (null: one round for all)
   v_ids    bigint[];
 begin
   if p_wait then
@@ -2987,19 +3006,19 @@ begin
   -- it only for a caller that knows its claim token, which is the job's holder. (Any
   -- claim of the batch, not the one paired with the id: a semi-join on the pairs was
   -- planned well but cost a third of the drain; the writes check the pairs.)
-  -- Distributed, a bucket at a time (a job's bucket is its id & 255): Citus locks
-  -- rows only in a statement it routes to one shard.
+  -- Distributed, a shard at a time (jobs.ids_by_shard): Citus locks rows only in a
+  -- statement it routes to one shard.
   if v_distributed then
-    open v_rounds for select b.bucket, b.ids from jobs.ids_by_bucket(p_ids) b;
+    open v_rounds for select b.buckets, b.ids from jobs.ids_by_shard(p_ids) b;
   end if;
   loop
     if v_distributed then
-      fetch v_rounds into v_bucket, v_ids;
+      fetch v_rounds into v_buckets, v_ids;
       exit when not found;
     end if;
     v_held := v_held || array(select j.id from jobs.job j
                                where j.id = any (coalesce(v_ids, p_ids))
-                                 and (v_bucket is null or j.bucket = v_bucket)
+                                 and (v_buckets is null or j.bucket = any (v_buckets))
                                  and j.claim = any (p_claims) and j.state = 'running'
                                order by j.id
                                  for no key update of j skip locked);
@@ -3124,7 +3143,7 @@ comment on function jobs.settle_hold(bigint[], bigint[]) is
 
 -- The rows a first pass could not lock, waited for at most 50 ms each; none when one
 -- wait runs out (its lock is still held elsewhere: the rest answer busy, call again).
--- Distributed (p_distributed), a bucket at a time, as jobs.lock_batch.
+-- Distributed (p_distributed), a shard at a time, as jobs.lock_batch.
 create or replace function jobs.lock_briefly(p_ids bigint[], p_distributed boolean)
 returns bigint[]
 language plpgsql
@@ -3134,16 +3153,16 @@ set lock_timeout = '50ms'
 as $$
 declare
   v_held   bigint[] := '{}';
-  v_bucket smallint;
+  v_buckets smallint[];
   v_ids    bigint[];
 begin
   if not p_distributed then
     return array(select j.id from jobs.job j where j.id = any (p_ids) order by j.id
                     for no key update of j);
   end if;
-  for v_bucket, v_ids in select b.bucket, b.ids from jobs.ids_by_bucket(p_ids) b loop
+  for v_buckets, v_ids in select b.buckets, b.ids from jobs.ids_by_shard(p_ids) b loop
     v_held := v_held || array(select j.id from jobs.job j
-                               where j.bucket = v_bucket and j.id = any (v_ids)
+                               where j.bucket = any (v_buckets) and j.id = any (v_ids)
                                order by j.id
                                  for no key update of j);
   end loop;
@@ -3185,7 +3204,8 @@ comment on function jobs.unwritten_answer(bigint, bigint) is
 -- jobs.ack_rows(ids, claims, results, locked, now) -> (done, claims, watched): the write
 -- of jobs.ack_batch: every job named that runs under its claim (and, when locked is not
 -- null, is among the locked) succeeds with its result; answers those jobs, the claim
--- each ran under, and the watched among them.
+-- each ran under, and the watched among them. Distributed (jobs.distributed()), a
+-- shard at a time.
 create or replace function jobs.ack_rows(
   p_ids     bigint[],
   p_claims  bigint[],
@@ -3210,34 +3230,71 @@ as $$
 declare
   v_held    bigint[];  -- the jobs that held limit slots
   v_follows bigint[];  -- the jobs with hooks or a parent
+  v_buckets smallint[];
 begin
-  with input as (
-    select u.id, u.claim, u.result
-      from unnest(p_ids, p_claims,
-                  coalesce(p_results, pg_catalog.array_fill(null::jsonb, array[pg_catalog.cardinality(p_ids)])))
-           as u(id, claim, result)
-  ),
-  settled as (
-    update jobs.job as j
-       set state = 'succeeded',
-           result = i.result,
-           finished_at = p_now,
-           lease_expires_at = null,
-           -- an earlier attempt's error stays for the record, marked as history
-           last_error = case when j.last_error is not null
-                             then j.last_error || '{"historical": true}' end
-      from (select input.id, input.claim, input.result from input order by input.id) as i
-     where j.id = i.id and j.claim = i.claim and j.state = 'running'
-       and (p_locked is null or j.id = any (p_locked))
-    returning j.id, j.claim, j.settle_watched, j.slots is not null as held,
-              j.hooks is not null or j.parent_id is not null as follows
-  )
-  select pg_catalog.array_agg(settled.id), pg_catalog.array_agg(settled.claim),
-         pg_catalog.array_agg(settled.id) filter (where settled.settle_watched),
-         pg_catalog.array_agg(settled.id) filter (where settled.held),
-         pg_catalog.array_agg(settled.id) filter (where settled.follows)
-    into done, claims, watched, v_held, v_follows
-    from settled;
+  if not jobs.distributed() then
+    with input as (
+      select u.id, u.claim, u.result
+        from unnest(p_ids, p_claims,
+                    coalesce(p_results, pg_catalog.array_fill(null::jsonb, array[pg_catalog.cardinality(p_ids)])))
+             as u(id, claim, result)
+    ),
+    settled as (
+      update jobs.job as j
+         set state = 'succeeded',
+             result = i.result,
+             finished_at = p_now,
+             lease_expires_at = null,
+             -- an earlier attempt's error stays for the record, marked as history
+             last_error = case when j.last_error is not null
+                               then j.last_error || '{"historical": true}' end
+        from (select input.id, input.claim, input.result from input order by input.id) as i
+       where j.id = i.id and j.claim = i.claim and j.state = 'running'
+         and (p_locked is null or j.id = any (p_locked))
+      returning j.id, j.claim, j.settle_watched, j.slots is not null as held,
+                j.hooks is not null or j.parent_id is not null as follows
+    )
+    select pg_catalog.array_agg(settled.id), pg_catalog.array_agg(settled.claim),
+           pg_catalog.array_agg(settled.id) filter (where settled.settle_watched),
+           pg_catalog.array_agg(settled.id) filter (where settled.held),
+           pg_catalog.array_agg(settled.id) filter (where settled.follows)
+      into done, claims, watched, v_held, v_follows
+      from settled;
+  else
+    -- The same write a shard at a time, naming the shard's buckets (jobs.ids_by_shard):
+    -- Citus then sends each update to one shard, not every update to every shard. Kept
+    -- apart from the statement above because naming the bucket there cost a one-job ack
+    -- on one PostgreSQL a quarter of its time (measured, bench.functions --mode single).
+    for v_buckets in select b.buckets from jobs.ids_by_shard(p_ids) b loop
+      with input as (
+        select u.id, u.claim, u.result
+          from unnest(p_ids, p_claims,
+                      coalesce(p_results, pg_catalog.array_fill(null::jsonb, array[pg_catalog.cardinality(p_ids)])))
+               as u(id, claim, result)
+      ),
+      settled as (
+        update jobs.job as j
+           set state = 'succeeded', result = i.result, finished_at = p_now,
+               lease_expires_at = null,
+               last_error = case when j.last_error is not null
+                                 then j.last_error || '{"historical": true}' end
+          from input i
+         where j.id = i.id and j.claim = i.claim and j.state = 'running'
+           and (p_locked is null or j.id = any (p_locked))
+           and j.bucket = any (v_buckets)
+        returning j.id, j.claim, j.settle_watched, j.slots is not null as held,
+                  j.hooks is not null or j.parent_id is not null as follows
+      )
+      -- (each round's answers after the rounds before: null || a = a)
+      select done || pg_catalog.array_agg(settled.id),
+             claims || pg_catalog.array_agg(settled.claim),
+             watched || pg_catalog.array_agg(settled.id) filter (where settled.settle_watched),
+             v_held || pg_catalog.array_agg(settled.id) filter (where settled.held),
+             v_follows || pg_catalog.array_agg(settled.id) filter (where settled.follows)
+        into done, claims, watched, v_held, v_follows
+        from settled;
+    end loop;
+  end if;
   -- they left running, for good (sql/35_limits.sql, sql/42_hooks.sql)
   perform jobs.release_slots(v_held);
   perform jobs.job_final(v_follows);
@@ -3420,8 +3477,8 @@ declare
   v_finals  jobs.job_state[];   -- the final state it will settle in,
   v_errors  jsonb[];            -- and the error
   v_distributed boolean := jobs.distributed();
-  v_rounds  refcursor;  -- distributed: (bucket, ids) of the batch, a bucket at a time
-  v_bucket  smallint;   -- (null: one round for all)
+  v_rounds  refcursor;  -- distributed: (buckets, ids) of the batch, a shard at a time
+  v_buckets smallint[];   -- (null: one round for all)
   v_ids     bigint[];
   v_round   record;     -- a round's answers
 begin
@@ -3462,14 +3519,14 @@ begin
   end if;
 
   v_locked := jobs.lock_batch(p_ids, p_claims, p_wait);
-  -- WRITE: one round, or, distributed, one per bucket of the batch (a job's bucket is
-  -- its id & 255): Citus locks rows only in a statement it routes to one shard.
+  -- WRITE: one round, or, distributed, one per shard of the batch (jobs.ids_by_shard):
+  -- Citus locks rows only in a statement it routes to one shard.
   if v_distributed then
-    open v_rounds for select b.bucket, b.ids from jobs.ids_by_bucket(p_ids) b;
+    open v_rounds for select b.buckets, b.ids from jobs.ids_by_shard(p_ids) b;
   end if;
   loop
     if v_distributed then
-      fetch v_rounds into v_bucket, v_ids;
+      fetch v_rounds into v_buckets, v_ids;
       exit when not found;
     end if;
     with input as (
@@ -3512,7 +3569,7 @@ begin
           from input i
           join jobs.job j on j.id = i.id and j.claim = i.claim and j.state = 'running'
                           and (v_locked is null or j.id = any (v_locked))
-                          and (v_bucket is null or j.bucket = v_bucket)
+                          and (v_buckets is null or j.bucket = any (v_buckets))
          cross join lateral (select case
                                       when i.mode = 'fail' then 'failed'
                                       when i.mode = 'park' then 'parked'
@@ -3547,7 +3604,7 @@ begin
                last_error = coalesce(t.stored_error, j.last_error),
                attempts = t.attempts
           from target t
-         where j.id = t.id and (v_bucket is null or j.bucket = v_bucket)
+         where j.id = t.id and (v_buckets is null or j.bucket = any (v_buckets))
         returning j.id, j.claim, j.state, j.settle_watched, t.unwinds, j.step_seq, t.next_state,
                   t.error, j.slots is not null and not t.unwinds as held,
                   (j.hooks is not null or j.parent_id is not null)
@@ -5647,7 +5704,8 @@ comment on function jobs.consumers() is 'Every stream consumer''s cursor, turns 
 -- === sql/90_operator.sql ===
 
 -- The ids of at most p_max jobs matching p_filter in p_states (only those still
--- waiting when p_waiting), locked with skip locked, oldest first. Validates the filter.
+-- waiting when p_waiting), locked with skip locked, oldest first (distributed: oldest
+-- first of each shard in turn). Validates the filter.
 -- It and jobs.count_where are planned for the states and filter of each call (custom
 -- plans), and say again what every row of those states has, in the words of the
 -- partial indexes' predicates (sql/00_schema.sql): final rows a finish time
@@ -5669,6 +5727,9 @@ declare
   v_states jobs.job_state[];
   v_final  boolean := p_states <@ '{succeeded,failed,dead,cancelled}'::jobs.job_state[];
   v_live   boolean := p_states <@ '{ready,running,parked,interrupted}'::jobs.job_state[];
+  v_ids    bigint[] := '{}';
+  v_now    timestamptz := jobs.now();
+  v_buckets smallint[];  -- distributed: this round's shard (null: one round for all)
 begin
   p_filter := jobs.tenant_filter(p_filter);  -- a bound session: its tenant only
   if p_filter is null or pg_catalog.jsonb_typeof(p_filter) <> 'object'
@@ -5687,24 +5748,36 @@ begin
     perform jobs.raise_error('invalid_argument', 'filter.state names an unknown state',
       null, 'states: ready, running, parked, succeeded, failed, dead, cancelled, interrupted');
   end;
-  return array(
-    select j.id
-      from jobs.job j
-     where j.state = any (p_states)
-       and (not v_final or j.finished_at is not null)
-       and (not v_live
-            or (j.state in ('ready', 'interrupted') and j.blocked_on is null)
-            or (j.blocked_on is not null and j.state in ('ready', 'interrupted'))
-            or (j.state = 'running' and j.lease_expires_at is not null)
-            or j.state = 'parked')
-       and (v_states is null or j.state = any (v_states))
-       and (p_filter->'queue' is null or j.queue = any (jobs.filter_values(p_filter, 'queue')))
-       and (p_filter->'name' is null or j.name = any (jobs.filter_values(p_filter, 'name')))
-       and (p_filter->'tenant' is null or j.tenant = any (jobs.filter_values(p_filter, 'tenant')))
-       and (not p_waiting or j.state = 'parked' or j.run_at > jobs.now())
-     order by j.id
-     limit p_max
-       for update skip locked);
+  -- One round, or, distributed, one per shard (Citus locks rows only in a statement it
+  -- routes to one shard), each taking what is left of p_max: the lowest ids of each
+  -- shard in turn, not the lowest overall.
+  for v_buckets in select null::smallint[] where not jobs.distributed()
+                   union all
+                   select distinct jobs.shard_buckets(b::smallint)
+                     from pg_catalog.generate_series(0, 255) b
+                    where jobs.distributed() loop
+    v_ids := v_ids || array(
+      select j.id
+        from jobs.job j
+       where j.state = any (p_states)
+         and (v_buckets is null or j.bucket = any (v_buckets))
+         and (not v_final or j.finished_at is not null)
+         and (not v_live
+              or (j.state in ('ready', 'interrupted') and j.blocked_on is null)
+              or (j.blocked_on is not null and j.state in ('ready', 'interrupted'))
+              or (j.state = 'running' and j.lease_expires_at is not null)
+              or j.state = 'parked')
+         and (v_states is null or j.state = any (v_states))
+         and (p_filter->'queue' is null or j.queue = any (jobs.filter_values(p_filter, 'queue')))
+         and (p_filter->'name' is null or j.name = any (jobs.filter_values(p_filter, 'name')))
+         and (p_filter->'tenant' is null or j.tenant = any (jobs.filter_values(p_filter, 'tenant')))
+         and (not p_waiting or j.state = 'parked' or j.run_at > v_now)
+       order by j.id
+       limit p_max - pg_catalog.cardinality(v_ids)
+         for update skip locked);
+    exit when pg_catalog.cardinality(v_ids) >= p_max;
+  end loop;
+  return v_ids;
 end
 $$;
 
@@ -5744,8 +5817,8 @@ end
 $$;
 
 -- jobs.lock_jobs(ids): lock these jobs' rows for update, in id order; distributed
--- (jobs.distributed()), a bucket at a time, in (bucket, id) order: Citus locks rows only
--- in a statement it routes to one shard (a job's bucket is its id & 255). Private.
+-- (jobs.distributed()), a shard at a time (jobs.ids_by_shard), in id order in each: Citus
+-- locks rows only in a statement it routes to one shard. Private.
 create or replace function jobs.lock_jobs(p_ids bigint[])
 returns void
 language plpgsql
@@ -5753,22 +5826,22 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_bucket smallint;
+  v_buckets smallint[];
   v_ids    bigint[];
 begin
   if not jobs.distributed() then
     perform 1 from jobs.job j where j.id = any (p_ids) order by j.id for update;
     return;
   end if;
-  for v_bucket, v_ids in select b.bucket, b.ids from jobs.ids_by_bucket(p_ids) b loop
-    perform 1 from jobs.job j where j.bucket = v_bucket and j.id = any (v_ids)
+  for v_buckets, v_ids in select b.buckets, b.ids from jobs.ids_by_shard(p_ids) b loop
+    perform 1 from jobs.job j where j.bucket = any (v_buckets) and j.id = any (v_ids)
      order by j.id for update;
   end loop;
 end
 $$;
 
 comment on function jobs.lock_jobs(bigint[]) is
-  'Private: lock these jobs'' rows for update, in id order (distributed: a bucket at a time).';
+  'Private: lock these jobs'' rows for update, in id order (distributed: a shard at a time).';
 
 -- Refuse a one-job verb on a missing job or one in a refused state. Locks the row
 -- (distributed, naming its bucket, so that Citus routes the lock to one shard).
@@ -5816,35 +5889,87 @@ volatile
 set search_path = ''
 as $$
 declare
+  v_now     timestamptz := jobs.now();
   v_unwinds bigint[];   -- compensable jobs: their cancel starts their unwind
   v_seqs    integer[];
   v_queues  text[];
   v_held    bigint[];   -- jobs that may hold limit slots (only running ones do)
   v_follows bigint[];   -- cancelled jobs with hooks or a parent
   v_watched bigint[];
+  v_distributed boolean := jobs.distributed();
+  v_rounds  refcursor;  -- distributed: (buckets, ids) of the jobs, a shard at a time
+  v_buckets smallint[];  -- (null: one round for all)
+  v_ids     bigint[];
 begin
   -- the workers running any of them hear it now (jobs.worker_token), not at their next
-  -- heartbeat; delivered at commit, as every notification
+  -- heartbeat; delivered at commit, as every notification (read first: the notices go
+  -- from this node, where the workers listen)
   perform pg_catalog.pg_notify('jobs_wake', jobs.worker_token(w.worker))
-     from (select distinct j.worker from jobs.job j
-            where j.id = any (p_ids) and j.state = 'running' and j.worker is not null) w;
-  -- A compensable job unwinds instead (sagas, sql/50_steps.sql): back to ready and
-  -- compensating, its unwind recorded to end cancelled, its queue woken so a worker
-  -- claims it to run the compensations. One already unwinding is left to finish.
-  with unwinding as (
-    update jobs.job as j
-       set state = 'ready', run_at = jobs.now(), finished_at = null, lease_expires_at = null,
-           compensating = true, step_seq = j.step_seq + 1,
-           attempts = jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim,
-                                              j.worker, j.started_at)
-     where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
-       and j.compensable and not j.compensating
-    returning j.id, j.step_seq, j.queue, j.slots is not null as held
-  )
-  select pg_catalog.array_agg(u.id), pg_catalog.array_agg(u.step_seq),
-         pg_catalog.array_agg(distinct u.queue), pg_catalog.array_agg(u.id) filter (where u.held)
-    into v_unwinds, v_seqs, v_queues, v_held
-    from unwinding u;
+     from pg_catalog.unnest(array(
+            select distinct j.worker from jobs.job j
+             where j.id = any (p_ids) and j.state = 'running' and j.worker is not null)) w(worker);
+  -- One round, or, distributed, one per shard of the jobs (jobs.ids_by_shard). Each new
+  -- attempt history is made in a select, not in the update: Citus sends no update whose
+  -- SET calls a stable function on the row's columns.
+  if v_distributed then
+    open v_rounds for select b.buckets, b.ids from jobs.ids_by_shard(p_ids) b;
+  end if;
+  loop
+    if v_distributed then
+      fetch v_rounds into v_buckets, v_ids;
+      exit when not found;
+    end if;
+    -- A compensable job unwinds instead (sagas, sql/50_steps.sql): back to ready and
+    -- compensating, its unwind recorded to end cancelled, its queue woken so a worker
+    -- claims it to run the compensations. One already unwinding is left to finish.
+    with target as (
+      select j.id, jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim, j.worker,
+                                          j.started_at, v_now) as attempts
+        from jobs.job j
+       where j.id = any (coalesce(v_ids, p_ids))
+         and (v_buckets is null or j.bucket = any (v_buckets))
+         and j.state in ('ready', 'running', 'parked', 'interrupted')
+         and j.compensable and not j.compensating
+    ), unwinding as (
+      update jobs.job as j
+         set state = 'ready', run_at = v_now, finished_at = null, lease_expires_at = null,
+             compensating = true, step_seq = j.step_seq + 1, attempts = t.attempts
+        from target t
+       where j.id = t.id and (v_buckets is null or j.bucket = any (v_buckets))
+      returning j.id, j.step_seq, j.queue, j.slots is not null as held
+    )
+    select v_unwinds || pg_catalog.array_agg(u.id), v_seqs || pg_catalog.array_agg(u.step_seq),
+           v_queues || pg_catalog.array_agg(distinct u.queue),
+           v_held || pg_catalog.array_agg(u.id) filter (where u.held)
+      into v_unwinds, v_seqs, v_queues, v_held
+      from unwinding u;
+    with target as (
+      select j.id, jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim, j.worker,
+                                          j.started_at, v_now) as attempts
+        from jobs.job j
+       where j.id = any (coalesce(v_ids, p_ids))
+         and (v_buckets is null or j.bucket = any (v_buckets))
+         and j.state in ('ready', 'running', 'parked', 'interrupted')
+         and not j.compensable
+    ), moved as (
+      update jobs.job as j
+         set state = 'cancelled', finished_at = v_now, lease_expires_at = null,
+             attempts = t.attempts
+        from target t
+       where j.id = t.id and (v_buckets is null or j.bucket = any (v_buckets))
+      returning j.id, j.settle_watched, j.slots is not null as held,
+                j.hooks is not null or j.parent_id is not null as follows
+    )
+    select v_held || pg_catalog.array_agg(moved.id) filter (where moved.held),
+           v_follows || pg_catalog.array_agg(moved.id) filter (where moved.follows),
+           v_watched || pg_catalog.array_agg(moved.id) filter (where moved.settle_watched)
+      into v_held, v_follows, v_watched
+      from moved;
+    exit when not v_distributed;
+  end loop;
+  if v_distributed then
+    close v_rounds;
+  end if;
   if v_unwinds is not null then
     perform jobs.record_unwinds(v_unwinds, v_seqs,
       pg_catalog.array_fill('cancelled'::jobs.job_state, array[pg_catalog.cardinality(v_unwinds)]),
@@ -5854,34 +5979,19 @@ begin
     perform jobs.wake(v_queues);
   end if;
   perform jobs.release_slots(v_held);
-  with moved as (
-    update jobs.job as j
-       set state = 'cancelled', finished_at = jobs.now(), lease_expires_at = null,
-           attempts = jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim,
-                                              j.worker, j.started_at)
-     where j.id = any (p_ids) and j.state in ('ready', 'running', 'parked', 'interrupted')
-       and not j.compensable
-    returning j.id, j.settle_watched, j.slots is not null as held,
-              j.hooks is not null or j.parent_id is not null as follows
-  )
-  select pg_catalog.array_agg(moved.id) filter (where moved.held),
-         pg_catalog.array_agg(moved.id) filter (where moved.follows),
-         pg_catalog.array_agg(moved.id) filter (where moved.settle_watched)
-    into v_held, v_follows, v_watched
-    from moved;
-  perform jobs.release_slots(v_held);
   perform jobs.job_final(v_follows);
   -- result waiters of watched jobs hear of it (a saga's cancel first unwinds: not yet)
   perform jobs.notify_settled(v_watched);
 end
 $$;
 
--- jobs.cancelled_attempt(state, attempts, attempt, claim, worker, started_at) -> a
--- cancelled job's attempt history: a running attempt ends here and joins it
+-- jobs.cancelled_attempt(state, attempts, attempt, claim, worker, started_at, now) -> a
+-- cancelled job's attempt history: a running attempt ends now and joins it
 -- (sql/40_settle.sql). Private.
 create or replace function jobs.cancelled_attempt(p_state jobs.job_state, p_attempts jsonb,
                                                   p_attempt integer, p_claim bigint,
-                                                  p_worker text, p_started_at timestamptz)
+                                                  p_worker text, p_started_at timestamptz,
+                                                  p_now timestamptz)
 returns jsonb
 language plpgsql
 stable
@@ -5893,7 +6003,7 @@ begin
   end if;
   return jobs.attempts_push(p_attempts, pg_catalog.jsonb_build_object(
     'attempt', p_attempt, 'claim', p_claim >> 32, 'worker', p_worker,
-    'started_at', p_started_at, 'ended_at', jobs.now(), 'outcome', 'cancelled',
+    'started_at', p_started_at, 'ended_at', p_now, 'outcome', 'cancelled',
     'error', null));
 end
 $$;

@@ -46,19 +46,20 @@
 --     unique key: the same conflicts), so a key that gains the bucket still catches them.
 --   * Rounds per bucket for a distributed install (private jobs.distributed(), false
 --     here): there, jobs.claim_v2 and jobs.recover read their candidates without locks
---     across shards and lock and move each bucket's in a statement of its own (Citus
---     locks rows only in a statement routed to one shard), and jobs.nack_batch,
+--     across shards and lock and move each shard's in a statement of its own (Citus
+--     locks rows only in a statement routed to one shard; private jobs.shard_buckets
+--     names a shard's buckets), and jobs.nack_batch,
 --     lock_batch and lock_briefly (now (ids, distributed)) write and lock a batch's
---     rows a bucket at a time (private jobs.ids_by_bucket groups the ids; a nack
+--     rows a shard at a time (private jobs.ids_by_shard groups the ids; a nack
 --     records a saga's unwind after its update, not in it, and makes the attempt
 --     history in its select), as jobs.requeue locks
 --     its jobs (private jobs.lock_jobs); jobs.hold_step (every step write) and
 --     jobs.lock_for_verb name the job's bucket in their by-id statements there, and
 --     hold_step reckons a renewed lease before its update; a
---     claim fills up from the first job's bucket and reads no cursor (and
+--     claim fills up from the first job's shard and reads no cursor (and
 --     jobs.claimable_behind finds nothing behind one). On one
 --     PostgreSQL they run one round, as before: the same statements, each read of
---     jobs.job in a claim also naming the round's bucket when there is one. Lease
+--     jobs.job in a claim also naming the round's buckets when there are any. Lease
 --     recovery makes a lapsed job's error and attempt history in its select, not in
 --     its update (Citus sends no update whose SET calls a stable function on the
 --     row's columns), and the engine's subqueries over jobs.job, step, event_wait and

@@ -19,8 +19,10 @@ functions) finishes or refreshes the job and changes nothing else:
      key and reference of the four tables and distributes them;
   2. CUSTOM_PLANS runs every PL/pgSQL function of the engine with custom plans: Citus
      plans no multi-shard statement from a generic plan with parameters;
-  3. ROUNDS makes `jobs.distributed()` answer true, with the security and grants the
-     roles step gave it;
+  3. ROUNDS makes `jobs.distributed()` answer true and `jobs.shard_buckets` the map of
+     the shards (the buckets a round names to reach one whole shard), with the security
+     and grants the roles step gave them; only a shard split changes the map, and
+     running this again after one makes it anew;
   4. PROPAGATE puts the engine's functions on every node (a statement sent to a shard
      calls there the functions it names), with bodies unchecked there: an SQL
      function's body may name a table that stays on the coordinator.
@@ -141,6 +143,26 @@ ROUNDS = """\
 create or replace function jobs.distributed() returns boolean language sql immutable
 security definer set search_path = '' as $$ select true $$;
 revoke all on function jobs.distributed() from public;
+do $shard_map$
+declare
+  v_map text[];
+begin
+  -- per bucket, the buckets of its shard (a round names them all: Citus routes a
+  -- statement on `bucket = any (...)` to one shard when they share it)
+  with b as (select s::smallint as bucket,
+                    get_shard_id_for_distribution_column('jobs.job', s::smallint) as shard
+               from pg_catalog.generate_series(0, 255) s),
+       g as (select b.shard, pg_catalog.array_agg(b.bucket order by b.bucket) as buckets
+               from b group by b.shard)
+  select pg_catalog.array_agg(g.buckets::text order by b.bucket) into v_map
+    from b join g on g.shard = b.shard;
+  execute pg_catalog.format($f$
+    create or replace function jobs.shard_buckets(p_bucket smallint) returns smallint[]
+    language sql immutable security definer set search_path = ''
+    as $b$ select (%L::text[])[p_bucket + 1]::smallint[] $b$$f$, v_map);
+end
+$shard_map$;
+revoke all on function jobs.shard_buckets(smallint) from public;
 """
 
 # Citus sends a propagated SET to the nodes as the client's whole query string, so each
