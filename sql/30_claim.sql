@@ -151,6 +151,9 @@ declare
   v_limited boolean;
   v_rooms   integer[];  -- limited: per queue of v_queues, what its concurrency limits leave
   v_ids     bigint[];  -- limited: the candidates
+  v_admitted bigint[];  -- limited: the candidates jobs.admit lets run,
+  v_slot_map jsonb;     -- the limit groups each takes ({id: [group, ...]}),
+  v_admitted_at timestamptz;  -- and the admission's time, their start
   v_tenant  text := jobs.bound_tenant();  -- a bound session claims its tenant's jobs only
   v_seed    bigint := jobs.random32();     -- the claim tokens' random half
   v_after   jsonb;      -- options.after: per queue, the cursor [priority, run_at]
@@ -227,17 +230,26 @@ begin
     -- What the concurrency limits leave, per queue: the least room of the global limits
     -- and of its queue's. A full limit leaves nothing to pick, and a nearly full one few
     -- candidates to lock (a worker that claims ahead asks for hundreds). Read without
-    -- the limits' locks, this only saves work: jobs.admit decides under them.
+    -- the limits' locks, this only saves work: jobs.admit decides under them. (Each
+    -- limit's slots are counted first, in one read: Citus plans no subquery per limit
+    -- over the slots when they are distributed.)
+    with free as materialized (
+      select l.scope, l.target, l.concurrency - coalesce(u.n, 0) as room
+        from jobs.limit l
+        left join (select s.grp, pg_catalog.count(*) as n
+                     from jobs.slot s
+                    where s.grp = any (array(select k.name || '|' from jobs.limit k
+                                              where k.concurrency is not null
+                                                and k.scope in ('global', 'queue')))
+                    group by s.grp) u on u.grp = l.name || '|'
+       where l.concurrency is not null and l.scope in ('global', 'queue')
+    )
     select coalesce(pg_catalog.array_agg(r.name), '{}'), pg_catalog.array_agg(r.room)
       into v_queues, v_rooms
       from (select q.name,
-                   least(p_limit, (select pg_catalog.min(l.concurrency - (
-                                            select pg_catalog.count(*) from jobs.slot s
-                                             where s.grp = l.name || '|'))
-                                     from jobs.limit l
-                                    where l.concurrency is not null
-                                      and (l.scope = 'global'
-                                           or (l.scope = 'queue' and l.target = q.name))))
+                   least(p_limit, (select pg_catalog.min(f.room) from free f
+                                    where f.scope = 'global'
+                                       or (f.scope = 'queue' and f.target = q.name)))
                      as room
               from pg_catalog.unnest(v_queues) as q(name)) r
      where r.room > 0;
@@ -293,10 +305,17 @@ begin
                for update skip locked) as c
          order by c.priority, c.run_at, c.id
          limit v_left + 4);
+      -- admitted before the claim's statement, not in it: distributed, Citus sends that
+      -- statement to a shard, where jobs.admit's own statements cannot run
+      select pg_catalog.array_agg(a.id),
+             pg_catalog.jsonb_object_agg(a.id, a.slots) filter (where a.slots is not null),
+             pg_catalog.min(a.at)
+        into v_admitted, v_slot_map, v_admitted_at
+        from jobs.admit(v_ids, v_left, v_now) a;
     end if;
     return query
       with picked as materialized (
-        (select c.id, c.priority, c.run_at, null::text[] as slots, v_now as started_at
+        (select c.id, c.priority, c.run_at, v_now as started_at
            from rows from (pg_catalog.unnest(v_queues), pg_catalog.unnest(v_after_p),
                            pg_catalog.unnest(v_after_r)) as q(name, after_p, after_r)
            cross join lateral (
@@ -336,13 +355,11 @@ begin
           order by c.priority, c.run_at, c.id
           limit v_left)
         union all
-        -- limited: the candidates jobs.admit lets run, with the limit groups each takes
-        -- and the admission's time as its start
-        (select a.id, r.priority, r.run_at, a.slots, a.at
-           from jobs.admit(v_ids, v_left, v_now) a
-           join jobs.job r on r.id = a.id and r.id = any (v_ids)  -- job_pkey, the candidates
-                          and (v_buckets is null or r.bucket = any (v_buckets))
-          where v_limited)
+        -- limited: the candidates jobs.admit let run, the admission's time their start
+        (select r.id, r.priority, r.run_at, v_admitted_at
+           from jobs.job r
+          where v_limited and r.id = any (v_admitted)  -- job_pkey
+            and (v_buckets is null or r.bucket = any (v_buckets)))
       ),
       claimed as (
         update jobs.job as j
@@ -361,11 +378,8 @@ begin
                deferred_by = null,
                -- the limit groups an admitted job holds (none without limits)
                slots = case when v_limited then nullif(array(
-                         select pg_catalog.jsonb_array_elements_text(
-                           (select pg_catalog.jsonb_object_agg(p.id, p.slots)
-                                     filter (where p.slots is not null)
-                              from picked p)
-                           -> j.id::text)), '{}') end
+                         select pg_catalog.jsonb_array_elements_text(v_slot_map -> j.id::text)),
+                         '{}') end
          where j.id = any (array(select p.id from picked p))
            and (v_buckets is null or j.bucket = any (v_buckets))
         returning j.id, j.name, j.queue, j.tenant, j.key, j.payload, j.priority, j.attempt,
@@ -376,7 +390,9 @@ begin
       ),
       slotted as (  -- the limit groups the admitted jobs now hold (sql/35_limits.sql)
         insert into jobs.slot (grp, job_id, bucket)
-        select g, p.id, p.id & 255 from picked p cross join lateral pg_catalog.unnest(p.slots) as g
+        select g, m.key::bigint, m.key::bigint & 255
+          from pg_catalog.jsonb_each(v_slot_map) as m
+         cross join lateral pg_catalog.jsonb_array_elements_text(m.value) as g
         on conflict do nothing
       )
       select c.id, c.name, c.queue, c.tenant, c.key, c.payload, c.priority, c.attempt,

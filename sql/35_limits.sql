@@ -425,11 +425,18 @@ create or replace function jobs.limit_stats()
 returns table (limit_name text, grp text, concurrency integer, running bigint,
                waiting bigint, rate_n integer, rate_per_s double precision,
                recent_starts integer, deferred bigint)
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-  select jobs.fleet_only('jobs.limit_stats');  -- (sql/15_tenancy.sql)
+#variable_conflict use_column
+declare
+  -- (read once, here: distributed, a statement over the jobs runs on their shards,
+  -- where a session's test clock is not set)
+  v_now timestamptz := jobs.now();
+begin
+  perform jobs.fleet_only('jobs.limit_stats');  -- (sql/15_tenancy.sql)
+  return query
   with used as (
     select s.grp, pg_catalog.count(*) as running from jobs.slot s group by s.grp
   ), waiting as (
@@ -441,15 +448,25 @@ as $$
     select d.deferred_by as grp, pg_catalog.count(*) as deferred
       from jobs.job d
      where d.deferred_by is not null and d.state in ('ready', 'interrupted')
-       and d.run_at > jobs.now()
+       and d.run_at > v_now
      group by d.deferred_by
-  ), held as (  -- a full global or queue limit holds back the runnable jobs of its scope
-    select l.name || '|' as grp,
-           (select pg_catalog.count(*) from jobs.job h
-             where h.state in ('ready', 'interrupted') and h.blocked_on is null
-               and h.run_at <= jobs.now() and (l.scope = 'global' or h.queue = l.target)) as n
+  ), full_limits as materialized (  -- a full global or queue limit holds back ...
+    select l.name, l.scope, l.target
       from jobs.limit l join used u on u.grp = l.name || '|'
      where l.scope in ('global', 'queue') and u.running >= l.concurrency
+  ), runnable as materialized (  -- ... the runnable jobs of its scope, counted per queue
+    select h.queue, pg_catalog.count(*) as n        -- (once, not per limit: Citus plans no
+      from jobs.job h                               -- subquery per limit over the jobs)
+     where h.state in ('ready', 'interrupted') and h.blocked_on is null
+       and h.run_at <= v_now
+       and (exists (select from full_limits f where f.scope = 'global')
+            or h.queue = any (array(select f.target from full_limits f where f.scope = 'queue')))
+     group by h.queue
+  ), held as (
+    select f.name || '|' as grp,
+           case when f.scope = 'global' then (select pg_catalog.sum(r.n) from runnable r)::bigint
+                else (select r.n from runnable r where r.queue = f.target) end as n
+      from full_limits f
   ), starts as (
     select t.grp, t.starts from jobs.limit_start t
   ), groups as (
@@ -459,7 +476,7 @@ as $$
   select pg_catalog.split_part(g.grp, '|', 1), g.grp, l.concurrency,
          coalesce(u.running, 0), coalesce(w.waiting, 0) + coalesce(h.n, 0), l.rate_n, l.rate_per_s,
          (select pg_catalog.count(*)::integer from pg_catalog.unnest(t.starts) s(at)
-           where s.at > jobs.now() - pg_catalog.make_interval(secs => coalesce(l.rate_per_s, 0))),
+           where s.at > v_now - pg_catalog.make_interval(secs => coalesce(l.rate_per_s, 0))),
          coalesce(d.deferred, 0)
     from groups g
     left join jobs.limit l on l.name = pg_catalog.split_part(g.grp, '|', 1)
@@ -468,7 +485,8 @@ as $$
     left join starts t on t.grp = g.grp
     left join deferred d on d.grp = g.grp
     left join held h on h.grp = g.grp
-   order by g.grp
+   order by g.grp;
+end
 $$;
 
 comment on function jobs.limit_stats() is
@@ -541,12 +559,17 @@ begin
   -- parent. The sorted groups come from their own level. (An ORDER BY in each of the
   -- eight aggregates sorted the pairs eight times on PostgreSQL 15: a third of this
   -- statement.)
-  with pairs as materialized (
+  with candidates as materialized (  -- each candidate read once (Citus: one read)
+    select j.id, j.queue, j.name, j.tenant, j.payload, j.throttle_n, j.throttle_per_s,
+           j.group_key
+      from jobs.job j
+     where j.id = any (p_ids)
+  ), pairs as materialized (
     select x.ord, x.id, x.grp, x.cap, x.n, x.per, x.fail, x.all_jobs,
            pg_catalog.dense_rank() over (order by x.grp)::integer as pos from (
       select c.ord, j.id, g.grp, g.cap, g.n, g.per, g.fail, g.all_jobs
         from pg_catalog.unnest(p_ids) with ordinality as c(id, ord)
-        join jobs.job j on j.id = c.id  -- each candidate read once, its groups beside it
+        join candidates j on j.id = c.id  -- its groups beside it
        cross join lateral (
          select l.name || '|' || case
                   when l.scope = 'key' then coalesce(j.payload #>> l.key_path, '')
@@ -660,7 +683,8 @@ begin
         if a_all[v_i] then
           v_refusal := 'leave';
         elsif a_fail[v_i] and exists (
-                select 1 from jobs.slot s join jobs.job r on r.id = s.job_id
+                select 1 from jobs.slot s
+                  join jobs.job r on r.id = s.job_id and r.bucket = s.bucket  -- (co-located)
                  where s.grp = v_group and r.state = 'running' and r.lease_expires_at > v_now)
         then
           v_refusal := 'fail';  -- evidence: a run holds the key under a live lease
@@ -747,18 +771,35 @@ begin
     -- groups left that slot unused): make as many of them claimable as it has room
     -- (of a group this claim holds the lock of: another's use it did not read).
     -- Only a claim that blocked a job can have left such a slot.
-    perform jobs.unblock(array(
-      select w.id
-        from (select distinct a_group[x.i] as grp, a_cap[x.i] as cap, v_used[a_pos[x.i]] as used
-                from pg_catalog.generate_subscripts(a_group, 1) as x(i)
-               where a_cap[x.i] > v_used[a_pos[x.i]]
-                 and v_held[a_pos[x.i]]) g
-       cross join lateral (
-         select b.id from jobs.job b
-          where b.blocked_on = g.grp and b.state in ('ready', 'interrupted')
-          order by b.priority, b.run_at, b.id
-          limit g.cap - g.used
-            for update skip locked) w));
+    if not jobs.distributed() then
+      perform jobs.unblock(array(
+        select w.id
+          from (select distinct a_group[x.i] as grp, a_cap[x.i] as cap, v_used[a_pos[x.i]] as used
+                  from pg_catalog.generate_subscripts(a_group, 1) as x(i)
+                 where a_cap[x.i] > v_used[a_pos[x.i]]
+                   and v_held[a_pos[x.i]]) g
+         cross join lateral (
+           select b.id from jobs.job b
+            where b.blocked_on = g.grp and b.state in ('ready', 'interrupted')
+            order by b.priority, b.run_at, b.id
+            limit g.cap - g.used
+              for update skip locked) w));
+    else
+      -- Distributed, a group at a time and without row locks (Citus locks rows only in
+      -- a statement routed to one shard, and a group's waiters are on any): under the
+      -- group's lock row no other claim admits into it, and a waiter unblocked twice is
+      -- unblocked once.
+      for v_group, v_w in
+          select distinct a_group[x.i], a_cap[x.i] - v_used[a_pos[x.i]]
+            from pg_catalog.generate_subscripts(a_group, 1) as x(i)
+           where a_cap[x.i] > v_used[a_pos[x.i]] and v_held[a_pos[x.i]] loop
+        perform jobs.unblock(array(
+          select b.id from jobs.job b
+           where b.blocked_on = v_group and b.state in ('ready', 'interrupted')
+           order by b.priority, b.run_at, b.id
+           limit v_w));
+      end loop;
+    end if;
   end if;
   if pg_catalog.cardinality(v_defer) > 0 then
     update jobs.job as j set run_at = d.at, deferred_by = d.grp
@@ -766,16 +807,20 @@ begin
      where j.id = d.id;
   end if;
   if pg_catalog.cardinality(v_fail) > 0 then
+    -- (the errors made first: Citus sends no update whose SET calls a stable function
+    -- on columns)
     update jobs.job as j
-       set state = 'failed', finished_at = v_now,
-           last_error = pg_catalog.jsonb_build_object(
-             'kind', 'key_busy', 'sqlstate', 'SJ012',
-             'message', pg_catalog.format(
-               'another run holds key %L of limit %L, and the job says when_busy = fail',
-               pg_catalog.substr(f.grp, pg_catalog.strpos(f.grp, '|') + 1),
-               pg_catalog.split_part(f.grp, '|', 1)),
-             'at', v_now)
-      from unnest(v_fail, v_fail_on) as f(id, grp)
+       set state = 'failed', finished_at = v_now, last_error = f.error
+      from unnest(v_fail, array(
+             select pg_catalog.jsonb_build_object(
+                      'kind', 'key_busy', 'sqlstate', 'SJ012',
+                      'message', pg_catalog.format(
+                        'another run holds key %L of limit %L, and the job says when_busy = fail',
+                        pg_catalog.substr(g, pg_catalog.strpos(g, '|') + 1),
+                        pg_catalog.split_part(g, '|', 1)),
+                      'at', v_now)
+               from pg_catalog.unnest(v_fail_on) with ordinality as u(g, o)
+              order by u.o)) as f(id, error)
      where j.id = f.id;
   end if;
   -- MORE: refused jobs left the claimable ones (blocked, deferred or failed); when this
@@ -832,8 +877,34 @@ set search_path = ''
 set enable_bitmapscan = off  -- jobs.slot churns: see jobs.claim (sql/30_claim.sql)
 as $$
 declare
-  v_ids bigint[];
+  v_ids bigint[] := '{}';
+  v_group text;
+  v_room  bigint;
 begin
+  if jobs.distributed() then
+    -- a group at a time, without row locks (Citus locks rows only in a statement routed
+    -- to one shard; a waiter unblocked twice is unblocked once), each group's slots
+    -- counted in one read
+    for v_group, v_room in
+        select g.grp, greatest(0, case when l.concurrency is null then g.n
+                                       else l.concurrency - coalesce(u.n, 0) end)
+          from (select b.blocked_on as grp, pg_catalog.count(*) as n
+                  from jobs.job b
+                 where b.blocked_on is not null and b.state in ('ready', 'interrupted')
+                 group by b.blocked_on) g
+          left join jobs.limit l on l.name = pg_catalog.split_part(g.grp, '|', 1)
+          left join (select s.grp, pg_catalog.count(*) as n from jobs.slot s group by s.grp) u
+            on u.grp = g.grp loop
+      exit when pg_catalog.cardinality(v_ids) >= p_max;
+      v_ids := v_ids || array(select b.id from jobs.job b
+                               where b.blocked_on = v_group
+                                 and b.state in ('ready', 'interrupted')
+                               order by b.priority, b.run_at, b.id
+                               limit least(v_room, p_max - pg_catalog.cardinality(v_ids)));
+    end loop;
+    perform jobs.unblock(v_ids);
+    return pg_catalog.cardinality(v_ids);
+  end if;
   v_ids := array(
     select w.id
       from (select b.blocked_on as grp, pg_catalog.count(*) as n
@@ -872,6 +943,8 @@ declare
   v_freed  text[];  -- a group per slot row freed (a group freed twice: twice)
   v_groups text[];
   v_queues text[];
+  v_group  text;
+  v_waiters bigint[] := '{}';
 begin
   if p_ids is null then
     return;
@@ -879,14 +952,14 @@ begin
   -- (each slot row found by both columns of its key: by job_id alone it is a walk over
   -- the whole slot_pkey per job)
   with f as materialized (
-    select g, j.id, j.queue
+    select g.grp, j.id, j.queue
       from jobs.job j
-     cross join lateral pg_catalog.unnest(j.slots) as g
+     cross join lateral pg_catalog.unnest(j.slots) as g(grp)
      where j.id = any (p_ids)
   ), freed as (
     delete from jobs.slot s
      using f
-     where s.grp = f.g and s.job_id = f.id
+     where s.grp = f.grp and s.job_id = f.id
     returning s.grp, f.queue
   )
   select pg_catalog.array_agg(freed.grp), pg_catalog.array_agg(distinct freed.queue)
@@ -896,8 +969,9 @@ begin
     return;
   end if;
   v_groups := array(select distinct g from pg_catalog.unnest(v_freed) as g);
-  if exists (select 1 from jobs.job b
-              where b.blocked_on = any (v_groups) and b.state in ('ready', 'interrupted')) then
+  if not jobs.distributed()
+     and exists (select 1 from jobs.job b
+                  where b.blocked_on = any (v_groups) and b.state in ('ready', 'interrupted')) then
     perform jobs.unblock(array(
       select (select b.id from jobs.job b
                where b.blocked_on = g and b.state in ('ready', 'interrupted')
@@ -905,6 +979,17 @@ begin
                limit 1
                  for update skip locked)
         from pg_catalog.unnest(v_groups) as g));
+  elsif jobs.distributed() then
+    -- a group at a time, without row locks (Citus locks rows only in a statement routed
+    -- to one shard; a waiter unblocked twice is unblocked once)
+    foreach v_group in array v_groups loop
+      v_waiters := v_waiters || array(select b.id from jobs.job b
+                                       where b.blocked_on = v_group
+                                         and b.state in ('ready', 'interrupted')
+                                       order by b.priority, b.run_at, b.id
+                                       limit 1);
+    end loop;
+    perform jobs.unblock(v_waiters);
   end if;
   -- Jobs held back by a full global or queue limit stay claimable (no waiter is
   -- recorded), and the claims skip picking while it is full: when these slots were
@@ -912,13 +997,19 @@ begin
   -- claimers of the jobs' queues. (Those of other queues under the same global limit
   -- take a free slot at their next poll.) A group with room wakes no one: its
   -- claimers are not waiting for it.
-  if exists (select from jobs.limit l
+  -- (the groups' slots counted first, in one read: Citus plans no subquery per limit
+  -- over the slots when they are distributed)
+  if exists (select 1 from jobs.limit l
+               left join (select s.grp, pg_catalog.count(*) as n
+                            from jobs.slot s
+                           where s.grp = any (v_groups)
+                           group by s.grp) u on u.grp = l.name || '|'
               where l.scope in ('global', 'queue') and l.concurrency is not null
                 and l.name || '|' = any (v_groups)
-                and l.concurrency <= (select pg_catalog.count(*) from jobs.slot s
-                                       where s.grp = l.name || '|')
-                                     + (select pg_catalog.count(*) from pg_catalog.unnest(v_freed) as g
-                                         where g = l.name || '|')) then
+                and l.concurrency <= coalesce(u.n, 0)
+                                     + (select pg_catalog.count(*)
+                                          from pg_catalog.unnest(v_freed) as g(grp)
+                                         where g.grp = l.name || '|')) then
     perform jobs.wake(v_queues);
   end if;
 end

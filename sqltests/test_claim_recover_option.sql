@@ -4,11 +4,15 @@ begin;
 select plan(7);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
+-- (ids read first: distributed on Citus, a function per row of a query over the jobs would
+-- run on a shard)
 do $$ begin
   perform jobs.enqueue('rec.job', 'lapsed', '{}', '{"queue": "q_rec"}');
   perform jobs.enqueue('rec.job', 'parked', '{}', '{"queue": "q_rec"}');
   perform from jobs.claim('{q_rec}', 'w1', 2, 10);
-  perform jobs.nack(j.id, j.claim, null, 'park', 5) from jobs.job j where j.key = 'parked';
+  perform jobs.nack(x.id, x.claim, null, 'park', 5)
+     from (with x as materialized (select j.id, j.claim from jobs.job j where j.key = 'parked')
+           select * from x) x;
 end $$;
 set local jobs.fake_now = '2030-01-01 00:01:00+00';
 

@@ -15,7 +15,13 @@ end $$;
 select is((select j.key from jobs.claim('{q_cv}', 'w1', 1, 30, '{"version": "v1"}') c
              join jobs.job j using (id)), 'a', 'v1 claims a, never claimed before');
 select is((select code_version from jobs.job where key = 'a'), 'v1', 'a records v1');
-do $$ begin perform jobs.nack(j.id, j.claim, null, 'retry', 0) from jobs.job j where j.key = 'a'; end $$;
+-- (ids read first: distributed on Citus, a function per row of a query over the jobs would
+-- run on a shard)
+do $$ begin
+  perform jobs.nack(x.id, x.claim, null, 'retry', 0)
+     from (with x as materialized (select j.id, j.claim from jobs.job j where j.key = 'a')
+           select * from x) x;
+end $$;
 
 select is((select pg_catalog.array_agg(j.key order by j.key)
              from jobs.claim('{q_cv}', 'w2', 10, 30, '{"version": "v2"}') c join jobs.job j using (id)),
@@ -26,7 +32,9 @@ select is((select j.key from jobs.claim('{q_cv}', 'w1', 10, 30, '{"version": "v1
              join jobs.job j using (id)), 'a', 'v1 takes its retry of a');
 
 do $$ begin
-  perform jobs.nack(j.id, j.claim, null, 'retry', 0) from jobs.job j where j.key = 'a';
+  perform jobs.nack(x.id, x.claim, null, 'retry', 0)
+     from (with x as materialized (select j.id, j.claim from jobs.job j where j.key = 'a')
+           select * from x) x;
   perform jobs.enqueue('cv.job', 'd', '{}', '{"queue": "q_cv"}');
 end $$;
 select is((select pg_catalog.array_agg(j.key order by j.key)

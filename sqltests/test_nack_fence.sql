@@ -25,10 +25,14 @@ select throws_ok(format('select jobs.nack(%s, 0, null, %L)', test.jid('nfence.jo
                  'nack of a job that is not running raises lease_lost');
 select throws_ok(format('select jobs.nack(-1, %s)', test.claim_of('nfence.job', 'a')), 'SJ004', null,
                  'nack of a missing job raises lease_lost');
+-- (ids read first, in a scalar subquery: distributed on Citus, a function per row of a
+-- query over the jobs would run on a shard)
 select results_eq(
-  $$ select state::text, attempt, last_error, lease_expires_at from jobs.job where id = test.jid('nfence.job', 'a')
+  $$ select state::text, attempt, last_error, lease_expires_at from jobs.job
+      where id = (select test.jid('nfence.job', 'a'))
      union all
-     select state::text, attempt, last_error, lease_expires_at from jobs.job where id = test.jid('nfence.job', 'ready') $$,
+     select state::text, attempt, last_error, lease_expires_at from jobs.job
+      where id = (select test.jid('nfence.job', 'ready')) $$,
   $$ values ('running', 1, null::jsonb, '2030-01-01 00:00:30+00'::timestamptz),
             ('ready', 0, null::jsonb, null::timestamptz) $$,
   'the refused nacks changed nothing');
@@ -58,7 +62,8 @@ select results_eq(
          test.claim_of('nfence.job', 'd'), test.claim_of('nfence.job', 'c')),
   $$ values (true), (false) $$,
   'with no errors, modes or delays: retry; a settled job answers false');
-select is((select state from jobs.job where id = test.jid('nfence.job', 'd')), 'ready'::jobs.job_state, 'd was retried');
+select is((select state from jobs.job where id = (select test.jid('nfence.job', 'd'))),
+          'ready'::jobs.job_state, 'd was retried');
 
 -- the stale worker after a cancel
 set local jobs.fake_now = '2030-01-01 01:00:00+00';  -- (past d's retry backoff)

@@ -71,18 +71,23 @@ select results_eq(
   $$ select c.key, c.attempt, c.claim >> 32 from jobs.claim('{q_rq_f,q_rq_d,q_rq_c}', 'w', 10, 30) c order by c.key $$,
   $$ values ('c', 1, 2::bigint), ('d', 1, 2::bigint), ('f', 1, 2::bigint) $$,
   'claimed again: attempt 1, and a new claim token, the second (tokens are never reset)');
-select is((select state from jobs.job where id = test.jid('rq.job', 's')), 'succeeded'::jobs.job_state,
+-- (ids read first, in a scalar subquery: distributed on Citus, a function per row of a
+-- query over the jobs would run on a shard)
+select is((select state from jobs.job where id = (select test.jid('rq.job', 's'))),
+          'succeeded'::jobs.job_state,
           'other jobs were not touched');
 
 -- a duplicate id in the list is harmless
 do $$ begin perform jobs.nack(test.jid('rq.job', 'f'), test.claim_of('rq.job', 'f'), null, 'fail'); end $$;
 select lives_ok(format('select jobs.requeue(array[%s, %s])', test.jid('rq.job', 'f'), test.jid('rq.job', 'f')),
                 'the same id twice is requeued once');
-select is((select state from jobs.job where id = test.jid('rq.job', 'f')), 'ready'::jobs.job_state, 'it is ready');
+select is((select state from jobs.job where id = (select test.jid('rq.job', 'f'))),
+          'ready'::jobs.job_state, 'it is ready');
 
 -- a requeued dead job runs its full retry budget again
 do $$ begin perform jobs.nack(test.jid('rq.job', 'd'), test.claim_of('rq.job', 'd')); end $$;
-select is((select state from jobs.job where id = test.jid('rq.job', 'd')), 'dead'::jobs.job_state,
+select is((select state from jobs.job where id = (select test.jid('rq.job', 'd'))),
+          'dead'::jobs.job_state,
           'setup: it exhausts its one attempt again');
 select lives_ok(format('select jobs.requeue(array[%s])', test.jid('rq.job', 'd')), 'and can be requeued again');
 select throws_ok(format('select jobs.requeue(array[%s])', test.jid('rq.job', 'd')), 'SJ008', null,

@@ -15,7 +15,12 @@ do $$ begin
   ]');
   perform jobs.nack(c.id, c.claim, null, 'fail') from jobs.claim('{q_rw_f}', 'w', 2, 30) c;
   perform jobs.nack(c.id, c.claim) from jobs.claim('{q_rw_d}', 'w', 1, 30) c;
-  perform jobs.cancel(j.id) from jobs.job j where j.name = 'rw.job' and j.key = 'c1';
+  -- (ids read first: distributed on Citus, a function per row of a query over the jobs
+  -- would run on a shard)
+  perform jobs.cancel(x.id)
+     from (with x as materialized (select j.id from jobs.job j
+                                      where j.name = 'rw.job' and j.key = 'c1')
+           select * from x) x;
   perform jobs.ack(c.id, c.claim) from jobs.claim('{q_rw_s}', 'w', 1, 30) c;
 end $$;
 set local jobs.fake_now = '2030-01-01 00:10:00+00';

@@ -9,11 +9,14 @@ select plan(22);
 
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 create schema sr;
+-- (verbs called on rows read first: distributed on Citus, a function per row of a query
+-- over the jobs would run on a shard)
 -- the jobs of the running state's keys, and the slot rows that are not a running job's
 create function sr.running() returns setof text language sql as $$
   select j.key from jobs.job j where j.queue = 'sr' and j.state = 'running' order by j.key $$;
 create function sr.orphans() returns bigint language sql as $$
-  select count(*) from jobs.slot s join jobs.job j on j.id = s.job_id where j.state <> 'running' $$;
+  select count(*) from jobs.slot s join jobs.job j on j.id = s.job_id and j.bucket = s.bucket
+   where j.state <> 'running' $$;  -- (the bucket too: distributed, a co-located join)
 create function sr.claim() returns setof text language sql as $$
   select c.key from jobs.claim(array['sr'], 'w', 10, 30) c order by c.key $$;
 
@@ -30,20 +33,24 @@ select results_eq($$ select sr.claim() $$,
                   'the first of each key runs; the second waits for its slot');
 
 -- ---------------------------------------------------------------- a plain cancel
-select lives_ok($$ select jobs.cancel(id) from jobs.job where key = 'a1' $$, 'a1 is cancelled while running');
+select lives_ok($$ with j as materialized (select * from jobs.job where key = 'a1')
+                    select jobs.cancel(id) from j $$, 'a1 is cancelled while running');
 select is(sr.orphans(), 0::bigint, 'the cancel freed its slot');
 select results_eq($$ select sr.claim() $$, $$ values ('a2') $$, 'a2 takes it');
 
 -- ---------------------------------------------------------------- a park
-select lives_ok($$ select jobs.nack(id, claim, null, 'park', 60) from jobs.job where key = 'b1' $$,
+select lives_ok($$ with j as materialized (select * from jobs.job where key = 'b1')
+                    select jobs.nack(id, claim, null, 'park', 60) from j $$,
                 'b1 parks (a durable sleep)');
 select is(sr.orphans(), 0::bigint, 'the park freed its slot');
 select results_eq($$ select sr.claim() $$, $$ values ('b2') $$, 'b2 takes it');
 
 -- ---------------------------------------------------------------- a compensable job's cancel unwinds it
-select lives_ok($$ select jobs.step_put(id, claim, 'book', '1', null, '{"compensable": true}')
-                     from jobs.job where key = 'c1' $$, 'c1 stores a compensable step');
-select lives_ok($$ select jobs.cancel(id) from jobs.job where key = 'c1' $$, 'c1 is cancelled while running');
+select lives_ok($$ with j as materialized (select * from jobs.job where key = 'c1')
+                    select jobs.step_put(id, claim, 'book', '1', null, '{"compensable": true}')
+                      from j $$, 'c1 stores a compensable step');
+select lives_ok($$ with j as materialized (select * from jobs.job where key = 'c1')
+                    select jobs.cancel(id) from j $$, 'c1 is cancelled while running');
 select results_eq($$ select state::text, compensating from jobs.job where key = 'c1' $$,
                   $$ values ('ready', true) $$, 'c1 waits to unwind');
 select is(sr.orphans(), 0::bigint, 'its run ended: its slot is free');
@@ -51,19 +58,24 @@ select results_eq($$ select sr.claim() $$, $$ values ('c1') $$,
                   'c1, first in line, takes its key''s slot again to unwind');
 
 -- ---------------------------------------------------------------- the unwind's settle
-select lives_ok($$ select jobs.step_unwound(id, claim) from jobs.job where key = 'c1' $$,
+select lives_ok($$ with j as materialized (select * from jobs.job where key = 'c1')
+                    select jobs.step_unwound(id, claim) from j $$,
                 'c1''s unwind settles it cancelled');
 select is(sr.orphans(), 0::bigint, 'the settle freed its slot');
 select results_eq($$ select sr.claim() $$, $$ values ('c2') $$, 'c2 takes it');
 
 -- ---------------------------------------------------------------- a cancel during an unwind
-select lives_ok($$ select jobs.step_put(id, claim, 'book', '1', null, '{"compensable": true}')
-                     from jobs.job where key = 'd1' $$, 'd1 stores a compensable step');
-select lives_ok($$ select jobs.nack(id, claim, '{"message": "no"}', 'fail') from jobs.job where key = 'd1' $$,
+select lives_ok($$ with j as materialized (select * from jobs.job where key = 'd1')
+                    select jobs.step_put(id, claim, 'book', '1', null, '{"compensable": true}')
+                      from j $$, 'd1 stores a compensable step');
+select lives_ok($$ with j as materialized (select * from jobs.job where key = 'd1')
+                    select jobs.nack(id, claim, '{"message": "no"}', 'fail') from j $$,
                 'd1 fails for good: it unwinds, still running under its claim');
-select lives_ok($$ select jobs.cancel(id) from jobs.job where key = 'd1' $$, 'd1 is cancelled mid-unwind');
+select lives_ok($$ with j as materialized (select * from jobs.job where key = 'd1')
+                    select jobs.cancel(id) from j $$, 'd1 is cancelled mid-unwind');
 select results_eq($$ select state::text, compensating, jsonb_array_length(coalesce(attempts, '[]')),
-                            (select count(*) from jobs.slot s where s.job_id = j.id)
+                            (select count(*) from jobs.slot s
+                              where s.job_id = j.id and s.bucket = j.bucket)
                        from jobs.job j where key = 'd1' $$,
                   $$ values ('running', true, 1, 1::bigint) $$,
                   'the cancel changed nothing: still running, its failed attempt the only one in its history, its slot held');

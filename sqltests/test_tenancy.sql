@@ -28,7 +28,10 @@ do $$ begin perform pg_catalog.set_config('t.n', (select e.id from jobs.enqueue(
          '{"queue": "t"}') e)::text, true); end $$;
 do $$ begin perform pg_catalog.set_config('t.gc', (select c.claim from jobs.claim(array['t'], 'w-root', 1) c)::text,
                                           true); end $$;
-select is((select j.claim from jobs.job j where j.id = current_setting('t.g')::bigint), current_setting('t.gc')::bigint,
+-- (settings read first, in a scalar subquery: distributed on Citus, a query over the jobs
+-- runs on a shard, where the setting does not exist)
+select is((select j.claim from jobs.job j where j.id = (select current_setting('t.g')::bigint)),
+          current_setting('t.gc')::bigint,
           'setup: the unbound worker claims globex''s job (G), under claim t.gc');
 do $$ begin perform pg_catalog.set_config('t.w', (select e.id from jobs.enqueue('t.wait', 'w-g', '{}',
          '{"queue": "w", "tenant": "globex"}') e)::text, true); end $$;
@@ -168,17 +171,20 @@ set local sqljobs.tenant = '';
 reset session authorization;
 set local jobs.fake_now = '2030-01-01 00:00:00+00';
 select results_eq($$ select j.state::text, j.claim, j.progress, j.lease_expires_at from jobs.job j
-                      where j.id = current_setting('t.g')::bigint $$,
+                      where j.id = (select current_setting('t.g')::bigint) $$,
                   $$ values ('running', current_setting('t.gc')::bigint, null::jsonb,
                              '2030-01-01 00:00:30+00'::timestamptz) $$,
                   'G is still running under its claim, no progress, its lease unmoved');
-select is((select pg_catalog.count(*)::int from jobs.step s where s.job_id = current_setting('t.g')::bigint),
+select is((select pg_catalog.count(*)::int from jobs.step s
+            where s.job_id = (select current_setting('t.g')::bigint)),
           0, 'G has no step');
 select is((select pg_catalog.count(*)::int from jobs.job j where j.key in ('k3', 'k4', 'k5', 'k6', 'k7')), 0,
           'no refused enqueue wrote a job');
 select is((select pg_catalog.count(*)::int from jobs.outbox o where o.key in ('k6', 'k7')), 0,
           'no refused stage wrote a row');
-select is((select j.state::text from jobs.job j where j.id = current_setting('t.w')::bigint), 'parked',
+select is((select j.state::text from jobs.job j
+            where j.id = (select current_setting('t.w')::bigint)),
+          'parked',
           'acme''s event left globex''s waiter parked');
 select is((select pg_catalog.count(*)::int from jobs.tenant_binding), 3, 'the bindings are as they were');
 select is((select o.tenant from jobs.outbox o where o.key = 'k8'), 'acme', 'stage stamps the bound tenant');
@@ -191,7 +197,9 @@ select throws_ok($$ select jobs.step_invoke(current_setting('t.g')::bigint, curr
 select is((select i.parked from jobs.step_invoke(current_setting('t.g')::bigint, current_setting('t.gc')::bigint, array['child'],
                                                   '[{"name": "t.child", "queue": "c"}]') i), true,
           'setup: G invokes a child');
-select is((select c.tenant from jobs.job c where c.parent_id = current_setting('t.g')::bigint), 'globex',
+select is((select c.tenant from jobs.job c
+            where c.parent_id = (select current_setting('t.g')::bigint)),
+          'globex',
           'the child inherits its parent''s tenant');
 
 -- globex's waiter, run again, does not see acme's event

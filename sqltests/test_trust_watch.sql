@@ -69,9 +69,12 @@ select throws_ok($$ select * from jobs.watch_outcome(current_setting('tbwo.s')::
 select results_eq($$ select state::text from jobs.watch_outcome(current_setting('tbwo.a')::bigint) $$,
                   $$ values ('ready') $$, 'acme producer: its own tenant''s job it watches');
 reset session authorization;
+-- (settings read first, in scalar subqueries: distributed on Citus, a query over the jobs
+-- runs on a shard, where the setting does not exist)
 select results_eq($$ select j.id, j.settle_watched from jobs.job j
-                      where j.id in (current_setting('tbwo.g')::bigint, current_setting('tbwo.s')::bigint,
-                                     current_setting('tbwo.a')::bigint)
+                      where j.id in ((select current_setting('tbwo.g')::bigint),
+                                     (select current_setting('tbwo.s')::bigint),
+                                     (select current_setting('tbwo.a')::bigint))
                       order by j.id $$,
                   $$ values (current_setting('tbwo.s')::bigint, false), (current_setting('tbwo.g')::bigint, false),
                             (current_setting('tbwo.a')::bigint, true) $$,

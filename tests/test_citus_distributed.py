@@ -242,14 +242,17 @@ def test_pgtap_files_pass_distributed(cluster: LocalCluster) -> None:
     """bench/citus_probe.py distributes a fresh install as `sqljobs migrate --distributed`
     does and runs pgTAP files there. Kept here so its map (docs/design/citus.md, "What the
     probe finds") stays true: the surface, the files that pin what distributing needs,
-    claims, acks, nacks, lease recovery, cancels and the verbs by filter (in rounds per
-    shard) pass distributed; purge, which still locks jobs across shards, does not yet:
-    the day it passes, the page's map is out of date."""
+    claims, acks, nacks, lease recovery, cancels, the verbs by filter, limits and
+    sagas' unwinds (in rounds per shard) pass distributed; purge, which still locks
+    jobs across shards, does not yet: the day it passes, the page's map is out of
+    date."""
     from bench.citus_probe import probe
 
     passing = ["test_surface.sql", "test_distributable.sql", "test_limits_surface.sql",
                "test_claim_names.sql", "test_claim_lease_recovery_history.sql",
                "test_ack.sql", "test_nack_modes.sql", "test_cancel.sql",
-               "test_cancel_where.sql", "test_where_filters.sql"]
+               "test_cancel_where.sql", "test_where_filters.sql",
+               "test_limits_concurrency.sql", "test_limits_rate.sql",
+               "test_slot_release_paths.sql", "test_saga_unwind.sql", "test_claim_version.sql"]
     assert probe(cluster, passing) == len(passing)
     assert probe(cluster, ["test_purge_policy.sql"]) == 0

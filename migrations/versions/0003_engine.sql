@@ -40,11 +40,13 @@
 --     slot have a new nullable column bucket (smallint, no default: a catalog change,
 --     no rewrite), which every insert writes (the job's id & 255, a step's, wait's or
 --     slot's job's). A distributed install is distributed by it (Citus refuses a
---     generated distribution column); rows made before this revision keep null, which
---     the distributing step fills. No statement reads it on one PostgreSQL. The step
+--     generated distribution column); rows of jobs, steps and waits made before this
+--     revision keep null, which the distributing step fills; the slots (a running
+--     limited job's each: few) get theirs in the upgrade. On one PostgreSQL only a
+--     limit's when_busy = 'fail' check reads it (slots joined to their jobs). The step
 --     and event-wait inserts name no conflict target (their primary key is their one
 --     unique key: the same conflicts), so a key that gains the bucket still catches them.
---   * Rounds per bucket for a distributed install (private jobs.distributed(), false
+--   * Rounds per shard for a distributed install (private jobs.distributed(), false
 --     here): there, jobs.claim_v2 and jobs.recover read their candidates without locks
 --     across shards and lock and move each shard's in a statement of its own (Citus
 --     locks rows only in a statement routed to one shard; private jobs.shard_buckets
@@ -202,6 +204,9 @@ alter table jobs.job add column bucket smallint;
 alter table jobs.step add column bucket smallint;
 alter table jobs.event_wait add column bucket smallint;
 alter table jobs.slot add column bucket smallint;
+-- (a slot row is a running limited job's: few, so they get their bucket now, and a join
+-- of the slots to their jobs can name it)
+update jobs.slot set bucket = job_id & 255 where bucket is null;
 
 create table jobs.job_fork (
   job_id      bigint primary key references jobs.job (id) on delete cascade,
@@ -1931,6 +1936,9 @@ declare
   v_limited boolean;
   v_rooms   integer[];  -- limited: per queue of v_queues, what its concurrency limits leave
   v_ids     bigint[];  -- limited: the candidates
+  v_admitted bigint[];  -- limited: the candidates jobs.admit lets run,
+  v_slot_map jsonb;     -- the limit groups each takes ({id: [group, ...]}),
+  v_admitted_at timestamptz;  -- and the admission's time, their start
   v_tenant  text := jobs.bound_tenant();  -- a bound session claims its tenant's jobs only
   v_seed    bigint := jobs.random32();     -- the claim tokens' random half
   v_after   jsonb;      -- options.after: per queue, the cursor [priority, run_at]
@@ -2007,17 +2015,26 @@ begin
     -- What the concurrency limits leave, per queue: the least room of the global limits
     -- and of its queue's. A full limit leaves nothing to pick, and a nearly full one few
     -- candidates to lock (a worker that claims ahead asks for hundreds). Read without
-    -- the limits' locks, this only saves work: jobs.admit decides under them.
+    -- the limits' locks, this only saves work: jobs.admit decides under them. (Each
+    -- limit's slots are counted first, in one read: Citus plans no subquery per limit
+    -- over the slots when they are distributed.)
+    with free as materialized (
+      select l.scope, l.target, l.concurrency - coalesce(u.n, 0) as room
+        from jobs.limit l
+        left join (select s.grp, pg_catalog.count(*) as n
+                     from jobs.slot s
+                    where s.grp = any (array(select k.name || '|' from jobs.limit k
+                                              where k.concurrency is not null
+                                                and k.scope in ('global', 'queue')))
+                    group by s.grp) u on u.grp = l.name || '|'
+       where l.concurrency is not null and l.scope in ('global', 'queue')
+    )
     select coalesce(pg_catalog.array_agg(r.name), '{}'), pg_catalog.array_agg(r.room)
       into v_queues, v_rooms
       from (select q.name,
-                   least(p_limit, (select pg_catalog.min(l.concurrency - (
-                                            select pg_catalog.count(*) from jobs.slot s
-                                             where s.grp = l.name || '|'))
-                                     from jobs.limit l
-                                    where l.concurrency is not null
-                                      and (l.scope = 'global'
-                                           or (l.scope = 'queue' and l.target = q.name))))
+                   least(p_limit, (select pg_catalog.min(f.room) from free f
+                                    where f.scope = 'global'
+                                       or (f.scope = 'queue' and f.target = q.name)))
                      as room
               from pg_catalog.unnest(v_queues) as q(name)) r
      where r.room > 0;
@@ -2073,10 +2090,17 @@ begin
                for update skip locked) as c
          order by c.priority, c.run_at, c.id
          limit v_left + 4);
+      -- admitted before the claim's statement, not in it: distributed, Citus sends that
+      -- statement to a shard, where jobs.admit's own statements cannot run
+      select pg_catalog.array_agg(a.id),
+             pg_catalog.jsonb_object_agg(a.id, a.slots) filter (where a.slots is not null),
+             pg_catalog.min(a.at)
+        into v_admitted, v_slot_map, v_admitted_at
+        from jobs.admit(v_ids, v_left, v_now) a;
     end if;
     return query
       with picked as materialized (
-        (select c.id, c.priority, c.run_at, null::text[] as slots, v_now as started_at
+        (select c.id, c.priority, c.run_at, v_now as started_at
            from rows from (pg_catalog.unnest(v_queues), pg_catalog.unnest(v_after_p),
                            pg_catalog.unnest(v_after_r)) as q(name, after_p, after_r)
            cross join lateral (
@@ -2116,13 +2140,11 @@ begin
           order by c.priority, c.run_at, c.id
           limit v_left)
         union all
-        -- limited: the candidates jobs.admit lets run, with the limit groups each takes
-        -- and the admission's time as its start
-        (select a.id, r.priority, r.run_at, a.slots, a.at
-           from jobs.admit(v_ids, v_left, v_now) a
-           join jobs.job r on r.id = a.id and r.id = any (v_ids)  -- job_pkey, the candidates
-                          and (v_buckets is null or r.bucket = any (v_buckets))
-          where v_limited)
+        -- limited: the candidates jobs.admit let run, the admission's time their start
+        (select r.id, r.priority, r.run_at, v_admitted_at
+           from jobs.job r
+          where v_limited and r.id = any (v_admitted)  -- job_pkey
+            and (v_buckets is null or r.bucket = any (v_buckets)))
       ),
       claimed as (
         update jobs.job as j
@@ -2141,11 +2163,8 @@ begin
                deferred_by = null,
                -- the limit groups an admitted job holds (none without limits)
                slots = case when v_limited then nullif(array(
-                         select pg_catalog.jsonb_array_elements_text(
-                           (select pg_catalog.jsonb_object_agg(p.id, p.slots)
-                                     filter (where p.slots is not null)
-                              from picked p)
-                           -> j.id::text)), '{}') end
+                         select pg_catalog.jsonb_array_elements_text(v_slot_map -> j.id::text)),
+                         '{}') end
          where j.id = any (array(select p.id from picked p))
            and (v_buckets is null or j.bucket = any (v_buckets))
         returning j.id, j.name, j.queue, j.tenant, j.key, j.payload, j.priority, j.attempt,
@@ -2156,7 +2175,9 @@ begin
       ),
       slotted as (  -- the limit groups the admitted jobs now hold (sql/35_limits.sql)
         insert into jobs.slot (grp, job_id, bucket)
-        select g, p.id, p.id & 255 from picked p cross join lateral pg_catalog.unnest(p.slots) as g
+        select g, m.key::bigint, m.key::bigint & 255
+          from pg_catalog.jsonb_each(v_slot_map) as m
+         cross join lateral pg_catalog.jsonb_array_elements_text(m.value) as g
         on conflict do nothing
       )
       select c.id, c.name, c.queue, c.tenant, c.key, c.payload, c.priority, c.attempt,
@@ -2565,6 +2586,78 @@ begin
 end
 $$;
 
+-- jobs.limit_stats() -> per group in use or waiting: its limit, key, concurrency and
+-- running count, rate and starts in the current window, and the jobs waiting on it
+-- (for a slot; for a full global or queue limit, the runnable jobs it holds back) or
+-- deferred (by its rate, run_at ahead).
+create or replace function jobs.limit_stats()
+returns table (limit_name text, grp text, concurrency integer, running bigint,
+               waiting bigint, rate_n integer, rate_per_s double precision,
+               recent_starts integer, deferred bigint)
+language plpgsql
+stable
+set search_path = ''
+as $$
+#variable_conflict use_column
+declare
+  -- (read once, here: distributed, a statement over the jobs runs on their shards,
+  -- where a session's test clock is not set)
+  v_now timestamptz := jobs.now();
+begin
+  perform jobs.fleet_only('jobs.limit_stats');  -- (sql/15_tenancy.sql)
+  return query
+  with used as (
+    select s.grp, pg_catalog.count(*) as running from jobs.slot s group by s.grp
+  ), waiting as (
+    select b.blocked_on as grp, pg_catalog.count(*) as waiting
+      from jobs.job b
+     where b.blocked_on is not null and b.state in ('ready', 'interrupted')
+     group by b.blocked_on
+  ), deferred as (
+    select d.deferred_by as grp, pg_catalog.count(*) as deferred
+      from jobs.job d
+     where d.deferred_by is not null and d.state in ('ready', 'interrupted')
+       and d.run_at > v_now
+     group by d.deferred_by
+  ), full_limits as materialized (  -- a full global or queue limit holds back ...
+    select l.name, l.scope, l.target
+      from jobs.limit l join used u on u.grp = l.name || '|'
+     where l.scope in ('global', 'queue') and u.running >= l.concurrency
+  ), runnable as materialized (  -- ... the runnable jobs of its scope, counted per queue
+    select h.queue, pg_catalog.count(*) as n        -- (once, not per limit: Citus plans no
+      from jobs.job h                               -- subquery per limit over the jobs)
+     where h.state in ('ready', 'interrupted') and h.blocked_on is null
+       and h.run_at <= v_now
+       and (exists (select from full_limits f where f.scope = 'global')
+            or h.queue = any (array(select f.target from full_limits f where f.scope = 'queue')))
+     group by h.queue
+  ), held as (
+    select f.name || '|' as grp,
+           case when f.scope = 'global' then (select pg_catalog.sum(r.n) from runnable r)::bigint
+                else (select r.n from runnable r where r.queue = f.target) end as n
+      from full_limits f
+  ), starts as (
+    select t.grp, t.starts from jobs.limit_start t
+  ), groups as (
+    select u.grp from used u union select w.grp from waiting w
+    union select d.grp from deferred d union select t.grp from starts t
+  )
+  select pg_catalog.split_part(g.grp, '|', 1), g.grp, l.concurrency,
+         coalesce(u.running, 0), coalesce(w.waiting, 0) + coalesce(h.n, 0), l.rate_n, l.rate_per_s,
+         (select pg_catalog.count(*)::integer from pg_catalog.unnest(t.starts) s(at)
+           where s.at > v_now - pg_catalog.make_interval(secs => coalesce(l.rate_per_s, 0))),
+         coalesce(d.deferred, 0)
+    from groups g
+    left join jobs.limit l on l.name = pg_catalog.split_part(g.grp, '|', 1)
+    left join used u on u.grp = g.grp
+    left join waiting w on w.grp = g.grp
+    left join starts t on t.grp = g.grp
+    left join deferred d on d.grp = g.grp
+    left join held h on h.grp = g.grp
+   order by g.grp;
+end
+$$;
+
 -- jobs.admit(candidates, limit, now) -> (id, slots, at) of the candidates admitted, at
 -- most p_limit, in candidate order: the limit groups each holds, and the admission's
 -- time (its start). The candidates are ready jobs the claim holds locked, in claim
@@ -2628,12 +2721,17 @@ begin
   -- parent. The sorted groups come from their own level. (An ORDER BY in each of the
   -- eight aggregates sorted the pairs eight times on PostgreSQL 15: a third of this
   -- statement.)
-  with pairs as materialized (
+  with candidates as materialized (  -- each candidate read once (Citus: one read)
+    select j.id, j.queue, j.name, j.tenant, j.payload, j.throttle_n, j.throttle_per_s,
+           j.group_key
+      from jobs.job j
+     where j.id = any (p_ids)
+  ), pairs as materialized (
     select x.ord, x.id, x.grp, x.cap, x.n, x.per, x.fail, x.all_jobs,
            pg_catalog.dense_rank() over (order by x.grp)::integer as pos from (
       select c.ord, j.id, g.grp, g.cap, g.n, g.per, g.fail, g.all_jobs
         from pg_catalog.unnest(p_ids) with ordinality as c(id, ord)
-        join jobs.job j on j.id = c.id  -- each candidate read once, its groups beside it
+        join candidates j on j.id = c.id  -- its groups beside it
        cross join lateral (
          select l.name || '|' || case
                   when l.scope = 'key' then coalesce(j.payload #>> l.key_path, '')
@@ -2747,7 +2845,8 @@ begin
         if a_all[v_i] then
           v_refusal := 'leave';
         elsif a_fail[v_i] and exists (
-                select 1 from jobs.slot s join jobs.job r on r.id = s.job_id
+                select 1 from jobs.slot s
+                  join jobs.job r on r.id = s.job_id and r.bucket = s.bucket  -- (co-located)
                  where s.grp = v_group and r.state = 'running' and r.lease_expires_at > v_now)
         then
           v_refusal := 'fail';  -- evidence: a run holds the key under a live lease
@@ -2834,18 +2933,35 @@ begin
     -- groups left that slot unused): make as many of them claimable as it has room
     -- (of a group this claim holds the lock of: another's use it did not read).
     -- Only a claim that blocked a job can have left such a slot.
-    perform jobs.unblock(array(
-      select w.id
-        from (select distinct a_group[x.i] as grp, a_cap[x.i] as cap, v_used[a_pos[x.i]] as used
-                from pg_catalog.generate_subscripts(a_group, 1) as x(i)
-               where a_cap[x.i] > v_used[a_pos[x.i]]
-                 and v_held[a_pos[x.i]]) g
-       cross join lateral (
-         select b.id from jobs.job b
-          where b.blocked_on = g.grp and b.state in ('ready', 'interrupted')
-          order by b.priority, b.run_at, b.id
-          limit g.cap - g.used
-            for update skip locked) w));
+    if not jobs.distributed() then
+      perform jobs.unblock(array(
+        select w.id
+          from (select distinct a_group[x.i] as grp, a_cap[x.i] as cap, v_used[a_pos[x.i]] as used
+                  from pg_catalog.generate_subscripts(a_group, 1) as x(i)
+                 where a_cap[x.i] > v_used[a_pos[x.i]]
+                   and v_held[a_pos[x.i]]) g
+         cross join lateral (
+           select b.id from jobs.job b
+            where b.blocked_on = g.grp and b.state in ('ready', 'interrupted')
+            order by b.priority, b.run_at, b.id
+            limit g.cap - g.used
+              for update skip locked) w));
+    else
+      -- Distributed, a group at a time and without row locks (Citus locks rows only in
+      -- a statement routed to one shard, and a group's waiters are on any): under the
+      -- group's lock row no other claim admits into it, and a waiter unblocked twice is
+      -- unblocked once.
+      for v_group, v_w in
+          select distinct a_group[x.i], a_cap[x.i] - v_used[a_pos[x.i]]
+            from pg_catalog.generate_subscripts(a_group, 1) as x(i)
+           where a_cap[x.i] > v_used[a_pos[x.i]] and v_held[a_pos[x.i]] loop
+        perform jobs.unblock(array(
+          select b.id from jobs.job b
+           where b.blocked_on = v_group and b.state in ('ready', 'interrupted')
+           order by b.priority, b.run_at, b.id
+           limit v_w));
+      end loop;
+    end if;
   end if;
   if pg_catalog.cardinality(v_defer) > 0 then
     update jobs.job as j set run_at = d.at, deferred_by = d.grp
@@ -2853,16 +2969,20 @@ begin
      where j.id = d.id;
   end if;
   if pg_catalog.cardinality(v_fail) > 0 then
+    -- (the errors made first: Citus sends no update whose SET calls a stable function
+    -- on columns)
     update jobs.job as j
-       set state = 'failed', finished_at = v_now,
-           last_error = pg_catalog.jsonb_build_object(
-             'kind', 'key_busy', 'sqlstate', 'SJ012',
-             'message', pg_catalog.format(
-               'another run holds key %L of limit %L, and the job says when_busy = fail',
-               pg_catalog.substr(f.grp, pg_catalog.strpos(f.grp, '|') + 1),
-               pg_catalog.split_part(f.grp, '|', 1)),
-             'at', v_now)
-      from unnest(v_fail, v_fail_on) as f(id, grp)
+       set state = 'failed', finished_at = v_now, last_error = f.error
+      from unnest(v_fail, array(
+             select pg_catalog.jsonb_build_object(
+                      'kind', 'key_busy', 'sqlstate', 'SJ012',
+                      'message', pg_catalog.format(
+                        'another run holds key %L of limit %L, and the job says when_busy = fail',
+                        pg_catalog.substr(g, pg_catalog.strpos(g, '|') + 1),
+                        pg_catalog.split_part(g, '|', 1)),
+                      'at', v_now)
+               from pg_catalog.unnest(v_fail_on) with ordinality as u(g, o)
+              order by u.o)) as f(id, error)
      where j.id = f.id;
   end if;
   -- MORE: refused jobs left the claimable ones (blocked, deferred or failed); when this
@@ -2879,6 +2999,67 @@ begin
     on conflict (grp) do update set starts = excluded.starts
      where t.starts is distinct from excluded.starts;
   end if;
+end
+$$;
+
+-- jobs.unblock_free(max) -> how many waiting jobs it made claimable: for every group with
+-- waiting jobs, as many as it has free slots (all, when its limit is gone or has no
+-- concurrency any more). The recovering claims run it, so a slot that freed without
+-- waking a waiter (a waiter blocked while the slot freed) is taken within one poll.
+create or replace function jobs.unblock_free(p_max integer)
+returns integer
+language plpgsql
+volatile
+set search_path = ''
+set enable_bitmapscan = off  -- jobs.slot churns: see jobs.claim (sql/30_claim.sql)
+as $$
+declare
+  v_ids bigint[] := '{}';
+  v_group text;
+  v_room  bigint;
+begin
+  if jobs.distributed() then
+    -- a group at a time, without row locks (Citus locks rows only in a statement routed
+    -- to one shard; a waiter unblocked twice is unblocked once), each group's slots
+    -- counted in one read
+    for v_group, v_room in
+        select g.grp, greatest(0, case when l.concurrency is null then g.n
+                                       else l.concurrency - coalesce(u.n, 0) end)
+          from (select b.blocked_on as grp, pg_catalog.count(*) as n
+                  from jobs.job b
+                 where b.blocked_on is not null and b.state in ('ready', 'interrupted')
+                 group by b.blocked_on) g
+          left join jobs.limit l on l.name = pg_catalog.split_part(g.grp, '|', 1)
+          left join (select s.grp, pg_catalog.count(*) as n from jobs.slot s group by s.grp) u
+            on u.grp = g.grp loop
+      exit when pg_catalog.cardinality(v_ids) >= p_max;
+      v_ids := v_ids || array(select b.id from jobs.job b
+                               where b.blocked_on = v_group
+                                 and b.state in ('ready', 'interrupted')
+                               order by b.priority, b.run_at, b.id
+                               limit least(v_room, p_max - pg_catalog.cardinality(v_ids)));
+    end loop;
+    perform jobs.unblock(v_ids);
+    return pg_catalog.cardinality(v_ids);
+  end if;
+  v_ids := array(
+    select w.id
+      from (select b.blocked_on as grp, pg_catalog.count(*) as n
+              from jobs.job b
+             where b.blocked_on is not null and b.state in ('ready', 'interrupted')
+             group by b.blocked_on) g
+      left join jobs.limit l on l.name = pg_catalog.split_part(g.grp, '|', 1)
+     cross join lateral (
+       select b.id from jobs.job b
+        where b.blocked_on = g.grp and b.state in ('ready', 'interrupted')
+        order by b.priority, b.run_at, b.id
+        limit greatest(0, case when l.concurrency is null then g.n
+                               else l.concurrency - (select pg_catalog.count(*) from jobs.slot s
+                                                      where s.grp = g.grp) end)
+          for update skip locked) w
+     limit p_max);
+  perform jobs.unblock(v_ids);
+  return pg_catalog.cardinality(v_ids);
 end
 $$;
 
@@ -2899,6 +3080,8 @@ declare
   v_freed  text[];  -- a group per slot row freed (a group freed twice: twice)
   v_groups text[];
   v_queues text[];
+  v_group  text;
+  v_waiters bigint[] := '{}';
 begin
   if p_ids is null then
     return;
@@ -2906,14 +3089,14 @@ begin
   -- (each slot row found by both columns of its key: by job_id alone it is a walk over
   -- the whole slot_pkey per job)
   with f as materialized (
-    select g, j.id, j.queue
+    select g.grp, j.id, j.queue
       from jobs.job j
-     cross join lateral pg_catalog.unnest(j.slots) as g
+     cross join lateral pg_catalog.unnest(j.slots) as g(grp)
      where j.id = any (p_ids)
   ), freed as (
     delete from jobs.slot s
      using f
-     where s.grp = f.g and s.job_id = f.id
+     where s.grp = f.grp and s.job_id = f.id
     returning s.grp, f.queue
   )
   select pg_catalog.array_agg(freed.grp), pg_catalog.array_agg(distinct freed.queue)
@@ -2923,8 +3106,9 @@ begin
     return;
   end if;
   v_groups := array(select distinct g from pg_catalog.unnest(v_freed) as g);
-  if exists (select 1 from jobs.job b
-              where b.blocked_on = any (v_groups) and b.state in ('ready', 'interrupted')) then
+  if not jobs.distributed()
+     and exists (select 1 from jobs.job b
+                  where b.blocked_on = any (v_groups) and b.state in ('ready', 'interrupted')) then
     perform jobs.unblock(array(
       select (select b.id from jobs.job b
                where b.blocked_on = g and b.state in ('ready', 'interrupted')
@@ -2932,6 +3116,17 @@ begin
                limit 1
                  for update skip locked)
         from pg_catalog.unnest(v_groups) as g));
+  elsif jobs.distributed() then
+    -- a group at a time, without row locks (Citus locks rows only in a statement routed
+    -- to one shard; a waiter unblocked twice is unblocked once)
+    foreach v_group in array v_groups loop
+      v_waiters := v_waiters || array(select b.id from jobs.job b
+                                       where b.blocked_on = v_group
+                                         and b.state in ('ready', 'interrupted')
+                                       order by b.priority, b.run_at, b.id
+                                       limit 1);
+    end loop;
+    perform jobs.unblock(v_waiters);
   end if;
   -- Jobs held back by a full global or queue limit stay claimable (no waiter is
   -- recorded), and the claims skip picking while it is full: when these slots were
@@ -2939,13 +3134,19 @@ begin
   -- claimers of the jobs' queues. (Those of other queues under the same global limit
   -- take a free slot at their next poll.) A group with room wakes no one: its
   -- claimers are not waiting for it.
-  if exists (select from jobs.limit l
+  -- (the groups' slots counted first, in one read: Citus plans no subquery per limit
+  -- over the slots when they are distributed)
+  if exists (select 1 from jobs.limit l
+               left join (select s.grp, pg_catalog.count(*) as n
+                            from jobs.slot s
+                           where s.grp = any (v_groups)
+                           group by s.grp) u on u.grp = l.name || '|'
               where l.scope in ('global', 'queue') and l.concurrency is not null
                 and l.name || '|' = any (v_groups)
-                and l.concurrency <= (select pg_catalog.count(*) from jobs.slot s
-                                       where s.grp = l.name || '|')
-                                     + (select pg_catalog.count(*) from pg_catalog.unnest(v_freed) as g
-                                         where g = l.name || '|')) then
+                and l.concurrency <= coalesce(u.n, 0)
+                                     + (select pg_catalog.count(*)
+                                          from pg_catalog.unnest(v_freed) as g(grp)
+                                         where g.grp = l.name || '|')) then
     perform jobs.wake(v_queues);
   end if;
 end
@@ -4399,6 +4600,8 @@ declare
   v_watched boolean;
   v_held    boolean;  -- it held limit slots
   v_follows boolean;  -- it has hooks or a parent
+  v_now     timestamptz := jobs.now();
+  v_error   jsonb;    -- the unwind's error, marked compensated
 begin
   perform jobs.hold_step(p_id, p_claim, null);
   select s.value into v_unwind from jobs.step s where s.job_id = p_id and s.name = 'sqljobs.unwind';
@@ -4406,17 +4609,18 @@ begin
     perform jobs.raise_error('invalid_argument',
       pg_catalog.format('job %s is not unwinding', p_id));
   end if;
+  -- (made first: Citus plans no CASE or COALESCE that calls a function in an update)
+  if pg_catalog.jsonb_typeof(v_unwind->'error') = 'object' then
+    v_error := (v_unwind->'error') || pg_catalog.jsonb_build_object('compensated', true,
+                                                                    'at', v_now);
+  end if;
   update jobs.job as j
      set state = (v_unwind->>'state')::jobs.job_state,
          compensating = false,
-         finished_at = jobs.now(),
+         finished_at = v_now,
          lease_expires_at = null,
-         last_error = case when pg_catalog.jsonb_typeof(v_unwind->'error') = 'object'
-                           then (v_unwind->'error')
-                                || pg_catalog.jsonb_build_object('compensated', true,
-                                                                 'at', jobs.now())
-                           else j.last_error end
-   where j.id = p_id
+         last_error = coalesce(v_error, j.last_error)
+   where j.id = p_id and (not jobs.distributed() or j.bucket = (p_id & 255)::smallint)
   returning j.state, j.settle_watched, j.slots is not null,
             j.hooks is not null or j.parent_id is not null
     into v_state, v_watched, v_held, v_follows;

@@ -17,8 +17,11 @@ functions) finishes or refreshes the job and changes nothing else:
      the bucket of their key, so dedupe across shards would miss them); then, unless
      `jobs.job` is distributed already, fills the bucket of older rows, adds it to every
      key and reference of the four tables and distributes them;
-  2. CUSTOM_PLANS runs every PL/pgSQL function of the engine with custom plans: Citus
-     plans no multi-shard statement from a generic plan with parameters;
+  2. CUSTOM_PLANS runs every PL/pgSQL function of the engine with custom plans (Citus
+     plans no multi-shard statement from a generic plan with parameters) and its
+     multi-shard writes over one connection per node (`citus.multi_shard_modify_mode =
+     sequential`: a transaction that writes several shards at once and then one of
+     them, as a limited claim does, is refused otherwise);
   3. ROUNDS makes `jobs.distributed()` answer true and `jobs.shard_buckets` the map of
      the shards (the buckets a round names to reach one whole shard), with the security
      and grants the roles step gave them; only a shard split changes the map, and
@@ -134,6 +137,8 @@ begin
               and p.prolang = (select l.oid from pg_catalog.pg_language l
                                 where l.lanname = 'plpgsql') loop
     execute pg_catalog.format('alter function %s set plan_cache_mode = force_custom_plan', f);
+    execute pg_catalog.format(
+      'alter function %s set citus.multi_shard_modify_mode = sequential', f);
   end loop;
 end
 $custom_plans$;
