@@ -422,9 +422,16 @@ as $$
 declare
   v_held    bigint[];  -- the jobs that held limit slots
   v_follows bigint[];  -- the jobs with hooks or a parent
-  v_buckets smallint[];
+  v_buckets smallint[];  -- distributed: this round's shard (null: one round for all)
 begin
-  if not jobs.distributed() then
+  -- One round, or, distributed, one per shard of the batch (jobs.ids_by_shard): Citus
+  -- then sends each update to one shard, not every update to every shard. (The round's
+  -- buckets are named behind jobs.distributed(), which is immutable: on one
+  -- PostgreSQL the planner drops the condition, which otherwise cost a one-job ack a
+  -- quarter of its time there.)
+  for v_buckets in select null::smallint[] where not jobs.distributed()
+                   union all
+                   select b.buckets from jobs.ids_by_shard(p_ids) b where jobs.distributed() loop
     with input as (
       select u.id, u.claim, u.result
         from unnest(p_ids, p_claims,
@@ -443,50 +450,19 @@ begin
         from (select input.id, input.claim, input.result from input order by input.id) as i
        where j.id = i.id and j.claim = i.claim and j.state = 'running'
          and (p_locked is null or j.id = any (p_locked))
+         and (not jobs.distributed() or j.bucket = any (v_buckets))
       returning j.id, j.claim, j.settle_watched, j.slots is not null as held,
                 j.hooks is not null or j.parent_id is not null as follows
     )
-    select pg_catalog.array_agg(settled.id), pg_catalog.array_agg(settled.claim),
-           pg_catalog.array_agg(settled.id) filter (where settled.settle_watched),
-           pg_catalog.array_agg(settled.id) filter (where settled.held),
-           pg_catalog.array_agg(settled.id) filter (where settled.follows)
+    -- (each round's answers after the rounds before: null || a = a)
+    select done || pg_catalog.array_agg(settled.id),
+           claims || pg_catalog.array_agg(settled.claim),
+           watched || pg_catalog.array_agg(settled.id) filter (where settled.settle_watched),
+           v_held || pg_catalog.array_agg(settled.id) filter (where settled.held),
+           v_follows || pg_catalog.array_agg(settled.id) filter (where settled.follows)
       into done, claims, watched, v_held, v_follows
       from settled;
-  else
-    -- The same write a shard at a time, naming the shard's buckets (jobs.ids_by_shard):
-    -- Citus then sends each update to one shard, not every update to every shard. Kept
-    -- apart from the statement above because naming the bucket there cost a one-job ack
-    -- on one PostgreSQL a quarter of its time (measured, bench.functions --mode single).
-    for v_buckets in select b.buckets from jobs.ids_by_shard(p_ids) b loop
-      with input as (
-        select u.id, u.claim, u.result
-          from unnest(p_ids, p_claims,
-                      coalesce(p_results, pg_catalog.array_fill(null::jsonb, array[pg_catalog.cardinality(p_ids)])))
-               as u(id, claim, result)
-      ),
-      settled as (
-        update jobs.job as j
-           set state = 'succeeded', result = i.result, finished_at = p_now,
-               lease_expires_at = null,
-               last_error = case when j.last_error is not null
-                                 then j.last_error || '{"historical": true}' end
-          from input i
-         where j.id = i.id and j.claim = i.claim and j.state = 'running'
-           and (p_locked is null or j.id = any (p_locked))
-           and j.bucket = any (v_buckets)
-        returning j.id, j.claim, j.settle_watched, j.slots is not null as held,
-                  j.hooks is not null or j.parent_id is not null as follows
-      )
-      -- (each round's answers after the rounds before: null || a = a)
-      select done || pg_catalog.array_agg(settled.id),
-             claims || pg_catalog.array_agg(settled.claim),
-             watched || pg_catalog.array_agg(settled.id) filter (where settled.settle_watched),
-             v_held || pg_catalog.array_agg(settled.id) filter (where settled.held),
-             v_follows || pg_catalog.array_agg(settled.id) filter (where settled.follows)
-        into done, claims, watched, v_held, v_follows
-        from settled;
-    end loop;
-  end if;
+  end loop;
   -- they left running, for good (sql/35_limits.sql, sql/42_hooks.sql)
   perform jobs.release_slots(v_held);
   perform jobs.job_final(v_follows);
@@ -1089,6 +1065,7 @@ begin
   perform jobs.check_tenant(array[p_id]);
   select j.actor into v_actor from jobs.job j
     where j.id = p_id and j.claim = p_claim and j.state = 'running'
+      and (not jobs.distributed() or j.bucket = (p_id & 255)::smallint)  -- (its shard)
       for share of j;
   if not found then
     perform jobs.raise_error('lease_lost',

@@ -36,7 +36,9 @@ begin
          j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.dead_letter,
          j.timeout_s, j.group_key, j.singleton, j.throttle_n, j.throttle_per_s, j.compensable,
          j.actor
-    into v_job from jobs.job j where j.id = p_id for share;
+    into v_job from jobs.job j
+   where j.id = p_id and (not jobs.distributed() or j.bucket = (p_id & 255)::smallint)
+     for share;
   if not found then
     perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', p_id));
   end if;

@@ -222,8 +222,11 @@ begin
   -- LOCK every name (jobs.event_locks, the job's tenant), in key order.
   v_names := array(select distinct x->>'event' from pg_catalog.jsonb_array_elements(p_specs) x
                     order by 1);
-  perform jobs.lock_keys(l.keys, l.modes)
-     from jobs.event_locks((select j.tenant from jobs.job j where j.id = p_id), v_names, true) l;
+  -- (the job's tenant read first: distributed, a statement that reads the jobs is sent to
+  -- their shard, and the lock rows are on the coordinator)
+  select j.tenant into v_tenant from jobs.job j
+   where j.id = p_id and (not jobs.distributed() or j.bucket = (p_id & 255)::smallint);
+  perform jobs.lock_keys(l.keys, l.modes) from jobs.event_locks(v_tenant, v_names, true) l;
   -- REGISTER once (a later call keeps the first deadline).
   insert into jobs.event_wait as w (job_id, step, specs, names, deadline, created_at, bucket)
   values (p_id, p_name, p_specs, v_names,
@@ -244,7 +247,10 @@ begin
      and (e.tenant is null or e.tenant = v_tenant)  -- another tenant's events are not seen
      and exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
                   where x->>'event' = e.name and e.payload @> coalesce(x->'match', '{}'::jsonb))
-     and not exists (select 1 from jobs.step s where s.job_id = p_id and s.event_id = e.id)
+     -- (an event a step of this job already took: read first, as an array; distributed,
+     -- the steps are on a shard and the events on the coordinator)
+     and e.id <> all (array(select s.event_id from jobs.step s
+                             where s.job_id = p_id and s.event_id is not null))
    order by e.id
    limit 1;
   if v_event.id is not null then

@@ -362,23 +362,31 @@ stable
 set search_path = ''
 as $$
 begin
+  -- (the candidates read first, then the jobs that take their groups, in a join: Citus
+  -- plans no subquery per job over the jobs)
   return (
+    with candidates as materialized (
+      select j.id, j.name, coalesce(j.tenant, '') as tenant, coalesce(j.group_key, '') as grp,
+             j.singleton, j.debounce_s is not null as debounced
+        from jobs.job j
+       where j.id = any (p_ids) and (j.singleton or j.debounce_s is not null)
+    ), taken as materialized (
+      select distinct c.id
+        from candidates c
+        join jobs.job k on k.name = c.name and coalesce(k.tenant, '') = c.tenant
+                       and coalesce(k.group_key, '') = c.grp and k.id <> c.id
+       where (c.singleton and k.singleton
+              and k.state in ('ready', 'running', 'parked', 'interrupted'))
+          or (c.debounced and k.debounce_s is not null
+              and k.state = 'ready' and k.attempt = 0)
+    )
     select coalesce(pg_catalog.array_agg(r.id order by r.id), '{}')
-      from (select j.id,
+      from (select c.id,
                    pg_catalog.row_number() over (
-                     partition by j.name, coalesce(j.tenant, ''), coalesce(j.group_key, ''),
-                                  j.singleton, j.debounce_s is not null
-                     order by j.id) as nth,
-                   exists (select 1 from jobs.job k
-                            where k.id <> j.id and k.name = j.name
-                              and coalesce(k.tenant, '') = coalesce(j.tenant, '')
-                              and coalesce(k.group_key, '') = coalesce(j.group_key, '')
-                              and ((j.singleton and k.singleton
-                                    and k.state in ('ready', 'running', 'parked', 'interrupted'))
-                                   or (j.debounce_s is not null and k.debounce_s is not null
-                                       and k.state = 'ready' and k.attempt = 0))) as taken
-              from jobs.job j
-             where j.id = any (p_ids) and (j.singleton or j.debounce_s is not null)) r
+                     partition by c.name, c.tenant, c.grp, c.singleton, c.debounced
+                     order by c.id) as nth,
+                   c.id in (select t.id from taken t) as taken
+              from candidates c) r
      where r.taken or r.nth > 1);
 end
 $$;
@@ -495,8 +503,13 @@ begin
   end if;
   -- LOCK in id order, then GUARD.
   perform jobs.lock_jobs(p_ids);
-  select i.id into v_id from pg_catalog.unnest(p_ids) i(id)
-   where not exists (select 1 from jobs.job j where j.id = i.id) limit 1;
+  -- (counted first, and the missing one found only then, in the jobs found read as an
+  -- array: distributed, Citus plans no subquery per id over the jobs)
+  if (select pg_catalog.count(*) from jobs.job j where j.id = any (p_ids))
+     < (select pg_catalog.count(distinct i) from pg_catalog.unnest(p_ids) i) then
+    select i.id into v_id from pg_catalog.unnest(p_ids) i(id)
+     where i.id <> all (array(select j.id from jobs.job j where j.id = any (p_ids))) limit 1;
+  end if;
   if v_id is not null then
     perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', v_id));
   end if;

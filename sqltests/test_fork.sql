@@ -32,34 +32,37 @@ select throws_ok($$ select jobs.fork(current_setting('t.orig')::bigint, '') $$,
                  'SJ001', null, 'an empty step name is refused');
 
 select ok(jobs.fork(current_setting('t.orig')::bigint, 'ship') > 0, 'fork from ship');
+-- (the setting read in a scalar subquery: distributed on Citus, a statement over the
+-- jobs runs on their shards, where this session's settings are not)
 do $$ begin perform pg_catalog.set_config('t.fork',
   (select f.job_id from jobs.job_fork f where f.forked_from = current_setting('t.orig')::bigint)::text, true);
 end $$;
 
 select results_eq($$ select name, queue, tenant, payload, priority, max_attempts, state::text, attempt,
                             key like 'o-1:fork:%'
-                       from jobs.job where id = current_setting('t.fork')::bigint $$,
+                       from jobs.job where id = (select current_setting('t.fork')::bigint) $$,
                   $$ values ('fk.order', 'fk', 'acme', '{"order": 7}'::jsonb, 3::smallint, 4,
                              'ready', 0, true) $$,
                   'the fork copies name, queue, tenant, payload, priority and policy; ready, attempt 0, a key of its own');
-select is((select actor from jobs.job where id = current_setting('t.fork')::bigint),
+select is((select actor from jobs.job where id = (select current_setting('t.fork')::bigint)),
           '{"user": "42", "via": "api"}'::jsonb, 'the fork copies the actor (who asked for the job)');
 select results_eq($$ select name, ordinal, value from jobs.step
-                      where job_id = current_setting('t.fork')::bigint order by ordinal $$,
+                      where job_id = (select current_setting('t.fork')::bigint) order by ordinal $$,
                   $$ values ('reserve', 1, '{"slot": 1}'::jsonb), ('sqljobs.patch:v2', 2, 'true'::jsonb),
                             ('charge', 3, '{"paid": 10}'::jsonb) $$,
                   'its history: the steps before ship, in order, with the patch marker; no undo record');
-select is((select step_seq from jobs.job where id = current_setting('t.fork')::bigint), 3,
+select is((select step_seq from jobs.job where id = (select current_setting('t.fork')::bigint)), 3,
           'the next step it writes comes after the copied ones');
-select ok(not (select compensable from jobs.job where id = current_setting('t.fork')::bigint),
+select ok(not (select compensable from jobs.job where id = (select current_setting('t.fork')::bigint)),
           'a history without compensable steps is not compensable');
 select results_eq($$ select forked_from, from_step from jobs.job_forked_from(current_setting('t.fork')::bigint) $$,
                   $$ values (current_setting('t.orig')::bigint, 'ship') $$,
                   'job_forked_from points back to the original and the step');
 select is((select count(*)::int from jobs.job_forked_from(current_setting('t.orig')::bigint)), 0,
           'the original is not a fork');
-select results_eq($$ select state::text, (select count(*)::int from jobs.step s where s.job_id = j.id)
-                       from jobs.job j where j.id = current_setting('t.orig')::bigint $$,
+select results_eq($$ select state::text, (select count(*)::int from jobs.step s
+                                          where s.job_id = j.id and s.bucket = j.bucket)
+                       from jobs.job j where j.id = (select current_setting('t.orig')::bigint) $$,
                   $$ values ('failed', 5) $$, 'the original is left as it was');
 
 -- the fork's first claim replays the copied steps

@@ -3431,9 +3431,16 @@ as $$
 declare
   v_held    bigint[];  -- the jobs that held limit slots
   v_follows bigint[];  -- the jobs with hooks or a parent
-  v_buckets smallint[];
+  v_buckets smallint[];  -- distributed: this round's shard (null: one round for all)
 begin
-  if not jobs.distributed() then
+  -- One round, or, distributed, one per shard of the batch (jobs.ids_by_shard): Citus
+  -- then sends each update to one shard, not every update to every shard. (The round's
+  -- buckets are named behind jobs.distributed(), which is immutable: on one
+  -- PostgreSQL the planner drops the condition, which otherwise cost a one-job ack a
+  -- quarter of its time there.)
+  for v_buckets in select null::smallint[] where not jobs.distributed()
+                   union all
+                   select b.buckets from jobs.ids_by_shard(p_ids) b where jobs.distributed() loop
     with input as (
       select u.id, u.claim, u.result
         from unnest(p_ids, p_claims,
@@ -3452,50 +3459,19 @@ begin
         from (select input.id, input.claim, input.result from input order by input.id) as i
        where j.id = i.id and j.claim = i.claim and j.state = 'running'
          and (p_locked is null or j.id = any (p_locked))
+         and (not jobs.distributed() or j.bucket = any (v_buckets))
       returning j.id, j.claim, j.settle_watched, j.slots is not null as held,
                 j.hooks is not null or j.parent_id is not null as follows
     )
-    select pg_catalog.array_agg(settled.id), pg_catalog.array_agg(settled.claim),
-           pg_catalog.array_agg(settled.id) filter (where settled.settle_watched),
-           pg_catalog.array_agg(settled.id) filter (where settled.held),
-           pg_catalog.array_agg(settled.id) filter (where settled.follows)
+    -- (each round's answers after the rounds before: null || a = a)
+    select done || pg_catalog.array_agg(settled.id),
+           claims || pg_catalog.array_agg(settled.claim),
+           watched || pg_catalog.array_agg(settled.id) filter (where settled.settle_watched),
+           v_held || pg_catalog.array_agg(settled.id) filter (where settled.held),
+           v_follows || pg_catalog.array_agg(settled.id) filter (where settled.follows)
       into done, claims, watched, v_held, v_follows
       from settled;
-  else
-    -- The same write a shard at a time, naming the shard's buckets (jobs.ids_by_shard):
-    -- Citus then sends each update to one shard, not every update to every shard. Kept
-    -- apart from the statement above because naming the bucket there cost a one-job ack
-    -- on one PostgreSQL a quarter of its time (measured, bench.functions --mode single).
-    for v_buckets in select b.buckets from jobs.ids_by_shard(p_ids) b loop
-      with input as (
-        select u.id, u.claim, u.result
-          from unnest(p_ids, p_claims,
-                      coalesce(p_results, pg_catalog.array_fill(null::jsonb, array[pg_catalog.cardinality(p_ids)])))
-               as u(id, claim, result)
-      ),
-      settled as (
-        update jobs.job as j
-           set state = 'succeeded', result = i.result, finished_at = p_now,
-               lease_expires_at = null,
-               last_error = case when j.last_error is not null
-                                 then j.last_error || '{"historical": true}' end
-          from input i
-         where j.id = i.id and j.claim = i.claim and j.state = 'running'
-           and (p_locked is null or j.id = any (p_locked))
-           and j.bucket = any (v_buckets)
-        returning j.id, j.claim, j.settle_watched, j.slots is not null as held,
-                  j.hooks is not null or j.parent_id is not null as follows
-      )
-      -- (each round's answers after the rounds before: null || a = a)
-      select done || pg_catalog.array_agg(settled.id),
-             claims || pg_catalog.array_agg(settled.claim),
-             watched || pg_catalog.array_agg(settled.id) filter (where settled.settle_watched),
-             v_held || pg_catalog.array_agg(settled.id) filter (where settled.held),
-             v_follows || pg_catalog.array_agg(settled.id) filter (where settled.follows)
-        into done, claims, watched, v_held, v_follows
-        from settled;
-    end loop;
-  end if;
+  end loop;
   -- they left running, for good (sql/35_limits.sql, sql/42_hooks.sql)
   perform jobs.release_slots(v_held);
   perform jobs.job_final(v_follows);
@@ -3987,6 +3963,7 @@ begin
   perform jobs.check_tenant(array[p_id]);
   select j.actor into v_actor from jobs.job j
     where j.id = p_id and j.claim = p_claim and j.state = 'running'
+      and (not jobs.distributed() or j.bucket = (p_id & 255)::smallint)  -- (its shard)
       for share of j;
   if not found then
     perform jobs.raise_error('lease_lost',
@@ -4677,7 +4654,9 @@ begin
          j.max_attempts, j.retry_base_s, j.retry_cap_s, j.retry_jitter, j.dead_letter,
          j.timeout_s, j.group_key, j.singleton, j.throttle_n, j.throttle_per_s, j.compensable,
          j.actor
-    into v_job from jobs.job j where j.id = p_id for share;
+    into v_job from jobs.job j
+   where j.id = p_id and (not jobs.distributed() or j.bucket = (p_id & 255)::smallint)
+     for share;
   if not found then
     perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', p_id));
   end if;
@@ -4904,8 +4883,11 @@ begin
   -- LOCK every name (jobs.event_locks, the job's tenant), in key order.
   v_names := array(select distinct x->>'event' from pg_catalog.jsonb_array_elements(p_specs) x
                     order by 1);
-  perform jobs.lock_keys(l.keys, l.modes)
-     from jobs.event_locks((select j.tenant from jobs.job j where j.id = p_id), v_names, true) l;
+  -- (the job's tenant read first: distributed, a statement that reads the jobs is sent to
+  -- their shard, and the lock rows are on the coordinator)
+  select j.tenant into v_tenant from jobs.job j
+   where j.id = p_id and (not jobs.distributed() or j.bucket = (p_id & 255)::smallint);
+  perform jobs.lock_keys(l.keys, l.modes) from jobs.event_locks(v_tenant, v_names, true) l;
   -- REGISTER once (a later call keeps the first deadline).
   insert into jobs.event_wait as w (job_id, step, specs, names, deadline, created_at, bucket)
   values (p_id, p_name, p_specs, v_names,
@@ -4926,7 +4908,10 @@ begin
      and (e.tenant is null or e.tenant = v_tenant)  -- another tenant's events are not seen
      and exists (select 1 from pg_catalog.jsonb_array_elements(p_specs) x
                   where x->>'event' = e.name and e.payload @> coalesce(x->'match', '{}'::jsonb))
-     and not exists (select 1 from jobs.step s where s.job_id = p_id and s.event_id = e.id)
+     -- (an event a step of this job already took: read first, as an array; distributed,
+     -- the steps are on a shard and the events on the coordinator)
+     and e.id <> all (array(select s.event_id from jobs.step s
+                             where s.job_id = p_id and s.event_id is not null))
    order by e.id
    limit 1;
   if v_event.id is not null then
@@ -6223,23 +6208,31 @@ stable
 set search_path = ''
 as $$
 begin
+  -- (the candidates read first, then the jobs that take their groups, in a join: Citus
+  -- plans no subquery per job over the jobs)
   return (
+    with candidates as materialized (
+      select j.id, j.name, coalesce(j.tenant, '') as tenant, coalesce(j.group_key, '') as grp,
+             j.singleton, j.debounce_s is not null as debounced
+        from jobs.job j
+       where j.id = any (p_ids) and (j.singleton or j.debounce_s is not null)
+    ), taken as materialized (
+      select distinct c.id
+        from candidates c
+        join jobs.job k on k.name = c.name and coalesce(k.tenant, '') = c.tenant
+                       and coalesce(k.group_key, '') = c.grp and k.id <> c.id
+       where (c.singleton and k.singleton
+              and k.state in ('ready', 'running', 'parked', 'interrupted'))
+          or (c.debounced and k.debounce_s is not null
+              and k.state = 'ready' and k.attempt = 0)
+    )
     select coalesce(pg_catalog.array_agg(r.id order by r.id), '{}')
-      from (select j.id,
+      from (select c.id,
                    pg_catalog.row_number() over (
-                     partition by j.name, coalesce(j.tenant, ''), coalesce(j.group_key, ''),
-                                  j.singleton, j.debounce_s is not null
-                     order by j.id) as nth,
-                   exists (select 1 from jobs.job k
-                            where k.id <> j.id and k.name = j.name
-                              and coalesce(k.tenant, '') = coalesce(j.tenant, '')
-                              and coalesce(k.group_key, '') = coalesce(j.group_key, '')
-                              and ((j.singleton and k.singleton
-                                    and k.state in ('ready', 'running', 'parked', 'interrupted'))
-                                   or (j.debounce_s is not null and k.debounce_s is not null
-                                       and k.state = 'ready' and k.attempt = 0))) as taken
-              from jobs.job j
-             where j.id = any (p_ids) and (j.singleton or j.debounce_s is not null)) r
+                     partition by c.name, c.tenant, c.grp, c.singleton, c.debounced
+                     order by c.id) as nth,
+                   c.id in (select t.id from taken t) as taken
+              from candidates c) r
      where r.taken or r.nth > 1);
 end
 $$;
@@ -6336,8 +6329,13 @@ begin
   end if;
   -- LOCK in id order, then GUARD.
   perform jobs.lock_jobs(p_ids);
-  select i.id into v_id from pg_catalog.unnest(p_ids) i(id)
-   where not exists (select 1 from jobs.job j where j.id = i.id) limit 1;
+  -- (counted first, and the missing one found only then, in the jobs found read as an
+  -- array: distributed, Citus plans no subquery per id over the jobs)
+  if (select pg_catalog.count(*) from jobs.job j where j.id = any (p_ids))
+     < (select pg_catalog.count(distinct i) from pg_catalog.unnest(p_ids) i) then
+    select i.id into v_id from pg_catalog.unnest(p_ids) i(id)
+     where i.id <> all (array(select j.id from jobs.job j where j.id = any (p_ids))) limit 1;
+  end if;
   if v_id is not null then
     perform jobs.raise_error('job_not_found', pg_catalog.format('no job has id %s', v_id));
   end if;
