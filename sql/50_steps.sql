@@ -332,6 +332,7 @@ declare
   v_tenant  text;
   v_actor   jsonb;   -- the parent's actor: its children's unless a spec names one
   v_ord     bigint;
+  v_stored  jsonb;   -- the steps stored, {name: value}
 begin
   -- GUARD
   if p_names is null or pg_catalog.cardinality(p_names) = 0
@@ -379,7 +380,10 @@ begin
                               order by u.ord)
     into v_pending, v_specs
     from pg_catalog.unnest(p_names) with ordinality as u(n, ord)
-   where not exists (select 1 from jobs.step s where s.job_id = p_id and s.name = u.n);
+   -- (the steps stored read first, as an array: distributed, Citus plans no subquery
+   -- per name over the steps)
+   where u.n <> all (array(select s.name from jobs.step s
+                            where s.job_id = p_id and s.name = any (p_names)));
   if v_pending is not null then
     v_ids := array(select x.id from jobs.enqueue_many(v_specs) x order by x.ord);
     update jobs.job as c
@@ -405,10 +409,12 @@ begin
   if v_live then
     perform jobs.nack_batch(array[p_id], array[p_claim], null, array['park'], null, true);
   end if;
+  -- (the steps read first, as a map: distributed, they are on a shard)
+  v_stored := (select pg_catalog.jsonb_object_agg(s.name, s.value) from jobs.step s
+                where s.job_id = p_id and s.name = any (p_names));
   return query
-    select u.n, s.value, coalesce((s.value->>'job_id')::bigint, m.cid), v_live
+    select u.n, v_stored->u.n, coalesce((v_stored->u.n->>'job_id')::bigint, m.cid), v_live
       from pg_catalog.unnest(p_names) with ordinality as u(n, ord)
-      left join jobs.step s on s.job_id = p_id and s.name = u.n
       left join unnest(v_pending, v_ids) as m(n, cid) on m.n = u.n
      order by u.ord;
 end

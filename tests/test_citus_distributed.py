@@ -13,6 +13,7 @@ takes a database of its own on every node. What must hold (docs/howto-citus.md,
   before schema version 3 (SJ062); finished ones get their bucket;
 - the beside mode's guard, which every later revision runs first, leaves a distributed
   install's schema on the worker nodes;
+- producer, worker and reader login roles do their work through the functions;
 - a real `sqljobs worker` drains jobs spread over every shard, and finishes them all
   when a worker node is killed and restarted under it;
 - pgTAP files pass on the distributed install (bench/citus_probe.py, whose map
@@ -192,6 +193,39 @@ def test_the_guard_of_a_later_revision_leaves_a_distributed_install_in_place(
             assert scalar(worker, "select to_regnamespace('jobs') is not null")
 
 
+def test_the_sqljobs_roles_work_distributed_through_the_functions(
+        cluster: LocalCluster) -> None:
+    """Login roles granted the sqljobs roles, made on the coordinator after distributing
+    (Citus propagates them): a producer enqueues, a worker claims and acks across
+    shards, a reader lists jobs through jobs.list_jobs. The engine's functions run as
+    their owner, so their shard connections are the owner's; a reader's direct read of
+    jobs.job_view goes to the shards as the reader, who may not read them: refused,
+    as docs/howto-citus.md says."""
+    dsn = _database(cluster, "dist_roles")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("create role dist_producer login; grant sqljobs_producer to dist_producer;"
+                     "create role dist_worker login; grant sqljobs_worker to dist_worker;"
+                     "create role dist_reader login; grant sqljobs_reader to dist_reader")
+
+    def login(role: str) -> psycopg.Connection[Any]:
+        return psycopg.connect(dsn.replace("postgres@", f"{role}@"), autocommit=True)
+
+    with login("dist_producer") as producer:
+        _enqueue(producer, range(1, 41))
+    with login("dist_worker") as worker:
+        claimed = worker.execute("select id, claim from jobs.claim_v2(%s, 'w', 40, 30)",
+                                 ([QUEUE],)).fetchall()
+        assert len(claimed) == 40
+        acked = worker.execute("select ok from jobs.ack_many(%s, %s, null)",
+                               ([r[0] for r in claimed], [r[1] for r in claimed])).fetchall()
+        assert [ok for (ok,) in acked] == [True] * 40
+    with login("dist_reader") as reader:
+        assert scalar(reader, "select count(*) from jobs.list_jobs('{\"state\": \"succeeded\"}',"
+                              " null, 100)") == 40
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            reader.execute("select count(*) from jobs.job_view")
+
+
 def test_a_worker_drains_every_shard_and_finishes_when_a_node_is_killed_under_it(
         cluster: LocalCluster, tmp_path: Path) -> None:
     """200 quick jobs and 20 that run 5 s, over every shard; a worker node is killed
@@ -242,10 +276,10 @@ def test_pgtap_files_pass_distributed(cluster: LocalCluster) -> None:
     """bench/citus_probe.py distributes a fresh install as `sqljobs migrate --distributed`
     does and runs pgTAP files there. Kept here so its map (docs/design/citus.md, "What the
     probe finds") stays true: the surface, the files that pin what distributing needs,
-    claims, acks, nacks, lease recovery, cancels, the verbs by filter, limits and
-    sagas' unwinds (in rounds per shard) pass distributed; purge, which still locks
-    jobs across shards, does not yet: the day it passes, the page's map is out of
-    date."""
+    claims, acks, nacks, lease recovery, cancels, requeues, the verbs by filter,
+    limits, event waits, child jobs, sagas' unwinds, job details and ledgers pass
+    distributed; purge, which still locks jobs across shards, does not yet: the day it
+    passes, the page's map is out of date."""
     from bench.citus_probe import probe
 
     passing = ["test_surface.sql", "test_distributable.sql", "test_limits_surface.sql",
@@ -253,6 +287,8 @@ def test_pgtap_files_pass_distributed(cluster: LocalCluster) -> None:
                "test_ack.sql", "test_nack_modes.sql", "test_cancel.sql",
                "test_cancel_where.sql", "test_where_filters.sql",
                "test_limits_concurrency.sql", "test_limits_rate.sql",
-               "test_slot_release_paths.sql", "test_saga_unwind.sql", "test_claim_version.sql"]
+               "test_slot_release_paths.sql", "test_saga_unwind.sql", "test_claim_version.sql",
+               "test_event_wait_timeout.sql", "test_child_invoke.sql", "test_requeue.sql",
+               "test_job_detail_attempts.sql", "test_ledger.sql"]
     assert probe(cluster, passing) == len(passing)
     assert probe(cluster, ["test_purge_policy.sql"]) == 0

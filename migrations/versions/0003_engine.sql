@@ -4477,6 +4477,7 @@ declare
   v_tenant  text;
   v_actor   jsonb;   -- the parent's actor: its children's unless a spec names one
   v_ord     bigint;
+  v_stored  jsonb;   -- the steps stored, {name: value}
 begin
   -- GUARD
   if p_names is null or pg_catalog.cardinality(p_names) = 0
@@ -4524,7 +4525,10 @@ begin
                               order by u.ord)
     into v_pending, v_specs
     from pg_catalog.unnest(p_names) with ordinality as u(n, ord)
-   where not exists (select 1 from jobs.step s where s.job_id = p_id and s.name = u.n);
+   -- (the steps stored read first, as an array: distributed, Citus plans no subquery
+   -- per name over the steps)
+   where u.n <> all (array(select s.name from jobs.step s
+                            where s.job_id = p_id and s.name = any (p_names)));
   if v_pending is not null then
     v_ids := array(select x.id from jobs.enqueue_many(v_specs) x order by x.ord);
     update jobs.job as c
@@ -4550,10 +4554,12 @@ begin
   if v_live then
     perform jobs.nack_batch(array[p_id], array[p_claim], null, array['park'], null, true);
   end if;
+  -- (the steps read first, as a map: distributed, they are on a shard)
+  v_stored := (select pg_catalog.jsonb_object_agg(s.name, s.value) from jobs.step s
+                where s.job_id = p_id and s.name = any (p_names));
   return query
-    select u.n, s.value, coalesce((s.value->>'job_id')::bigint, m.cid), v_live
+    select u.n, v_stored->u.n, coalesce((v_stored->u.n->>'job_id')::bigint, m.cid), v_live
       from pg_catalog.unnest(p_names) with ordinality as u(n, ord)
-      left join jobs.step s on s.job_id = p_id and s.name = u.n
       left join unnest(v_pending, v_ids) as m(n, cid) on m.n = u.n
      order by u.ord;
 end
@@ -6695,6 +6701,27 @@ $$;
 
 comment on function jobs.job_types() is 'Every registered job type with its sensitive and personal paths, and the data factory that declared it (version 3: the column factory).';
 
+-- jobs.personal_data(): the job types whose payload holds personal data, and where,
+-- with how many jobs of each are stored (for a data-subject export or erase).
+create or replace function jobs.personal_data()
+returns table (name text, personal_paths text[], jobs bigint)
+language sql
+stable
+set search_path = ''
+as $$
+  select jobs.fleet_only('jobs.personal_data');  -- (sql/15_tenancy.sql)
+  -- (the jobs counted per name in one read: Citus plans no subquery per type over them)
+  select t.name, t.personal_paths, coalesce(c.n, 0)
+    from jobs.job_type t
+    left join (select j.name, pg_catalog.count(*) as n
+                 from jobs.job j
+                where j.name = any (array(select p.name from jobs.job_type p
+                                           where pg_catalog.cardinality(p.personal_paths) > 0))
+                group by j.name) c on c.name = t.name
+   where pg_catalog.cardinality(t.personal_paths) > 0
+   order by t.name
+$$;
+
 -- ---------------------------------------------------------------------------
 -- The read side: every view of a job redacts.
 -- ---------------------------------------------------------------------------
@@ -6791,6 +6818,56 @@ begin
        and (v_times[4] is null or v.finished_at < v_times[4])
      order by v.id desc
      limit p_limit;
+end
+$$;
+
+-- jobs.job_detail(id): one job as JSON, redacted: {"job": its job_view row, "attempts":
+-- [...], "steps": [...], "children": [...], "waits": [...]}; null when no job has that
+-- id. "attempts" is the job's attempt history (jobs.job.attempts: the last 20 attempts
+-- that ended without success, oldest first; [] when none), redacted as last_error is.
+-- PL/pgSQL: an upgrade creates it before it replaces jobs.job_view.
+create or replace function jobs.job_detail(p_id bigint)
+returns jsonb
+language plpgsql
+stable
+set search_path = ''
+as $$
+declare
+  v_view     jsonb;    -- its job_view row (none: missing, or another tenant's)
+  v_attempts jsonb;
+  v_secrets  text[];   -- the payload's sensitive values, redacted wherever they appear
+begin
+  perform jobs.check_tenant(array[p_id]);
+  -- One read per part, each naming the job (distributed, its steps and waits are on its
+  -- shard and its children on any: Citus plans no subquery per part over them).
+  select pg_catalog.to_jsonb(v) into v_view from jobs.job_view v where v.id = p_id;
+  if v_view is null then
+    return null;
+  end if;
+  select j.attempts, jobs.redaction_secrets(j.payload, (select t.sensitive_paths
+                                                         from jobs.job_type t
+                                                        where t.name = j.name))
+    into v_attempts, v_secrets
+    from jobs.job j where j.id = p_id;
+  return pg_catalog.jsonb_build_object(
+    'job', v_view,
+    'attempts', coalesce(jobs.redact_strings(v_attempts, v_secrets), '[]'::jsonb),
+    'steps', coalesce((
+      select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'name', st.name, 'ordinal', st.ordinal, 'kind', st.kind,
+               'value', jobs.redact_strings(st.value, v_secrets), 'created_at', st.created_at)
+             order by st.ordinal)
+        from jobs.step st where st.job_id = p_id), '[]'::jsonb),
+    'children', coalesce((
+      select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'id', c.id, 'name', c.name, 'state', c.state, 'parent_step', c.parent_step,
+               'attempt', c.attempt, 'finished_at', c.finished_at) order by c.id)
+        from jobs.job c where c.parent_id = p_id), '[]'::jsonb),
+    'waits', coalesce((
+      select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'step', w.step, 'events', w.names, 'specs', jobs.redact_strings(w.specs, v_secrets),
+               'deadline', w.deadline, 'created_at', w.created_at) order by w.created_at, w.step)
+        from jobs.event_wait w where w.job_id = p_id), '[]'::jsonb));
 end
 $$;
 
