@@ -433,9 +433,10 @@ as $$
 declare
   -- (read once, here: distributed, a statement over the jobs runs on their shards,
   -- where a session's test clock is not set)
-  v_now timestamptz := jobs.now();
+  v_now timestamptz;
 begin
   perform jobs.fleet_only('jobs.limit_stats');  -- (sql/15_tenancy.sql)
+  v_now := jobs.now();
   return query
   with used as (
     select s.grp, pg_catalog.count(*) as running from jobs.slot s group by s.grp
@@ -684,7 +685,8 @@ begin
           v_refusal := 'leave';
         elsif a_fail[v_i] and exists (
                 select 1 from jobs.slot s
-                  join jobs.job r on r.id = s.job_id and r.bucket = s.bucket  -- (co-located)
+                  join jobs.job r on r.id = s.job_id
+                                 and (not jobs.distributed() or r.bucket = s.bucket)  -- (co-located)
                  where s.grp = v_group and r.state = 'running' and r.lease_expires_at > v_now)
         then
           v_refusal := 'fail';  -- evidence: a run holds the key under a live lease
@@ -850,17 +852,37 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_queues text[];
+  v_queues  text[];
+  v_buckets smallint[];
+  v_ids     bigint[];
 begin
   if p_ids is null or pg_catalog.cardinality(p_ids) = 0 then
     return;
   end if;
-  with moved as (
-    update jobs.job as j set blocked_on = null
-     where j.id = any (p_ids) and j.blocked_on is not null
-    returning j.queue
-  )
-  select pg_catalog.array_agg(distinct m.queue) into v_queues from moved m;
+  if not jobs.distributed() then
+    with moved as (
+      update jobs.job as j set blocked_on = null
+       where j.id = any (p_ids) and j.blocked_on is not null
+      returning j.queue
+    )
+    select pg_catalog.array_agg(distinct m.queue) into v_queues from moved m;
+  else
+    -- A shard at a time, a waiter locked elsewhere skipped (distributed, the waiters
+    -- are picked without row locks: waiting here for one, while holding jobs, could
+    -- deadlock; a skipped one is freed by the next sweep, jobs.unblock_free)
+    for v_buckets, v_ids in select b.buckets, b.ids from jobs.ids_by_shard(p_ids) b loop
+      with moved as (
+        update jobs.job as j set blocked_on = null
+          from (select w.id from jobs.job w
+                 where w.id = any (v_ids) and w.bucket = any (v_buckets)
+                   and w.blocked_on is not null
+                   for update skip locked) l
+         where j.id = l.id and j.bucket = any (v_buckets)
+        returning j.queue
+      )
+      select v_queues || pg_catalog.array_agg(distinct m.queue) into v_queues from moved m;
+    end loop;
+  end if;
   perform jobs.wake(v_queues);
 end
 $$;

@@ -71,7 +71,7 @@ declare
   v_final  boolean := p_states <@ '{succeeded,failed,dead,cancelled}'::jobs.job_state[];
   v_live   boolean := p_states <@ '{ready,running,parked,interrupted}'::jobs.job_state[];
   v_ids    bigint[] := '{}';
-  v_now    timestamptz := jobs.now();
+  v_now    timestamptz := case when p_waiting then jobs.now() end;  -- (read only if used)
   v_buckets smallint[];  -- distributed: this round's shard (null: one round for all)
 begin
   p_filter := jobs.tenant_filter(p_filter);  -- a bound session: its tenant only
@@ -239,10 +239,12 @@ declare
   v_held    bigint[];   -- jobs that may hold limit slots (only running ones do)
   v_follows bigint[];   -- cancelled jobs with hooks or a parent
   v_watched bigint[];
-  v_distributed boolean := jobs.distributed();
-  v_rounds  refcursor;  -- distributed: (buckets, ids) of the jobs, a shard at a time
-  v_buckets smallint[];  -- (null: one round for all)
+  v_buckets smallint[];  -- distributed: this round's shard (null: one round for all)
   v_ids     bigint[];
+  v_unwind_ids      bigint[];  -- this round's compensable jobs and their new histories,
+  v_unwind_attempts jsonb[];
+  v_cancel_ids      bigint[];  -- and the others
+  v_cancel_attempts jsonb[];
 begin
   -- the workers running any of them hear it now (jobs.worker_token), not at their next
   -- heartbeat; delivered at commit, as every notification (read first: the notices go
@@ -252,76 +254,67 @@ begin
             select distinct j.worker from jobs.job j
              where j.id = any (p_ids) and j.state = 'running' and j.worker is not null)) w(worker);
   -- One round, or, distributed, one per shard of the jobs (jobs.ids_by_shard). Each new
-  -- attempt history is made in a select, not in the update: Citus sends no update whose
-  -- SET calls a stable function on the row's columns.
-  if v_distributed then
-    open v_rounds for select b.buckets, b.ids from jobs.ids_by_shard(p_ids) b;
-  end if;
-  loop
-    if v_distributed then
-      fetch v_rounds into v_buckets, v_ids;
-      exit when not found;
-    end if;
+  -- attempt history is made in a read first, not in the updates: Citus sends no update
+  -- whose SET calls a stable function on the row's columns (the rows are locked: the
+  -- callers lock them first).
+  for v_buckets, v_ids in select null::smallint[], null::bigint[] where not jobs.distributed()
+                          union all
+                          select b.buckets, b.ids from jobs.ids_by_shard(p_ids) b
+                           where jobs.distributed() loop
+    select pg_catalog.array_agg(t.id) filter (where t.compensable),
+           pg_catalog.array_agg(t.attempts) filter (where t.compensable),
+           pg_catalog.array_agg(t.id) filter (where not t.compensable),
+           pg_catalog.array_agg(t.attempts) filter (where not t.compensable)
+      into v_unwind_ids, v_unwind_attempts, v_cancel_ids, v_cancel_attempts
+      from (select j.id, j.compensable,
+                   jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim, j.worker,
+                                          j.started_at, v_now) as attempts
+              from jobs.job j
+             where j.id = any (coalesce(v_ids, p_ids))
+               and (not jobs.distributed() or j.bucket = any (v_buckets))
+               and j.state in ('ready', 'running', 'parked', 'interrupted')
+               and not (j.compensable and j.compensating)) t;
     -- A compensable job unwinds instead (sagas, sql/50_steps.sql): back to ready and
     -- compensating, its unwind recorded to end cancelled, its queue woken so a worker
     -- claims it to run the compensations. One already unwinding is left to finish.
-    with target as (
-      select j.id, jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim, j.worker,
-                                          j.started_at, v_now) as attempts
-        from jobs.job j
-       where j.id = any (coalesce(v_ids, p_ids))
-         and (v_buckets is null or j.bucket = any (v_buckets))
-         and j.state in ('ready', 'running', 'parked', 'interrupted')
-         and j.compensable and not j.compensating
-    ), unwinding as (
+    with unwinding as (
       update jobs.job as j
          set state = 'ready', run_at = v_now, finished_at = null, lease_expires_at = null,
              compensating = true, step_seq = j.step_seq + 1, attempts = t.attempts
-        from target t
-       where j.id = t.id and (v_buckets is null or j.bucket = any (v_buckets))
+        from unnest(v_unwind_ids, v_unwind_attempts) as t(id, attempts)
+       where j.id = t.id and (not jobs.distributed() or j.bucket = any (v_buckets))
       returning j.id, j.step_seq, j.queue, j.slots is not null as held
     )
-    select v_unwinds || pg_catalog.array_agg(u.id), v_seqs || pg_catalog.array_agg(u.step_seq),
-           v_queues || pg_catalog.array_agg(distinct u.queue),
-           v_held || pg_catalog.array_agg(u.id) filter (where u.held)
+    select pg_catalog.array_agg(u.id), pg_catalog.array_agg(u.step_seq),
+           pg_catalog.array_agg(distinct u.queue), pg_catalog.array_agg(u.id) filter (where u.held)
       into v_unwinds, v_seqs, v_queues, v_held
       from unwinding u;
-    with target as (
-      select j.id, jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim, j.worker,
-                                          j.started_at, v_now) as attempts
-        from jobs.job j
-       where j.id = any (coalesce(v_ids, p_ids))
-         and (v_buckets is null or j.bucket = any (v_buckets))
-         and j.state in ('ready', 'running', 'parked', 'interrupted')
-         and not j.compensable
-    ), moved as (
+    if v_unwinds is not null then
+      perform jobs.record_unwinds(v_unwinds, v_seqs,
+        pg_catalog.array_fill('cancelled'::jobs.job_state, array[pg_catalog.cardinality(v_unwinds)]),
+        pg_catalog.array_fill(pg_catalog.jsonb_build_object('kind', 'cancelled',
+                                                            'message', 'the job was cancelled'),
+                              array[pg_catalog.cardinality(v_unwinds)]));
+      perform jobs.wake(v_queues);
+    end if;
+    perform jobs.release_slots(v_held);
+    with moved as (
       update jobs.job as j
          set state = 'cancelled', finished_at = v_now, lease_expires_at = null,
              attempts = t.attempts
-        from target t
-       where j.id = t.id and (v_buckets is null or j.bucket = any (v_buckets))
+        from unnest(v_cancel_ids, v_cancel_attempts) as t(id, attempts)
+       where j.id = t.id and (not jobs.distributed() or j.bucket = any (v_buckets))
       returning j.id, j.settle_watched, j.slots is not null as held,
                 j.hooks is not null or j.parent_id is not null as follows
     )
-    select v_held || pg_catalog.array_agg(moved.id) filter (where moved.held),
+    -- (each round's answers after the rounds before: null || a = a)
+    select pg_catalog.array_agg(moved.id) filter (where moved.held),
            v_follows || pg_catalog.array_agg(moved.id) filter (where moved.follows),
            v_watched || pg_catalog.array_agg(moved.id) filter (where moved.settle_watched)
       into v_held, v_follows, v_watched
       from moved;
-    exit when not v_distributed;
+    perform jobs.release_slots(v_held);
   end loop;
-  if v_distributed then
-    close v_rounds;
-  end if;
-  if v_unwinds is not null then
-    perform jobs.record_unwinds(v_unwinds, v_seqs,
-      pg_catalog.array_fill('cancelled'::jobs.job_state, array[pg_catalog.cardinality(v_unwinds)]),
-      pg_catalog.array_fill(pg_catalog.jsonb_build_object('kind', 'cancelled',
-                                                          'message', 'the job was cancelled'),
-                            array[pg_catalog.cardinality(v_unwinds)]));
-    perform jobs.wake(v_queues);
-  end if;
-  perform jobs.release_slots(v_held);
   perform jobs.job_final(v_follows);
   -- result waiters of watched jobs hear of it (a saga's cancel first unwinds: not yet)
   perform jobs.notify_settled(v_watched);

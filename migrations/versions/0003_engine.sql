@@ -40,10 +40,8 @@
 --     slot have a new nullable column bucket (smallint, no default: a catalog change,
 --     no rewrite), which every insert writes (the job's id & 255, a step's, wait's or
 --     slot's job's). A distributed install is distributed by it (Citus refuses a
---     generated distribution column); rows of jobs, steps and waits made before this
---     revision keep null, which the distributing step fills; the slots (a running
---     limited job's each: few) get theirs in the upgrade. On one PostgreSQL only a
---     limit's when_busy = 'fail' check reads it (slots joined to their jobs). The step
+--     generated distribution column); rows made before this revision keep null, which
+--     the distributing step fills. No statement reads it on one PostgreSQL. The step
 --     and event-wait inserts name no conflict target (their primary key is their one
 --     unique key: the same conflicts), so a key that gains the bucket still catches them.
 --   * Rounds per shard for a distributed install (private jobs.distributed(), false
@@ -204,9 +202,6 @@ alter table jobs.job add column bucket smallint;
 alter table jobs.step add column bucket smallint;
 alter table jobs.event_wait add column bucket smallint;
 alter table jobs.slot add column bucket smallint;
--- (a slot row is a running limited job's: few, so they get their bucket now, and a join
--- of the slots to their jobs can name it)
-update jobs.slot set bucket = job_id & 255 where bucket is null;
 
 create table jobs.job_fork (
   job_id      bigint primary key references jobs.job (id) on delete cascade,
@@ -2602,9 +2597,10 @@ as $$
 declare
   -- (read once, here: distributed, a statement over the jobs runs on their shards,
   -- where a session's test clock is not set)
-  v_now timestamptz := jobs.now();
+  v_now timestamptz;
 begin
   perform jobs.fleet_only('jobs.limit_stats');  -- (sql/15_tenancy.sql)
+  v_now := jobs.now();
   return query
   with used as (
     select s.grp, pg_catalog.count(*) as running from jobs.slot s group by s.grp
@@ -2846,7 +2842,8 @@ begin
           v_refusal := 'leave';
         elsif a_fail[v_i] and exists (
                 select 1 from jobs.slot s
-                  join jobs.job r on r.id = s.job_id and r.bucket = s.bucket  -- (co-located)
+                  join jobs.job r on r.id = s.job_id
+                                 and (not jobs.distributed() or r.bucket = s.bucket)  -- (co-located)
                  where s.grp = v_group and r.state = 'running' and r.lease_expires_at > v_now)
         then
           v_refusal := 'fail';  -- evidence: a run holds the key under a live lease
@@ -2999,6 +2996,51 @@ begin
     on conflict (grp) do update set starts = excluded.starts
      where t.starts is distinct from excluded.starts;
   end if;
+end
+$$;
+
+-- jobs.unblock(ids): these waiting jobs are claimable again; their queues are woken.
+-- (PL/pgSQL, not SQL: its plans are kept for the session; a SQL function called from
+-- a trigger is planned at every call.)
+create or replace function jobs.unblock(p_ids bigint[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_queues  text[];
+  v_buckets smallint[];
+  v_ids     bigint[];
+begin
+  if p_ids is null or pg_catalog.cardinality(p_ids) = 0 then
+    return;
+  end if;
+  if not jobs.distributed() then
+    with moved as (
+      update jobs.job as j set blocked_on = null
+       where j.id = any (p_ids) and j.blocked_on is not null
+      returning j.queue
+    )
+    select pg_catalog.array_agg(distinct m.queue) into v_queues from moved m;
+  else
+    -- A shard at a time, a waiter locked elsewhere skipped (distributed, the waiters
+    -- are picked without row locks: waiting here for one, while holding jobs, could
+    -- deadlock; a skipped one is freed by the next sweep, jobs.unblock_free)
+    for v_buckets, v_ids in select b.buckets, b.ids from jobs.ids_by_shard(p_ids) b loop
+      with moved as (
+        update jobs.job as j set blocked_on = null
+          from (select w.id from jobs.job w
+                 where w.id = any (v_ids) and w.bucket = any (v_buckets)
+                   and w.blocked_on is not null
+                   for update skip locked) l
+         where j.id = l.id and j.bucket = any (v_buckets)
+        returning j.queue
+      )
+      select v_queues || pg_catalog.array_agg(distinct m.queue) into v_queues from moved m;
+    end loop;
+  end if;
+  perform jobs.wake(v_queues);
 end
 $$;
 
@@ -5923,7 +5965,7 @@ declare
   v_final  boolean := p_states <@ '{succeeded,failed,dead,cancelled}'::jobs.job_state[];
   v_live   boolean := p_states <@ '{ready,running,parked,interrupted}'::jobs.job_state[];
   v_ids    bigint[] := '{}';
-  v_now    timestamptz := jobs.now();
+  v_now    timestamptz := case when p_waiting then jobs.now() end;  -- (read only if used)
   v_buckets smallint[];  -- distributed: this round's shard (null: one round for all)
 begin
   p_filter := jobs.tenant_filter(p_filter);  -- a bound session: its tenant only
@@ -6091,10 +6133,12 @@ declare
   v_held    bigint[];   -- jobs that may hold limit slots (only running ones do)
   v_follows bigint[];   -- cancelled jobs with hooks or a parent
   v_watched bigint[];
-  v_distributed boolean := jobs.distributed();
-  v_rounds  refcursor;  -- distributed: (buckets, ids) of the jobs, a shard at a time
-  v_buckets smallint[];  -- (null: one round for all)
+  v_buckets smallint[];  -- distributed: this round's shard (null: one round for all)
   v_ids     bigint[];
+  v_unwind_ids      bigint[];  -- this round's compensable jobs and their new histories,
+  v_unwind_attempts jsonb[];
+  v_cancel_ids      bigint[];  -- and the others
+  v_cancel_attempts jsonb[];
 begin
   -- the workers running any of them hear it now (jobs.worker_token), not at their next
   -- heartbeat; delivered at commit, as every notification (read first: the notices go
@@ -6104,76 +6148,67 @@ begin
             select distinct j.worker from jobs.job j
              where j.id = any (p_ids) and j.state = 'running' and j.worker is not null)) w(worker);
   -- One round, or, distributed, one per shard of the jobs (jobs.ids_by_shard). Each new
-  -- attempt history is made in a select, not in the update: Citus sends no update whose
-  -- SET calls a stable function on the row's columns.
-  if v_distributed then
-    open v_rounds for select b.buckets, b.ids from jobs.ids_by_shard(p_ids) b;
-  end if;
-  loop
-    if v_distributed then
-      fetch v_rounds into v_buckets, v_ids;
-      exit when not found;
-    end if;
+  -- attempt history is made in a read first, not in the updates: Citus sends no update
+  -- whose SET calls a stable function on the row's columns (the rows are locked: the
+  -- callers lock them first).
+  for v_buckets, v_ids in select null::smallint[], null::bigint[] where not jobs.distributed()
+                          union all
+                          select b.buckets, b.ids from jobs.ids_by_shard(p_ids) b
+                           where jobs.distributed() loop
+    select pg_catalog.array_agg(t.id) filter (where t.compensable),
+           pg_catalog.array_agg(t.attempts) filter (where t.compensable),
+           pg_catalog.array_agg(t.id) filter (where not t.compensable),
+           pg_catalog.array_agg(t.attempts) filter (where not t.compensable)
+      into v_unwind_ids, v_unwind_attempts, v_cancel_ids, v_cancel_attempts
+      from (select j.id, j.compensable,
+                   jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim, j.worker,
+                                          j.started_at, v_now) as attempts
+              from jobs.job j
+             where j.id = any (coalesce(v_ids, p_ids))
+               and (not jobs.distributed() or j.bucket = any (v_buckets))
+               and j.state in ('ready', 'running', 'parked', 'interrupted')
+               and not (j.compensable and j.compensating)) t;
     -- A compensable job unwinds instead (sagas, sql/50_steps.sql): back to ready and
     -- compensating, its unwind recorded to end cancelled, its queue woken so a worker
     -- claims it to run the compensations. One already unwinding is left to finish.
-    with target as (
-      select j.id, jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim, j.worker,
-                                          j.started_at, v_now) as attempts
-        from jobs.job j
-       where j.id = any (coalesce(v_ids, p_ids))
-         and (v_buckets is null or j.bucket = any (v_buckets))
-         and j.state in ('ready', 'running', 'parked', 'interrupted')
-         and j.compensable and not j.compensating
-    ), unwinding as (
+    with unwinding as (
       update jobs.job as j
          set state = 'ready', run_at = v_now, finished_at = null, lease_expires_at = null,
              compensating = true, step_seq = j.step_seq + 1, attempts = t.attempts
-        from target t
-       where j.id = t.id and (v_buckets is null or j.bucket = any (v_buckets))
+        from unnest(v_unwind_ids, v_unwind_attempts) as t(id, attempts)
+       where j.id = t.id and (not jobs.distributed() or j.bucket = any (v_buckets))
       returning j.id, j.step_seq, j.queue, j.slots is not null as held
     )
-    select v_unwinds || pg_catalog.array_agg(u.id), v_seqs || pg_catalog.array_agg(u.step_seq),
-           v_queues || pg_catalog.array_agg(distinct u.queue),
-           v_held || pg_catalog.array_agg(u.id) filter (where u.held)
+    select pg_catalog.array_agg(u.id), pg_catalog.array_agg(u.step_seq),
+           pg_catalog.array_agg(distinct u.queue), pg_catalog.array_agg(u.id) filter (where u.held)
       into v_unwinds, v_seqs, v_queues, v_held
       from unwinding u;
-    with target as (
-      select j.id, jobs.cancelled_attempt(j.state, j.attempts, j.attempt, j.claim, j.worker,
-                                          j.started_at, v_now) as attempts
-        from jobs.job j
-       where j.id = any (coalesce(v_ids, p_ids))
-         and (v_buckets is null or j.bucket = any (v_buckets))
-         and j.state in ('ready', 'running', 'parked', 'interrupted')
-         and not j.compensable
-    ), moved as (
+    if v_unwinds is not null then
+      perform jobs.record_unwinds(v_unwinds, v_seqs,
+        pg_catalog.array_fill('cancelled'::jobs.job_state, array[pg_catalog.cardinality(v_unwinds)]),
+        pg_catalog.array_fill(pg_catalog.jsonb_build_object('kind', 'cancelled',
+                                                            'message', 'the job was cancelled'),
+                              array[pg_catalog.cardinality(v_unwinds)]));
+      perform jobs.wake(v_queues);
+    end if;
+    perform jobs.release_slots(v_held);
+    with moved as (
       update jobs.job as j
          set state = 'cancelled', finished_at = v_now, lease_expires_at = null,
              attempts = t.attempts
-        from target t
-       where j.id = t.id and (v_buckets is null or j.bucket = any (v_buckets))
+        from unnest(v_cancel_ids, v_cancel_attempts) as t(id, attempts)
+       where j.id = t.id and (not jobs.distributed() or j.bucket = any (v_buckets))
       returning j.id, j.settle_watched, j.slots is not null as held,
                 j.hooks is not null or j.parent_id is not null as follows
     )
-    select v_held || pg_catalog.array_agg(moved.id) filter (where moved.held),
+    -- (each round's answers after the rounds before: null || a = a)
+    select pg_catalog.array_agg(moved.id) filter (where moved.held),
            v_follows || pg_catalog.array_agg(moved.id) filter (where moved.follows),
            v_watched || pg_catalog.array_agg(moved.id) filter (where moved.settle_watched)
       into v_held, v_follows, v_watched
       from moved;
-    exit when not v_distributed;
+    perform jobs.release_slots(v_held);
   end loop;
-  if v_distributed then
-    close v_rounds;
-  end if;
-  if v_unwinds is not null then
-    perform jobs.record_unwinds(v_unwinds, v_seqs,
-      pg_catalog.array_fill('cancelled'::jobs.job_state, array[pg_catalog.cardinality(v_unwinds)]),
-      pg_catalog.array_fill(pg_catalog.jsonb_build_object('kind', 'cancelled',
-                                                          'message', 'the job was cancelled'),
-                            array[pg_catalog.cardinality(v_unwinds)]));
-    perform jobs.wake(v_queues);
-  end if;
-  perform jobs.release_slots(v_held);
   perform jobs.job_final(v_follows);
   -- result waiters of watched jobs hear of it (a saga's cancel first unwinds: not yet)
   perform jobs.notify_settled(v_watched);

@@ -40,10 +40,8 @@
 --     slot have a new nullable column bucket (smallint, no default: a catalog change,
 --     no rewrite), which every insert writes (the job's id & 255, a step's, wait's or
 --     slot's job's). A distributed install is distributed by it (Citus refuses a
---     generated distribution column); rows of jobs, steps and waits made before this
---     revision keep null, which the distributing step fills; the slots (a running
---     limited job's each: few) get theirs in the upgrade. On one PostgreSQL only a
---     limit's when_busy = 'fail' check reads it (slots joined to their jobs). The step
+--     generated distribution column); rows made before this revision keep null, which
+--     the distributing step fills. No statement reads it on one PostgreSQL. The step
 --     and event-wait inserts name no conflict target (their primary key is their one
 --     unique key: the same conflicts), so a key that gains the bucket still catches them.
 --   * Rounds per shard for a distributed install (private jobs.distributed(), false
@@ -204,9 +202,6 @@ alter table jobs.job add column bucket smallint;
 alter table jobs.step add column bucket smallint;
 alter table jobs.event_wait add column bucket smallint;
 alter table jobs.slot add column bucket smallint;
--- (a slot row is a running limited job's: few, so they get their bucket now, and a join
--- of the slots to their jobs can name it)
-update jobs.slot set bucket = job_id & 255 where bucket is null;
 
 create table jobs.job_fork (
   job_id      bigint primary key references jobs.job (id) on delete cascade,

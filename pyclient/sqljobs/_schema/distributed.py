@@ -61,6 +61,8 @@ begin
               where logicalrelid = 'jobs.job'::pg_catalog.regclass) then
     return;  -- distributed already: the steps that follow refresh the functions
   end if;
+  -- (the table locked first: no job made live between the check and the distributing)
+  lock table jobs.job in exclusive mode;
   select count(*) into v_live from jobs.job
    where bucket is null and state in ('ready', 'running', 'parked', 'interrupted');
   if v_live > 0 then
@@ -73,7 +75,8 @@ begin
                'outside their key''s bucket, so a new enqueue of their key would not '
                'find them.',
       hint = 'Let them finish (or cancel them), then run sqljobs migrate --distributed '
-             'again. Finished jobs are kept and need nothing.';
+             'again. Finished jobs are kept; one requeued later runs, but its key then '
+             'dedupes only on its own shard.';
   end if;
 
   -- Rows made before version 3 (finished ones only, above) get the bucket their id
