@@ -7070,6 +7070,94 @@ $$;
 -- === sql/95_retention.sql ===
 
 -- ---------------------------------------------------------------------------
+-- jobs.purge_state_rounds(state, queues, cuts, awaits, dcut, dawait, maxcut, left, cap,
+-- dry_run) -> (deleted, staged, remaining): jobs.purge's work for one final state on a
+-- distributed install (jobs.distributed()), where no statement may lock jobs of several
+-- shards nor read the jobs once per job: the eligible jobs read first, oldest first,
+-- without locks (up to what the call deletes and counts), less those a live child or a
+-- live parent refers to (two reads); then the oldest `left` of them deleted a shard at
+-- a time, rows others hold skipped; then their staged outbox rows. remaining: the
+-- eligible ones left, up to cap (all of them in a dry run). Private.
+create or replace function jobs.purge_state_rounds(
+  p_state   jobs.job_state,
+  p_queues  text[],
+  p_cuts    timestamptz[],
+  p_awaits  timestamptz[],
+  p_dcut    timestamptz,
+  p_dawait  timestamptz,
+  p_maxcut  timestamptz,
+  p_left    integer,
+  p_cap     bigint,
+  p_dry_run boolean,
+  out deleted   bigint,
+  out staged    bigint,
+  out remaining bigint
+)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_ids     bigint[];
+  v_parents bigint[];
+  v_ok      bigint[];
+  v_gone    bigint[] := '{}';
+  v_buckets smallint[];
+  v_round   bigint[];
+begin
+  select pg_catalog.array_agg(e.id order by e.o), pg_catalog.array_agg(e.parent_id order by e.o)
+    into v_ids, v_parents
+    from (select j.id, j.parent_id,
+                 pg_catalog.row_number() over (order by j.finished_at, j.id) as o
+            from jobs.job j
+           where j.state = p_state and j.finished_at is not null and j.finished_at < p_maxcut
+             and j.finished_at < coalesce(p_cuts[pg_catalog.array_position(p_queues, j.queue)], p_dcut)
+             and (not j.settle_watched
+                  or j.finished_at < coalesce(p_awaits[pg_catalog.array_position(p_queues, j.queue)],
+                                              p_dawait))
+           order by j.state, j.finished_at
+           limit case when p_dry_run then null else p_left + p_cap end) e;
+  v_ok := array(
+    select c.id
+      from unnest(v_ids, v_parents) with ordinality as c(id, parent, o)
+     where c.id not in (select k.parent_id from jobs.job k
+                         where k.parent_id = any (v_ids)
+                           and k.state in ('ready', 'running', 'parked', 'interrupted'))
+       and (c.parent is null
+            or c.parent not in (select p.id from jobs.job p
+                                 where p.id = any (v_parents)
+                                   and p.state in ('ready', 'running', 'parked', 'interrupted')))
+     order by c.o);
+  staged := 0;
+  if not p_dry_run and p_left > 0 then
+    for v_buckets, v_round in select b.buckets, b.ids from jobs.ids_by_shard(v_ok[1:p_left]) b loop
+      with victims as (
+        select j.id from jobs.job j
+         where j.id = any (v_round) and j.bucket = any (v_buckets)
+           and j.state = p_state and j.finished_at is not null
+           for update skip locked
+      ), gone as (
+        delete from jobs.job j using victims v
+         where j.id = v.id and j.bucket = any (v_buckets)
+        returning j.id
+      )
+      select v_gone || pg_catalog.array_agg(g.id) into v_gone from gone g;
+    end loop;
+    -- the outbox rows that created them carry their ids
+    delete from jobs.outbox o where o.id = any (v_gone) and o.published_at is not null;
+    get diagnostics staged = row_count;
+  end if;
+  deleted := pg_catalog.cardinality(v_gone);
+  remaining := pg_catalog.cardinality(v_ok) - deleted;
+  if not p_dry_run then
+    remaining := least(remaining, p_cap);
+  end if;
+end
+$$;
+
+comment on function jobs.purge_state_rounds(jobs.job_state, text[], timestamptz[], timestamptz[], timestamptz, timestamptz, timestamptz, integer, bigint, boolean) is
+  'Private: jobs.purge''s work for one final state on a distributed install.';
+
 -- jobs.purge_unreferenced(id, parent_id) -> true when no live job refers to this one:
 -- none of its children is live, and its parent (if any) is not live. Two index probes
 -- (job_parent_idx, job_pkey) per row: written as a function so that the planner cannot
@@ -7172,6 +7260,16 @@ begin
     continue when v_maxcut = '-infinity';
     v_queues := coalesce(v_queues, '{}');
 
+    if jobs.distributed() then  -- (a shard at a time: jobs.purge_state_rounds)
+      select r.deleted, r.staged, r.remaining into v_n, v_o, v_bound
+        from jobs.purge_state_rounds(v_state, v_queues, v_cuts, v_awaits, v_dcut, v_dawait,
+                                     v_maxcut, v_left, v_cap, p_dry_run) r;
+      v_jobs := v_jobs + v_n;
+      v_outbox := v_outbox + v_o;
+      v_left := v_left - v_n::integer;
+      v_jrest := v_jrest + v_bound;
+      continue;
+    end if;
     if not p_dry_run and v_left > 0 then
       -- DELETE at most v_left of them, oldest first; rows others hold are skipped.
       with victims as (
@@ -7222,7 +7320,9 @@ begin
       from jobs.retention_policy(p_policy) p where p.queue = '*';
   end if;
   v_ecut := least(v_ecut, (select pg_catalog.min(coalesce(j.first_started_at, j.created_at))
-                             from jobs.event_wait w join jobs.job j on j.id = w.job_id
+                             from jobs.event_wait w
+                             join jobs.job j on j.id = w.job_id
+                                            and (not jobs.distributed() or j.bucket = w.bucket)
                             where j.state in ('ready', 'running', 'parked', 'interrupted')));
   if v_ecut > '-infinity' then
     -- Events are deleted oldest first, so the first event (by id) not old enough bounds
@@ -7252,7 +7352,7 @@ begin
   -- locked now is skipped (and one deleted under a locker is made again by it), and so
   -- is the settle key of a job that still runs under its claim (sql/40_settle.sql: a
   -- run of more than a day may need it again).
-  if not p_dry_run then
+  if not p_dry_run and not jobs.distributed() then
     delete from jobs.lock_key k
      using (select o.key from jobs.lock_key o
              where o.created_at < v_now - interval '1 day'
@@ -7261,6 +7361,22 @@ begin
                            where j.id = pg_catalog.split_part(o.key, '|', 2)::bigint
                              and j.claim = pg_catalog.split_part(o.key, '|', 3)::bigint
                              and j.state = 'running'))
+             limit 1000
+               for update skip locked) as old
+     where k.key = old.key;
+  elsif not p_dry_run then
+    -- (distributed: the settle keys of running jobs read first, in one read of the jobs)
+    delete from jobs.lock_key k
+     using (select o.key from jobs.lock_key o
+             where o.created_at < v_now - interval '1 day'
+               and o.key not in (
+                     select 'settle|' || j.id || '|' || j.claim from jobs.job j
+                      where j.state = 'running'
+                        and j.id = any (array(
+                              select pg_catalog.split_part(s.key, '|', 2)::bigint
+                                from jobs.lock_key s
+                               where s.key like 'settle|%'
+                                 and s.created_at < v_now - interval '1 day')))
              limit 1000
                for update skip locked) as old
      where k.key = old.key;
