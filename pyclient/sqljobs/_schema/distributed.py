@@ -4,7 +4,7 @@ docs/design/citus.md is the design; docs/howto-citus.md, "Distributed mode", the
 On a Citus coordinator with sqljobs installed, this distributes `jobs.job`, `step`,
 `event_wait` and `slot` by the job's bucket (the id's low 8 bits, a column every insert
 writes since schema version 3), co-located, makes the configuration tables reference
-tables, and switches the engine to rounds per bucket (`jobs.distributed()`). Everything
+tables, and switches the engine to rounds per shard (`jobs.distributed()`). Everything
 else stays local to the coordinator.
 
 It is a few transactions, not one: Citus refuses a command on functions after a
