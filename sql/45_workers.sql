@@ -174,8 +174,9 @@ as $$
   select jobs.fleet_only('jobs.workers');  -- (sql/15_tenancy.sql)
   -- the running jobs counted once, per worker: one pass over job_lease_idx, not one per
   -- worker (and no subquery joining the workers' table to the jobs', which Citus
-  -- cannot plan with the jobs distributed: docs/design/citus.md)
-  with running as (
+  -- cannot plan with the jobs distributed: docs/design/citus.md; materialized, so that
+  -- Citus reads it on its own before the join)
+  with running as materialized (
     select j.worker, pg_catalog.count(*) as n
       from jobs.job j
      where j.state = 'running' and j.lease_expires_at is not null  -- job_lease_idx
@@ -208,18 +209,23 @@ stable
 set search_path = ''
 as $$
   select jobs.fleet_only('jobs.unserved_jobs');  -- (sql/15_tenancy.sql)
-  select j.queue, j.name, pg_catalog.count(*) as waiting,
-         extract(epoch from jobs.now() - pg_catalog.min(j.created_at))::double precision
-           as oldest_s
-    from jobs.job j
-   where ((j.state in ('ready', 'interrupted') and j.blocked_on is null)
-          or (j.blocked_on is not null and j.state in ('ready', 'interrupted')))
-     and not exists (select 1 from jobs.worker w
+  -- (the waiting jobs counted per queue and name first, then the groups no live worker
+  -- serves kept: distributed, Citus plans no join of the workers' table to the jobs')
+  with waiting as materialized (
+    select j.queue, j.name, pg_catalog.count(*) as n, pg_catalog.min(j.created_at) as oldest
+      from jobs.job j
+     where ((j.state in ('ready', 'interrupted') and j.blocked_on is null)
+            or (j.blocked_on is not null and j.state in ('ready', 'interrupted')))
+     group by j.queue, j.name
+  )
+  select g.queue, g.name, g.n as waiting,
+         extract(epoch from jobs.now() - g.oldest)::double precision as oldest_s
+    from waiting g
+   where not exists (select 1 from jobs.worker w
                       where w.expires_at > jobs.now()
-                        and j.queue = any (w.queues)
-                        and j.name = any (w.names))
-   group by j.queue, j.name
-   order by j.queue, j.name
+                        and g.queue = any (w.queues)
+                        and g.name = any (w.names))
+   order by g.queue, g.name
 $$;
 
 comment on function jobs.unserved_jobs() is

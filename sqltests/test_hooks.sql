@@ -14,10 +14,15 @@ create function pg_temp.hooked(p_key text, p_max integer default 3) returns bigi
     'queue', 'hk', 'max_attempts', p_max, 'tenant', 'acme', 'hooks',
     '{"settled": {"name": "hk.settled", "queue": "hk_after"}, "exhausted": {"name": "hk.exhausted"}}'::jsonb)) e
 $$;
-create function pg_temp.staged(p_id bigint) returns text[] language sql as $$
-  select coalesce(pg_catalog.array_agg(j.name || '/' || (j.payload->>'state') order by j.name), '{}')
-    from jobs.job j where j.key like p_id || ':%'
-$$;
+-- (PL/pgSQL on custom plans: distributed on Citus, a statement over the jobs with a
+-- parameter needs its value to be planned)
+create function pg_temp.staged(p_id bigint) returns text[] language plpgsql
+set plan_cache_mode = force_custom_plan as $$
+begin
+  return (select coalesce(pg_catalog.array_agg(j.name || '/' || (j.payload->>'state')
+                                               order by j.name), '{}')
+            from jobs.job j where j.key like p_id || ':%');
+end $$;
 
 -- ack
 do $$ declare v bigint := pg_temp.hooked('a'); c bigint; begin
@@ -29,7 +34,7 @@ end $$;
 select is(pg_temp.staged(current_setting('t.a')::bigint), '{hk.settled/succeeded}',
           'an ack stages the settled hook (not exhausted)');
 select results_eq($$ select queue, tenant, payload->>'error', (payload->>'job_id')::bigint from jobs.job
-                      where key like current_setting('t.a') || ':settled:%' $$,
+                      where key like (select current_setting('t.a')) || ':settled:%' $$,
                   $$ values ('hk_after', 'acme', null::text, current_setting('t.a')::bigint) $$,
                   'in its declared queue, the job''s tenant, with the job''s id and no error');
 select is((select ok from jobs.ack_many(array[current_setting('t.a')::bigint],
@@ -47,7 +52,7 @@ end $$;
 select is(pg_temp.staged(current_setting('t.d')::bigint), '{hk.exhausted/dead,hk.settled/dead}',
           'a nack that buries the job stages settled and exhausted');
 select is((select payload->'error'->>'message' from jobs.job
-            where key like current_setting('t.d') || ':exhausted:%'), 'boom',
+            where key like (select current_setting('t.d')) || ':exhausted:%'), 'boom',
           'the hook carries the last error');
 
 -- nack fail (terminal) with attempts left: settled only
